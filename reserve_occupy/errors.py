@@ -1,0 +1,110 @@
+"""Every error the core raises.
+
+One base class, ``ProtocolError``, so an embedding runtime can catch the whole family.
+Each subclass names what was wrong; every operation validates its input before it changes
+anything, so an error always leaves the controller exactly as it was.
+"""
+
+from __future__ import annotations
+
+
+class ProtocolError(Exception):
+    """Base class of every error raised by ``reserve_occupy``."""
+
+
+class ConfigError(ProtocolError, ValueError):
+    """A ``Config`` field has an invalid value. ``field`` names it."""
+
+    def __init__(self, field: str, value: object, requirement: str) -> None:
+        self.field = field
+        self.value = value
+        self.requirement = requirement
+        super().__init__(f"invalid Config.{field}={value!r}: {requirement}")
+
+
+class IllegalOperation(ProtocolError):
+    """The operation is not allowed in the trainer's current phase.
+
+    Raised for ``consume`` while a batch is training, ``publish`` while the trainer is idle,
+    ``release_stuck`` while training.
+    """
+
+    def __init__(self, operation: str, phase: str) -> None:
+        self.operation = operation
+        self.phase = phase
+        super().__init__(f"can't {operation} when trainer={phase}")
+
+
+class UnitError(ProtocolError):
+    """Base class of errors about one unit (trajectory or group)."""
+
+    def __init__(self, operation: str, unit_id: object, message: str) -> None:
+        self.operation = operation
+        self.unit_id = unit_id
+        super().__init__(message)
+
+
+class UnknownUnit(UnitError, KeyError):
+    """The unit id was never admitted by this controller."""
+
+    def __init__(self, operation: str, unit_id: object) -> None:
+        super().__init__(operation, unit_id, f"can't {operation} unit {unit_id!r}: never reserved")
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0])
+
+
+class DuplicateUnit(UnitError):
+    """``reserve`` was called with an id this controller has already seen."""
+
+    def __init__(self, unit_id: object, state: str) -> None:
+        self.state = state
+        super().__init__(
+            "reserve", unit_id, f"can't reserve unit {unit_id!r}: already known (state {state})"
+        )
+
+
+class InvalidUnitId(UnitError, TypeError):
+    """Unit ids must be ``str`` or ``int`` so that traces serialise faithfully."""
+
+    def __init__(self, operation: str, unit_id: object) -> None:
+        super().__init__(
+            operation,
+            unit_id,
+            f"can't {operation} unit {unit_id!r}: id must be str or int, "
+            f"not {type(unit_id).__name__}",
+        )
+
+
+class IllegalUnitState(UnitError):
+    """The unit exists but the operation does not apply to its lifecycle state.
+
+    Examples: occupy twice, occupy after abort, filter of a unit that is still in flight.
+    """
+
+    def __init__(self, operation: str, unit_id: object, state: str) -> None:
+        self.state = state
+        super().__init__(operation, unit_id, f"can't {operation} unit {unit_id!r} in state {state}")
+
+
+class InvariantViolation(ProtocolError, AssertionError):
+    """A named invariant of ``spec/PROTOCOL.md`` does not hold. ``invariant`` names it."""
+
+    def __init__(self, invariant: str, detail: str) -> None:
+        self.invariant = invariant
+        self.detail = detail
+        super().__init__(f"invariant {invariant!r} violated: {detail}")
+
+
+class ReplayDivergence(ProtocolError):
+    """Replaying an event log produced a different outcome than the one recorded."""
+
+    def __init__(self, seq: int, expected: object, actual: object) -> None:
+        self.seq = seq
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"event {seq}: recorded {expected!r}, replay gave {actual!r}")
+
+
+class GroupError(ProtocolError):
+    """Misuse of a ``Group`` (unknown candidate, candidate reported twice, group closed)."""

@@ -1,0 +1,441 @@
+"""The Reserve–Occupy protocol as an explicit state machine.
+
+Theory of operation
+-------------------
+Everything that decides *whether* an operation may run lives in two tables in this file:
+
+* ``OPERATIONS`` -- the trainer-phase machine, declared as data and compiled once into a
+  ``transitions.Machine`` (``auto_transitions=False``). States are the trainer's phases (IDLE,
+  TRAINING); triggers are the protocol operations; each has a guard (a condition: when it fails the
+  operation is *refused*, e.g. admission must wait) and an effect (runs after the guard passed). A
+  trigger with no entry for the current phase raises ``IllegalOperation`` naming both.
+* ``UNIT_LIFECYCLE`` -- what each operation requires of the unit it names, and what it makes of
+  it. A unit that is not in the required state raises ``IllegalUnitState`` (or ``UnknownUnit``).
+
+*Where* units go is the slot table's business (``table.SlotTable``): each placement rule is one of
+its methods. The effects below only compose those rules in the order spec/PROTOCOL.md gives.
+
+Every check runs before anything changes, so an error leaves the controller exactly as it was.
+Every successful operation appends one ``Event`` with its full outcome; ``replay`` re-runs a log
+and insists on the same outcomes. Units are plain ids in dictionaries -- one ``transitions`` model
+per controller, never one per unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from transitions import Machine, MachineError
+
+from .config import Config
+from .errors import (
+    DuplicateUnit,
+    IllegalOperation,
+    IllegalUnitState,
+    InvalidUnitId,
+    ReplayDivergence,
+    UnknownUnit,
+)
+from .table import RESERVED, SlotTable
+from .types import (
+    Batch,
+    BatchUnit,
+    Event,
+    Move,
+    Phase,
+    Placement,
+    Removal,
+    Reservation,
+    Snapshot,
+    SlotRef,
+    UnitId,
+    UnitState,
+    UnitView,
+)
+
+IDLE, TRAINING = Phase.IDLE, Phase.TRAINING
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One row of the transition table: ``trigger`` is allowed from ``sources``, goes to ``dest``
+    (None: stays), is refused while ``guard`` is false, and then runs ``effect``."""
+
+    trigger: str
+    sources: tuple[Phase, ...]
+    dest: Phase | None
+    guard: str | None
+    effect: str
+    doc: str
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("reserve", (IDLE, TRAINING), None, "_can_reserve", "_do_reserve",
+              "in-flight < max_concurrency and a legal, not-READY buffer has an EMPTY slot"),
+    Operation("occupy", (IDLE, TRAINING), None, None, "_do_occupy",
+              "the unit is IN_FLIGHT"),
+    Operation("abort", (IDLE, TRAINING), None, None, "_do_abort",
+              "the unit is IN_FLIGHT"),
+    Operation("filter", (IDLE, TRAINING), None, None, "_do_filter",
+              "the unit is FINISHED"),
+    Operation("release_stuck", (IDLE,), None, "_head_stuck", "_do_release_stuck",
+              "the head buffer is STUCK"),
+    Operation("consume", (IDLE,), TRAINING, "_head_ready", "_do_consume",
+              "the head buffer is READY"),
+    Operation("publish", (TRAINING,), IDLE, None, "_do_publish",
+              "the consumed batch finished training"),
+)
+
+# operation -> {state the unit must be in: state it goes to}. reserve admits new ids.
+UNIT_LIFECYCLE: dict[str, dict[UnitState | None, UnitState]] = {
+    "reserve": {None: UnitState.IN_FLIGHT},
+    "occupy": {UnitState.IN_FLIGHT: UnitState.FINISHED},
+    "abort": {UnitState.IN_FLIGHT: UnitState.ABORTED},
+    "filter": {UnitState.FINISHED: UnitState.FILTERED},
+    "consume": {UnitState.FINISHED: UnitState.CONSUMED},
+}
+
+# States are the phases' names rather than the enum members: transitions resolves an enum
+# state's name on every trigger, which costs about a fifth of the hot path.
+MACHINE = Machine(
+    model=None,
+    states=[p.value for p in Phase],
+    initial=IDLE.value,
+    auto_transitions=False,
+    model_attribute="_phase",
+    transitions=[
+        {
+            "trigger": op.trigger,
+            "source": [p.value for p in op.sources],
+            "dest": op.dest.value if op.dest else None,
+            "conditions": [op.guard] if op.guard else [],
+            "after": op.effect,
+        }
+        for op in OPERATIONS
+    ],
+)
+_TRIGGERS = {name: MACHINE.events[name] for name in MACHINE.events}
+
+
+class StalenessController:
+    """The Reserve–Occupy staleness controller (sans-I/O).
+
+    The runtime calls ``reserve`` before a unit starts generating, ``occupy`` when it finished,
+    ``abort``/``filter`` to drop it, ``consume`` when the trainer is idle, ``publish`` when the
+    training step finished, ``release_stuck`` when its own clock says the head buffer waited too
+    long. See spec/PROTOCOL.md for the rules and the invariants ``check`` verifies.
+    """
+
+    _phase: str  # the machine's model attribute: a Phase value
+
+    def __init__(self, config: Config) -> None:
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be a Config, not {type(config).__name__}")
+        self.config = config
+        self._phase = IDLE.value
+        self._version = 0
+        self._table = SlotTable(config)
+        self._max_concurrency = config.max_concurrency
+        self._units: dict[UnitId, UnitState] = {}
+        self._in_flight = 0
+        self._consumed = self._aborted = self._filtered = 0
+        self._last_batch: Batch | None = None
+        self._events: list[Event] = []
+        self._plan: SlotRef | None = None
+        self._result: Any = None
+
+    # ----------------------------------------------------------------- read-only state ------
+
+    @property
+    def phase(self) -> Phase:
+        """The trainer's phase: IDLE (waiting for a READY head buffer) or TRAINING."""
+        return Phase(self._phase)
+
+    @property
+    def version(self) -> int:
+        """Latest published weight version; new units are stamped with it."""
+        return self._version
+
+    @property
+    def head(self) -> int:
+        """Next buffer to consume (``version`` when idle, ``version + 1`` while training)."""
+        return self._table.head
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """The append-only event log; ``replay(config, events)`` rebuilds this state."""
+        return tuple(self._events)
+
+    def unit_state(self, unit_id: UnitId) -> UnitState:
+        self._check_id("unit_state", unit_id)
+        try:
+            return self._units[unit_id]
+        except KeyError:
+            raise UnknownUnit("unit_state", unit_id) from None
+
+    def snapshot(self) -> Snapshot:
+        t = self._table
+        live = frozenset(
+            UnitView(u, s, t.v_traj.get(u))  # type: ignore[arg-type]
+            for u, s in self._units.items()
+            if s is UnitState.IN_FLIGHT or s is UnitState.FINISHED
+        )
+        return Snapshot(
+            config=self.config,
+            version=self._version,
+            head=t.head,
+            phase=self.phase,
+            buffers=t.views(),
+            units=live,
+            admitted=len(self._units),
+            consumed=self._consumed,
+            aborted=self._aborted,
+            filtered=self._filtered,
+            last_batch=self._last_batch,
+        )
+
+    def check(self) -> None:
+        """Raise ``InvariantViolation`` naming the first invariant that does not hold."""
+        from .invariants import check_controller
+
+        check_controller(self)
+
+    def clone(self) -> StalenessController:
+        """An independent copy (model checkers branch on it). The event log is copied too."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other._table = self._table.copy()
+        other._units = dict(self._units)
+        other._events = list(self._events)
+        return other
+
+    # ----------------------------------------------------------------- operations -----------
+
+    def reserve(self, unit_id: UnitId) -> Reservation | None:
+        """Admission (L1): reserve the latest legal slot, or return None if the unit must wait."""
+        self._check_id("reserve", unit_id)
+        if unit_id in self._units:
+            raise DuplicateUnit(unit_id, self._units[unit_id].value)
+        return self._result if self._fire("reserve", unit_id) else None
+
+    def occupy(self, unit_id: UnitId) -> Placement:
+        """The unit finished: place it in the earliest legal slot (shifting a reservation)."""
+        self._require("occupy", unit_id)
+        self._fire("occupy", unit_id)
+        return self._result
+
+    def abort(self, unit_id: UnitId) -> Removal:
+        """Drop an in-flight unit (error, timeout, cancelled); its slot is refilled."""
+        self._require("abort", unit_id)
+        self._fire("abort", unit_id)
+        return self._result
+
+    def filter(self, unit_id: UnitId) -> Removal:
+        """Drop a finished, unconsumed unit (e.g. no gradient); later finished units move up."""
+        self._require("filter", unit_id)
+        self._fire("filter", unit_id)
+        return self._result
+
+    def release_stuck(self) -> list[UnitId]:
+        """The 7.2 timeout action: abort every reservation of a STUCK head buffer.
+
+        The runtime owns the clock and calls this when the trainer has waited on a STUCK head
+        buffer too long. Returns every unit aborted (the runtime must stop generating them);
+        an empty list when the head buffer is not STUCK (nothing to release).
+        """
+        return self._result if self._fire("release_stuck") else []
+
+    def consume(self) -> Batch | None:
+        """Hand out the head buffer's batch if it is READY (trainer must be idle)."""
+        return self._result if self._fire("consume") else None
+
+    def publish(self) -> int:
+        """Training of the consumed batch finished: the version advances, the window grows."""
+        self._fire("publish")
+        return self._version
+
+    # ----------------------------------------------------------------- validation ----------
+
+    @staticmethod
+    def _check_id(operation: str, unit_id: object) -> None:
+        kind = type(unit_id)
+        if kind is not str and kind is not int:  # exact types: fast, and bool is refused
+            if isinstance(unit_id, bool) or not isinstance(unit_id, (str, int)):
+                raise InvalidUnitId(operation, unit_id)
+
+    def _require(self, operation: str, unit_id: UnitId) -> None:
+        self._check_id(operation, unit_id)
+        state = self._units.get(unit_id)
+        if state is None:
+            raise UnknownUnit(operation, unit_id)
+        if state not in UNIT_LIFECYCLE[operation]:
+            raise IllegalUnitState(operation, unit_id, state.value)
+
+    def _fire(self, trigger: str, *args: object) -> bool:
+        try:
+            return _TRIGGERS[trigger].trigger(self, *args)
+        except MachineError:
+            raise IllegalOperation(trigger, self._phase) from None
+
+    def _log(self, op: str, version: int, head: int, unit_id: UnitId | None = None,
+             v_traj: int | None = None, slot: SlotRef | None = None, moves: tuple = (),
+             aborted: tuple = (), batch: Batch | None = None) -> None:
+        events = self._events
+        events.append(Event(len(events), op, version, head, unit_id, v_traj, slot, moves, aborted,
+                            batch))
+
+    def _end(self, unit_id: UnitId, operation: str) -> None:
+        """Move a unit along its lifecycle and keep the counters in step."""
+        state = UNIT_LIFECYCLE[operation][self._units[unit_id]]
+        self._units[unit_id] = state
+        if state is UnitState.ABORTED:
+            self._in_flight -= 1
+            self._aborted += 1
+        elif state is UnitState.FINISHED:
+            self._in_flight -= 1
+        elif state is UnitState.CONSUMED:
+            self._consumed += 1
+        elif state is UnitState.FILTERED:
+            self._filtered += 1
+
+    # ----------------------------------------------------------------- guards ---------------
+
+    def _can_reserve(self, unit_id: UnitId) -> bool:
+        if self._max_concurrency is not None and self._in_flight >= self._max_concurrency:
+            return False
+        self._plan = self._table.plan_reserve(self._version)
+        return self._plan is not None
+
+    def _head_ready(self) -> bool:
+        buf = self._table.head_buffer()
+        return buf is not None and self._table.ready(buf)
+
+    def _head_stuck(self) -> bool:
+        buf = self._table.head_buffer()
+        return buf is not None and not self._table.ready(buf) and not buf.n_empty
+
+    # ----------------------------------------------------------------- effects --------------
+
+    def _do_reserve(self, unit_id: UnitId) -> None:
+        slot, version, head = self._plan, self._version, self._table.head
+        self._table.reserve(unit_id, version, slot)  # type: ignore[arg-type]
+        self._units[unit_id] = UnitState.IN_FLIGHT
+        self._in_flight += 1
+        self._result = Reservation(unit_id, version, slot)  # type: ignore[arg-type]
+        self._log("reserve", version, head, unit_id, version, slot)
+
+    def _do_occupy(self, unit_id: UnitId) -> None:
+        t = self._table
+        head = t.head
+        gap = t.release(unit_id)
+        moves = t.shift_into(gap)
+        slot = t.place(unit_id)
+        aborted: list[UnitId] = []
+        buf = t.buffers[slot.buffer]
+        if t.ready(buf):
+            closing_moves, aborted = t.close_ready(buf)
+            moves.extend(closing_moves)
+        self._end(unit_id, "occupy")
+        for u in aborted:
+            self._end(u, "abort")
+        v_traj = t.v_traj[unit_id]
+        moved, dropped = tuple(moves), tuple(aborted)
+        self._result = Placement(unit_id, v_traj, slot, moved, dropped)
+        self._log("occupy", self._version, head, unit_id, v_traj, slot, moved, dropped)
+
+    def _abort_one(self, unit_id: UnitId) -> tuple[SlotRef, list[Move], list[UnitId]]:
+        """Abort: free the slot as Occupy (a)+(b), then refill holes from later buffers."""
+        t = self._table
+        gap = t.release(unit_id)
+        t.discard(unit_id)
+        moves = t.shift_into(gap)
+        fill_moves, aborted = t.fill_holes()
+        moves.extend(fill_moves)
+        self._end(unit_id, "abort")
+        for u in aborted:
+            self._end(u, "abort")
+        return gap, moves, aborted
+
+    def _do_abort(self, unit_id: UnitId) -> None:
+        head = self._table.head
+        gap, moves, aborted = self._abort_one(unit_id)
+        self._result = Removal(unit_id, gap, tuple(moves), tuple(aborted))
+        self._log("abort", version=self._version, head=head, unit_id=unit_id, slot=gap,
+                  moves=tuple(moves), aborted=tuple(aborted))
+
+    def _do_filter(self, unit_id: UnitId) -> None:
+        t = self._table
+        head = t.head
+        hole = t.remove_occupied(unit_id)
+        t.discard(unit_id)
+        moves, aborted = t.fill_holes()
+        self._end(unit_id, "filter")
+        for u in aborted:
+            self._end(u, "abort")
+        self._result = Removal(unit_id, hole, tuple(moves), tuple(aborted))
+        self._log("filter", version=self._version, head=head, unit_id=unit_id, slot=hole,
+                  moves=tuple(moves), aborted=tuple(aborted))
+
+    def _do_release_stuck(self) -> None:
+        t = self._table
+        head = t.head
+        buf = t.buffers[head]
+        moves: list[Move] = []
+        aborted: list[UnitId] = []
+        # Front to back; refills and (with oversampling) closing can change the buffer, so the
+        # next reservation is looked up afresh each time.
+        while buf.n_res and not t.ready(buf):
+            unit_id = buf.unit[buf.state.index(RESERVED)]
+            _, more_moves, more_aborted = self._abort_one(unit_id)  # type: ignore[arg-type]
+            aborted.append(unit_id)  # type: ignore[arg-type]
+            aborted.extend(more_aborted)
+            moves.extend(more_moves)
+        self._result = aborted
+        self._log("release_stuck", version=self._version, head=head, moves=tuple(moves),
+                  aborted=tuple(aborted))
+
+    def _do_consume(self) -> None:
+        head = self._table.head
+        units = self._table.take_head()
+        for u, _ in units:
+            self._end(u, "consume")
+        batch = Batch(head, tuple(BatchUnit(u, v, head - v) for u, v in units))
+        self._last_batch = batch
+        self._result = batch
+        self._log("consume", version=self._version, head=head, batch=batch)
+
+    def _do_publish(self) -> None:
+        version, head = self._version, self._table.head
+        self._version += 1
+        self._table.open_through(self._version + self.config.max_staleness)
+        self._log("publish", version=version, head=head)
+
+
+def apply(controller: StalenessController, event: Event) -> Event | None:
+    """Run the operation ``event`` records on ``controller``; return the event it produced
+    (None when the operation was refused: reserve must wait, consume found nothing READY)."""
+    before = len(controller._events)
+    op = event.op
+    if op in ("reserve", "occupy", "abort", "filter"):
+        getattr(controller, op)(event.unit_id)
+    elif op in ("consume", "publish", "release_stuck"):
+        getattr(controller, op)()
+    else:
+        raise ValueError(f"unknown operation {op!r} in event {event.seq}")
+    return controller._events[-1] if len(controller._events) > before else None
+
+
+def replay(config: Config, events: Iterable[Event]) -> StalenessController:
+    """Rebuild a controller from its event log, insisting on every recorded outcome."""
+    controller = StalenessController(config)
+    for event in events:
+        produced = apply(controller, event)
+        if produced != event:
+            raise ReplayDivergence(event.seq, event, produced)
+    return controller
