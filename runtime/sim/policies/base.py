@@ -29,7 +29,8 @@ class Policy:
     def __init__(self, eta: int) -> None:
         if isinstance(eta, bool) or not isinstance(eta, int) or eta < 0:
             raise ValueError(f"{self.name}: eta must be an int >= 0, got {eta!r}")
-        self.eta = eta
+        self.eta = eta  # the bound this policy enforces (subclasses may adjust it)
+        self.requested_eta = eta  # the comparison's eta this run belongs to
         self.sim: Simulator = None  # type: ignore[assignment]
 
     def attach(self, sim: Simulator) -> None:

@@ -21,6 +21,12 @@ With ``r = async_generation_ratio`` and ``R = ceil(r)``:
   unless it already has enough.
 
 Alignment: ``r = eta`` (trained staleness <= ceil(r)). ROLL's default r is 0 (synchronous).
+In this model the garbage collection never finds anything to collect: the cumulative quota
+admits exactly ``B`` prompts per step (cohort 0: ``ceil(B*r) + B``), ``completed`` never returns
+quota, and each step drains the oldest cohort, waiting for its stragglers, before that cohort can
+age out; so supply per cohort equals what the steps take from it. It fires when prompts fail or
+are filtered (they return quota; not modelled) -- a test inflates the quota to exercise it. For
+a fractional ``r`` the oldest cohort gives only ``int(B*n*frac(r))`` samples, as the code does.
 """
 
 from __future__ import annotations
@@ -50,7 +56,10 @@ class Roll(Policy):
     def __init__(self, eta: int, async_generation_ratio: float | None = None) -> None:
         super().__init__(eta)
         self.ratio = float(eta if async_generation_ratio is None else async_generation_ratio)
+        if self.ratio < 0:
+            raise ValueError(f"roll: async_generation_ratio must be >= 0, got {self.ratio}")
         self.lag = math.ceil(self.ratio)
+        self.fraction = self.ratio % 1
         self.eta = self.lag
 
     def attach(self, sim) -> None:
@@ -61,6 +70,7 @@ class Roll(Policy):
         self.cohorts: dict[int, _Cohort] = {}
         self.current_step = -1
         self._batch: list[Group] = []
+        self._taken: dict[int, int] = {}  # prompts taken per cohort for the step being built
         self._advance_step(0)
 
     def _advance_step(self, step: int) -> None:
@@ -87,16 +97,27 @@ class Roll(Policy):
 
     def take_batch(self):
         step, batch = self.sim.version, self._batch
+        min_step = step - self.lag
         for s in sorted(self.cohorts):
-            if s < step - self.lag:
+            if s < min_step:
                 continue
             cohort = self.cohorts[s]
-            while len(batch) < self.batch_size and cohort.finished:
+            if s == min_step and s < step and self.fraction:
+                # get_batch: from the oldest cohort only int(B*n*frac(r)) samples, in whole
+                # prompts (ItemsGroup.get_batch stops once it has at least that many)
+                quota = math.ceil(int(self.batch_size * self.group_size * self.fraction)
+                                  / self.group_size)
+                want = min(quota - self._taken.get(s, 0), self.batch_size - len(batch))
+            else:
+                want = self.batch_size - len(batch)
+            take = min(max(want, 0), len(cohort.finished))
+            for _ in range(take):
                 batch.append(cohort.finished.popleft())
+            self._taken[s] = self._taken.get(s, 0) + take
             if len(batch) == self.batch_size:
-                self._batch = []
+                self._batch, self._taken = [], {}
                 return members(batch)
-            if s < step and cohort.running:
+            if s < step and cohort.running and want > take:
                 return None  # wait for this cohort's stragglers before a newer cohort
         return None
 

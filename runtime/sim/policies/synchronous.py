@@ -16,7 +16,7 @@ from .base import Policy, members
 
 class Synchronous(Policy):
     name = "synchronous"
-    label = "sync (η=0)"
+    label = "synchronous"
     source = "on-policy reference loop (generation and training alternate)"
     bounded = True
     uses_eta = False
