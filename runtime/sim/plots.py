@@ -122,7 +122,8 @@ def ceiling_bars(ro: list[RunResult], ceiling: RunResult, path: str | Path) -> P
                label=f"unbounded staleness ({ceiling.throughput:.0f} tok/s, "
                      f"max staleness {ceiling.max_staleness})")
     for e, v in zip(etas, vals):
-        ax.text(e, v + 20, f"{v / ceiling.throughput:.0%}", ha="center", fontsize=8)
+        ax.text(e, v * 0.96, f"{v / ceiling.throughput:.0%}", ha="center", va="top", fontsize=8,
+                color="white")
     ax.set_xticks(etas, [f"η = {e}" for e in etas])
     ax.set_ylabel("tokens / s")
     ax.set_ylim(0, max(vals + [ceiling.throughput]) * 1.18)
