@@ -113,7 +113,8 @@ def seed_spread(cost: CostModel, seeds: int = 8, batches: int = 10, etas=(1, 2, 
     rows = []
     for eta in etas:
         t = ro_thr[eta]
-        rows.append([eta, "Reserve–Occupy tok/s", f"{np.mean(t):.0f} [{min(t):.0f}, {max(t):.0f}]"])
+        rows.append([eta, "Reserve–Occupy tok/s",
+                     f"{np.mean(t):.0f} [{min(t):.0f}, {max(t):.0f}]"])
         for p in policies:
             v = ratios.get((eta, p))
             if p == "reserve_occupy" or not v:

@@ -87,8 +87,10 @@ def summarize(sim: Simulator) -> RunResult:
     intervals = np.diff([0.0] + published).tolist()
     tokens = sum(b.tokens for b in ledger.batches[: sim.n_batches])
     return RunResult(
-        policy=policy.name, label=policy.label, eta=policy.eta if (policy.bounded or policy.uses_eta) else None,
-        grid_eta=policy.requested_eta, bounded=policy.bounded, batches=sim.n_batches, batch_size=sim.batch_size,
+        policy=policy.name, label=policy.label,
+        eta=policy.eta if (policy.bounded or policy.uses_eta) else None,
+        grid_eta=policy.requested_eta, bounded=policy.bounded, batches=sim.n_batches,
+        batch_size=sim.batch_size,
         group_size=sim.group_size, wall_s=wall, tokens_trained=int(tokens),
         throughput=tokens / wall if wall else 0.0,
         waste_l2_tokens=float(waste_l2), waste_l3_tokens=float(waste_l3),

@@ -130,7 +130,8 @@ def parse_trace(lines: Iterable[str], path: str = "<trace>") -> Workload:
         prompt = _int_field(record, "prompt_len", path, lineno)
         lens = record["response_lens"]
         if not isinstance(lens, list) or not lens:
-            raise TraceError(path, lineno, f"'response_lens' must be a non-empty list, got {lens!r}")
+            raise TraceError(path, lineno,
+                             f"'response_lens' must be a non-empty list, got {lens!r}")
         for i, n in enumerate(lens):
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise TraceError(path, lineno, f"'response_lens'[{i}] must be an integer >= 1, "
