@@ -19,7 +19,6 @@ def test_synchronous_equals_reserve_occupy_at_eta_zero(workload, cost):
         [(x.t_consume, x.t_published, sorted(x.tids)) for x in b.ledger.batches]
 
 
-@pytest.mark.slow
 def test_weight_fifo_wedges_with_min_groups_equal_to_the_batch():
     # 16 prompts per step, eta = 3: max_inflight_prompts = 32 splits a dispatch batch across a
     # weight update, a version ends up with fewer groups than the step still needs, forever.
