@@ -1,0 +1,50 @@
+"""Same inputs, same results; a policy with hidden randomness is caught."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from runtime.sim.checks import CheckFailed, check_deterministic
+from runtime.sim.cost import preset
+from runtime.sim.metrics import summarize
+from runtime.sim.policies import POLICIES
+from runtime.sim.policies.base import members
+from runtime.sim.policies.unbounded import Unbounded
+from runtime.sim.runner import RunSpec, simulate
+from runtime.sim.workload import MathReasoningShape, generate
+from sim_helpers import run_policy
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_same_seed_same_result(name, workload, cost):
+    check_deterministic(lambda: summarize(run_policy((name, 2), workload, cost)).to_json())
+
+
+def test_the_seed_matters(cost):
+    def run(seed):
+        w = generate(seed, MathReasoningShape(groups=128))
+        return simulate(RunSpec("reserve_occupy", 1, 6, 4), w, cost)[0].to_json()
+
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+
+
+class PicksAtRandom(Unbounded):
+    """Broken: trains a random selection of finished groups from an unseeded generator."""
+
+    def take_batch(self):
+        if len(self._finished) < self.batch_size:
+            return None
+        chosen = random.Random().sample(list(self._finished), self.batch_size)
+        for g in chosen:
+            self._finished.remove(g)
+        return members(chosen)
+
+
+def test_determinism_check_catches_hidden_randomness(workload):
+    cost = preset("qwen3-8b-h20")
+    with pytest.raises(CheckFailed, match="differ"):
+        check_deterministic(lambda: summarize(
+            run_policy(PicksAtRandom(0), workload, cost, batches=10)).to_json())
