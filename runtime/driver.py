@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from reserve_occupy import Batch, BufferStatus, Group, StalenessController, UnitState
@@ -43,7 +43,10 @@ from .units import CandidateRun, DriverSettings, GroupRun, StepRecord
 class Driver:
     def __init__(self, settings: DriverSettings, rollout: Rollout, trainer: Trainer,
                  reward_fn: RewardFn, prompts: Sequence[Prompt], clock: Clock | None = None,
-                 on_step: Callable[[StepRecord], None] | None = None) -> None:
+                 on_step: Callable[[StepRecord], None] | None = None,
+                 after_step: Callable[[StepRecord], Awaitable[None]] | None = None) -> None:
+        """``on_step`` sees each step's record; ``after_step`` is awaited after it, in the
+        trainer loop (a checkpoint save, say), so the next consume waits for it."""
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
@@ -51,7 +54,7 @@ class Driver:
         self.rollout, self.trainer, self.reward_fn = rollout, trainer, reward_fn
         self.prompts = list(prompts)
         self.clock = clock or MonotonicClock()
-        self.on_step = on_step
+        self.on_step, self.after_step = on_step, after_step
         self.engine_version = 0  # the weights the engine runs (publish moves both together)
         self.groups: dict[Any, GroupRun] = {}  # admitted, not yet consumed or dropped
         self.records: list[StepRecord] = []
@@ -311,7 +314,10 @@ class Driver:
             t_sync = self.clock.now()
             await self._sync_weights(weights)
             t_end = self.clock.now()
-            self._record(step, batch, train_batch, metrics, t_wait, t_train, t_sync, t_end)
+            record = self._record(step, batch, train_batch, metrics, t_wait, t_train, t_sync,
+                                  t_end)
+            if self.after_step is not None:
+                await self.after_step(record)
 
     def _assemble(self, batch: Batch) -> TrainBatch:
         groups = []
@@ -428,7 +434,7 @@ class Driver:
         self.trace.append(row)
 
     def _record(self, step: int, batch: Batch, tb: TrainBatch, metrics: dict[str, float],
-                t_wait: float, t_train: float, t_sync: float, t_end: float) -> None:
+                t_wait: float, t_train: float, t_sync: float, t_end: float) -> StepRecord:
         now = t_end - self._t0
         idle = self._rollout_idle_s + (t_end - self._idle_since if not self._running else 0.0)
         lag = [tb.version - min((min(s.versions) for s in g.samples if s.versions),
@@ -446,6 +452,7 @@ class Driver:
         self.records.append(record)
         if self.on_step is not None:
             self.on_step(record)
+        return record
 
 
 def head_status(controller: StalenessController) -> BufferStatus:

@@ -126,8 +126,13 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
             log(f"evaluation reward before training: {before['reward']:.3f} "
                 f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
         sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard)
+        async def checkpoint(record: Any) -> None:
+            every = cfg.run.checkpoint_every
+            if every and (record.step + 1) % every == 0:
+                await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
+
         driver = Driver(cfg.driver_settings(), rollout, trainer, reward_fn, train_prompts,
-                        on_step=sink)
+                        on_step=sink, after_step=checkpoint)
         if driver_hook is not None:
             driver_hook(driver)
         try:
