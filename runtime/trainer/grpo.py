@@ -175,7 +175,7 @@ class GRPOTrainer:
                     ref_lp, _ = self._logprobs(self.ref, prompts, responses)
                 k3 = torch.exp(ref_lp - logp) - (ref_lp - logp) - 1
                 per_tok = per_tok + s.kl_coef * k3
-                add("kl_ref", float((k3 * mask).sum()))
+                add("kl_ref", float((k3.detach() * mask).sum()))
             loss = (per_tok * mask).sum() / n_tokens
             loss.backward()
             with torch.no_grad():
