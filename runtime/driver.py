@@ -21,6 +21,11 @@ tokens (partial rollout) and resumes with them as prompt under the new weights. 
 ``v_traj`` is the controller's, never restamped, and every token records the version that
 generated it, so the trainer can correct staleness per token. All time goes through ``clock``
 so a virtual clock replays a run exactly (see ``runtime.clock``).
+
+The module is longer than this project's usual ~400 lines on purpose: the four tasks share one
+set of state (groups, running requests, the gate, the change event), and the order of their
+steps is the correctness argument; split across files it would be harder to check. What a run
+measured lives apart, in ``runtime.accounting``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 
 from reserve_occupy import Batch, BufferStatus, Group, StalenessController, UnitState
 
+from .accounting import Accounting
 from .clock import Clock, MonotonicClock
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
 from .tasks.base import Prompt, RewardFn
@@ -66,10 +72,9 @@ class Driver:
         self._running: dict[str, CandidateRun] = {}
         self._order: list[int] = []
         self._seq = 0
-        self._tokens_generated = self._tokens_trained = 0
-        self._t0 = self._idle_since = 0.0
-        self._rollout_idle_s = self._trainer_idle_s = 0.0
-        self._completed_rewards: list[float] = []
+        self.accounting = Accounting(self.clock)
+        self._dropped_in_a_row = 0
+        self._last_error = ""
         self._waiting_since: float | None = None  # the trainer is waiting for a batch
         self._stuck_since: float | None = None  # ... and the head buffer is STUCK
         self._fatal: asyncio.Future[None] | None = None
@@ -79,7 +84,7 @@ class Driver:
 
     async def run(self) -> list[StepRecord]:
         """Train ``settings.steps`` steps; then abort what is still in flight and return."""
-        self._t0 = self._idle_since = self.clock.now()
+        self.accounting.start()
         self._fatal = asyncio.get_running_loop().create_future()
         self._open.set()
         tasks = [asyncio.ensure_future(c) for c in
@@ -190,13 +195,14 @@ class Driver:
             except Exception as exc:  # one request failed: the candidate fails, not the run
                 self._request_ended(request.request_id)
                 self._log("request_error", g, c, error=repr(exc))
+                self._last_error = f"engine: {exc!r}"
                 self._candidate_failed(g, c, f"engine error: {exc!r}")
                 return
             self._request_ended(request.request_id)
             c.token_ids += segment.token_ids
             c.logprobs += segment.logprobs
             c.versions += [version] * len(segment.token_ids)
-            self._tokens_generated += len(segment.token_ids)
+            self.accounting.tokens_generated += len(segment.token_ids)
             if segment.finish_reason == "abort":
                 if c.stop is not None:
                     return
@@ -223,7 +229,9 @@ class Driver:
                 raise ValueError("reward is NaN")
         except Exception as exc:  # a group that cannot be scored fairly is dropped whole
             self._log("reward_error", g, c, error=repr(exc))
+            self._last_error = f"reward function: {exc!r}"
             self._abort_group(g, "reward_error")
+            self._count_dropped()
             return
         self._report(g, g.group.finish(c.index))
 
@@ -239,6 +247,7 @@ class Driver:
             self._complete_group(g)
         elif progress.failed:
             self._abort_group(g, "candidates_failed")
+            self._count_dropped()
 
     def _complete_group(self, g: GroupRun) -> None:
         g.closed, g.fate = True, "finished"
@@ -246,7 +255,7 @@ class Driver:
         self._log("occupy", g, slot=tuple(placement.slot))
         self._dropped_by_controller(placement.aborted)
         rewards = [g.candidates[i].reward for i in g.group.committed]
-        self._completed_rewards += rewards  # type: ignore[arg-type]
+        self.accounting.completed_rewards += rewards  # type: ignore[arg-type]
         if self.s.filter_zero_variance and max(rewards) == min(rewards):  # type: ignore
             removal = self.controller.filter(g.unit_id)
             g.fate = "filtered"
@@ -254,8 +263,21 @@ class Driver:
             self.groups.pop(g.unit_id, None)
             self._log("filter", g, reward=rewards[0])
             self._dropped_by_controller(removal.aborted)
+            self._count_dropped()
+        else:
+            self._dropped_in_a_row = 0
         self._check()
         self._notify()
+
+    def _count_dropped(self) -> None:
+        self._dropped_in_a_row += 1
+        if self._dropped_in_a_row >= self.s.max_dropped_in_a_row:
+            last = f"; last error: {self._last_error}" if self._last_error else ""
+            self._fail(RuntimeError(
+                f"{self._dropped_in_a_row} groups in a row were dropped without training "
+                f"(filtered for equal rewards: {self.counts['filtered']}, aborted: "
+                f"{self.counts['aborted']} so far){last}. Is the reward constant, the task "
+                f"solved, or the engine failing?"))
 
     def _abort_group(self, g: GroupRun, reason: str) -> None:
         """Drop a group: tell the controller (if it still holds it) and stop its requests."""
@@ -306,7 +328,7 @@ class Driver:
                 await change.wait()
             t_train = self.clock.now()
             self._waiting_since = self._stuck_since = None
-            self._trainer_idle_s += t_train - t_wait
+            self.accounting.trainer_waited(t_train - t_wait)
             self._check()
             train_batch = self._assemble(batch)
             metrics = await self.trainer.train_step(train_batch)
@@ -314,8 +336,11 @@ class Driver:
             t_sync = self.clock.now()
             await self._sync_weights(weights)
             t_end = self.clock.now()
-            record = self._record(step, batch, train_batch, metrics, t_wait, t_train, t_sync,
-                                  t_end)
+            record = self.accounting.step(step, batch, train_batch, metrics,
+                                          (t_wait, t_train, t_sync, t_end), self.counts)
+            self.records.append(record)
+            if self.on_step is not None:
+                self.on_step(record)
             if self.after_step is not None:
                 await self.after_step(record)
 
@@ -332,7 +357,6 @@ class Driver:
                                       c.index))
             groups.append(GroupSample(unit.unit_id, g.prompt.index, tuple(g.prompt_ids),
                                       unit.v_traj, unit.staleness, tuple(samples)))
-            self._tokens_trained += sum(len(s.token_ids) for s in samples)
         return TrainBatch(batch.version, tuple(groups))
 
     async def _sync_weights(self, weights: Any) -> None:
@@ -387,7 +411,7 @@ class Driver:
         if self._stuck_since is not None and now - self._stuck_since >= self.s.stuck_timeout_s:
             released = self.controller.release_stuck()
             self.counts["released_stuck"] += len(released)
-            self.trace.append({"t": now - self._t0, "event": "release_stuck",
+            self.trace.append({"t": self.accounting.elapsed(), "event": "release_stuck",
                                "units": list(released)})
             self._stuck_since = None
             self._dropped_by_controller(released)
@@ -412,14 +436,13 @@ class Driver:
         self._change = asyncio.Event()
 
     def _request_started(self, request_id: str, c: CandidateRun) -> None:
-        if not self._running:
-            self._rollout_idle_s += self.clock.now() - self._idle_since
         self._running[request_id] = c
+        self.accounting.engine_busy(True)
 
     def _request_ended(self, request_id: str) -> None:
         self._running.pop(request_id, None)
         if not self._running:
-            self._idle_since = self.clock.now()
+            self.accounting.engine_busy(False)
             self._notify()
 
     def _check(self) -> None:
@@ -427,32 +450,11 @@ class Driver:
             self.controller.check()
 
     def _log(self, event: str, g: GroupRun, c: CandidateRun | None = None, **extra: Any) -> None:
-        row = {"t": self.clock.now() - self._t0, "event": event, "unit": g.unit_id}
+        row = {"t": self.accounting.elapsed(), "event": event, "unit": g.unit_id}
         if c is not None:
             row["candidate"] = c.index
         row.update(extra)
         self.trace.append(row)
-
-    def _record(self, step: int, batch: Batch, tb: TrainBatch, metrics: dict[str, float],
-                t_wait: float, t_train: float, t_sync: float, t_end: float) -> StepRecord:
-        now = t_end - self._t0
-        idle = self._rollout_idle_s + (t_end - self._idle_since if not self._running else 0.0)
-        lag = [tb.version - min((min(s.versions) for s in g.samples if s.versions),
-                                default=g.v_traj) for g in tb.groups]
-        record = StepRecord(
-            step=step, version=batch.version, time_s=now,
-            rewards=[s.reward for _, s in tb.samples], rollout_rewards=self._completed_rewards,
-            staleness=[u.staleness for u in batch.units],
-            token_version_lag=lag, train=dict(metrics), step_s=t_end - t_wait,
-            train_s=t_sync - t_train, sync_s=t_end - t_sync, wait_s=t_train - t_wait,
-            tokens_generated=self._tokens_generated, tokens_trained=self._tokens_trained,
-            trainer_idle=self._trainer_idle_s / now if now > 0 else 0.0,
-            rollout_idle=idle / now if now > 0 else 0.0, counts=dict(self.counts))
-        self._completed_rewards = []
-        self.records.append(record)
-        if self.on_step is not None:
-            self.on_step(record)
-        return record
 
 
 def head_status(controller: StalenessController) -> BufferStatus:

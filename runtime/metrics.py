@@ -3,8 +3,9 @@ progress bar, the final summary table and a PNG of reward and staleness over ste
 
 Per-step fields (``metrics.jsonl``):
 
-* ``reward`` -- mean reward of every group completed since the previous step, filtered groups
-  included: the policy's actual success rate, the curve to watch. ``reward_trained`` is the mean
+* ``reward`` -- mean reward of every sample of every group completed since the previous step,
+  filtered groups included (``samples_completed`` of them): the policy's actual success rate,
+  the curve to watch. ``reward_trained`` is the mean
   over the samples the step trained on (after occupied filtering, so biased towards groups with
   mixed outcomes).
 * ``staleness`` -- histogram {staleness: groups} of the consumed batch as the controller placed it;
@@ -36,7 +37,7 @@ def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:
         "step": r.step, "version": r.version, "time_s": round(r.time_s, 3),
         "reward": fmean(r.rollout_rewards) if r.rollout_rewards else None,
         "reward_trained": fmean(r.rewards) if r.rewards else None,
-        "groups_completed": len(r.rollout_rewards),
+        "samples_completed": len(r.rollout_rewards),
         "staleness": {str(k): hist[k] for k in sorted(hist)},
         "staleness_mean": fmean(r.staleness) if r.staleness else 0.0,
         "token_lag_max": max(r.token_version_lag, default=0),

@@ -74,6 +74,20 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
     return {"reward": fmean(sampled), "greedy_reward": fmean(greedy)}
 
 
+def check_lengths(model_path: Path, prompts: Sequence[Prompt], max_tokens: int,
+                  max_model_len: int) -> None:
+    """Refuse, before the engine starts, a prompt too long for ``max_model_len`` with
+    ``max_tokens`` of answer: the engine would reject each of its requests, forever."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_path))
+    longest = max(prompts, key=lambda p: len(tok.encode(p.text)))
+    n = len(tok.encode(longest.text))
+    if n + max_tokens > max_model_len:
+        raise ValueError(f"prompt {longest.index} is {n} tokens; with rollout.max_tokens "
+                         f"{max_tokens} it exceeds rollout.max_model_len {max_model_len}")
+
+
 def build_rollout(cfg: TrainConfig, model_path: Path) -> Rollout:
     from .rollout.vllm_engine import VLLMRollout
 
@@ -97,6 +111,7 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     from .trainer.grpo import GRPOTrainer
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
     train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
                                                 cfg.run.eval_holdout)
     owned = rollout is None

@@ -94,9 +94,13 @@ def run(args: argparse.Namespace) -> int:
 def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-untyped-def]
     import asyncio
 
+    from transformers.utils import logging as hf_logging
+
     from .metrics import summary_table
     from .models.tiny import TinySpec, ensure_tiny_model
     from .session import run_training
+
+    hf_logging.disable_progress_bar()  # per-load bars would interleave with the run's own
 
     if model_path is None:
         t = cfg.model.tiny
@@ -113,6 +117,11 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
                                           resume=resume))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # input found bad once the model's tokenizer could read it
+        return _fail(str(exc))
+    except RuntimeError as exc:  # the run stopped (dead engine, nothing trainable, ...)
+        print(f"{PROG}: the run failed: {exc}", file=sys.stderr)
         return 1
     extra = {}
     if result.eval_before:

@@ -34,6 +34,10 @@ class DriverSettings:
     stuck_timeout_s: float = math.inf  # release_stuck after the trainer waited this long
     seed: int = 0
     check_invariants: bool = False  # controller.check() after every operation (tests)
+    # Stop the run when this many groups in a row were dropped (filtered, failed, or their
+    # reward raised): a constant reward, a solved task or a broken engine would otherwise
+    # keep the run admitting forever without a batch.
+    max_dropped_in_a_row: int = 500
 
     def controller_config(self) -> Config:
         return Config(max_staleness=self.eta, batch_size=self.batch_size,

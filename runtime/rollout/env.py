@@ -16,7 +16,7 @@ COMMON = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
-    "VLLM_LOGGING_LEVEL": "WARNING",
+    "VLLM_LOGGING_LEVEL": "ERROR",  # its CPU-build warnings are expected and noisy
 }
 
 CPU = {

@@ -24,13 +24,13 @@ from .env import configure, cpu_build
 
 configure()  # before vllm is imported anywhere
 
-import asyncio  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from .base import GenerationRequest, RolloutDead, Segment  # noqa: E402
+from .base import GenerationRequest, RolloutDead, Segment
 
 CPU_KV_CACHE_GIB = 0.0625
 

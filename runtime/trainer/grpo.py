@@ -93,7 +93,7 @@ class GRPOTrainer:
     @torch.no_grad()
     def score(self, prompts: list[list[int]], responses: list[list[int]]) -> list[list[float]]:
         """The current weights' log-probabilities of each response token (for checks)."""
-        lp, mask = self._logprobs(self.model, prompts, responses)
+        lp, _ = self._logprobs(self.model, prompts, responses)
         return [lp[i, :len(r)].tolist() for i, r in enumerate(responses)]
 
     # ------------------------------------------------------------------ the update ------------

@@ -14,8 +14,8 @@ from runtime.rollout.env import configure
 
 configure()
 
-import pytest  # noqa: E402
-import pytest_asyncio  # noqa: E402
+import pytest
+import pytest_asyncio
 
 
 @pytest.fixture(scope="session")

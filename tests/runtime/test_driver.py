@@ -245,3 +245,15 @@ def test_idle_fractions_and_token_counts_are_accounted():
     assert last.trainer_idle == pytest.approx(0.2, abs=0.05)
     assert last.tokens_generated == sum(len(s.token_ids) for b in trainer.batches
                                         for g in b.groups for s in g.samples)
+
+
+@pytest.mark.parametrize("reward, message", [
+    (lambda p, c: 1.0, "groups in a row were dropped"),  # constant: everything is filtered
+    (lambda p, c: 1 / 0, "last error: reward function: ZeroDivisionError"),
+])
+def test_a_run_that_can_never_train_stops_with_a_clear_error(reward, message):
+    driver, rollout, _, clock = make(reward=reward, steps=5, max_dropped_in_a_row=30)
+    with pytest.raises(RuntimeError, match=message):
+        run(driver, clock)
+    driver.controller.check()
+    assert rollout.active == []

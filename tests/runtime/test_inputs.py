@@ -30,8 +30,8 @@ def _write(tmp_path, data) -> Path:
 
 
 @pytest.mark.parametrize("data, expected", [
-    ({"rollout": {"temperature": -1}}, "rollout.temperature: Input should be greater than 0 "
-                                       "(got -1)"),
+    ({"rollout": {"temperature": -1}},
+     "rollout.temperature: Input should be greater than 0 (got -1)"),
     ({"staleness": {"eta": "two"}}, "staleness.eta: Input should be a valid integer"),
     ({"staleness": {"group_size": 8, "candidates": 4}}, "candidates (4) must be >= group_size"),
     ({"staleness": {"batch_size": 8, "capacity": 4}}, "capacity (4) must be >= batch_size"),

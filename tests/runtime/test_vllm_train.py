@@ -96,7 +96,8 @@ async def test_short_run_respects_eta_and_publishes_real_weights(engine, tokeniz
                      for a, b in zip(s.logprobs, t))
     diff_base = max(abs(a - b) for s, t in zip(segs, base.score(ids, toks))
                     for a, b in zip(s.logprobs, t))
-    assert diff_final < 1e-4 < 1e-2 < diff_base
+    assert diff_final < 1e-4
+    assert diff_base > 1e-2
 
 
 async def test_partial_rollout_keeps_tokens_oldest_version_and_right_logprobs(
@@ -217,14 +218,15 @@ async def test_reward_exception_aborts_its_group_cleanly(engine, tiny_model, tmp
     assert engine._active == set()
 
 
-# The improvement margin. Over 60 steps the embedded default lifted the evaluation reward
-# (100 problems x 4 seeded samples, before vs after) by +0.08 to +0.11 in the runs recorded in
-# docs/runtime.md, and the greedy accuracy by more; the standard error of each evaluation is
-# about 0.024 (400 Bernoulli samples at p ~ 0.4), so the difference's is about 0.035. Asserting
-# +0.03 leaves about 1.5 standard errors below the smallest observed gain; the second check
-# (the last 10 training steps against the first 10, ~1300 samples each) is independent of the
-# evaluation set.
-IMPROVEMENT_MARGIN = 0.03
+# The improvement margin. The evaluation before training is deterministic (fixed weights and
+# sampling seeds: 0.357 on the 100 problems x 4 samples); after 60 steps of the embedded default
+# it was 0.453-0.480 in eight runs on this machine (gains +0.095 to +0.123; the spread comes
+# from asynchronous timing only), and the training reward of the last 10 steps exceeded that of
+# the first 10 by +0.123 to +0.136 (docs/runtime.md lists the runs). Asserting +0.05 on both
+# leaves about twice the margin to the smallest observed gain, far outside the observed spread,
+# while a run that does not learn fails: with trainer.lr = 1e-9 the gains were about 0 (shown in
+# docs/runtime.md).
+IMPROVEMENT_MARGIN = 0.05
 
 
 async def test_reward_improves_on_the_synthetic_task(engine, tiny_model, tmp_path):
