@@ -63,7 +63,8 @@ class Rollout(Protocol):
         ...
 
     async def pause(self) -> None:
-        """End every running request (they return partial segments) and hold new ones."""
+        """End every running request (they return partial segments); until ``resume``, a new
+        request returns at once, empty, with ``finish_reason == "abort"``."""
         ...
 
     async def load_weights(self, path: Path) -> None:

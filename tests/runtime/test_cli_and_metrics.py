@@ -89,6 +89,19 @@ def test_metrics_rows_summary_and_plot(tmp_path):
     assert plot(rows, tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_metrics_sink_writes_jsonl_and_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard")
+    from runtime.metrics import MetricsSink
+
+    sink = MetricsSink(tmp_path, 2, progress=False, tensorboard=True)
+    sink(_record(0, [0.0, 1.0], [0, 1], 10, 1.0))
+    sink(_record(1, [1.0, 1.0], [1, 1], 20, 2.0))
+    sink.close()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["reward"] for r in rows] == [0.5, 1.0]
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
 def test_virtual_clock_jumps_to_deadlines_in_order():
     clock = VirtualClock()
     order = []

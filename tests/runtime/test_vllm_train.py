@@ -214,8 +214,24 @@ async def test_reward_exception_aborts_its_group_cleanly(engine, tiny_model, tmp
         assert driver.controller.unit_state(unit) is UnitState.ABORTED
         assert all(unit not in [g.unit_id for g in b.groups] for b in driver.seen_batches)
     assert len(result.rows) == 4
+    # group-level oversampling: the surplus candidates were aborted in the engine
+    assert any(e["event"] == "engine_abort" and e["reason"] == "surplus" for e in driver.trace)
     assert engine.engine.get_num_unfinished_requests() == 0
     assert engine._active == set()
+
+
+async def test_resume_from_a_checkpoint_continues_with_its_weights(engine, tiny_model, tmp_path):
+    cfg = _cfg(tmp_path / "a", **{"run.steps": 3, "run.eval_prompts": 20,
+                                  "trainer.lr": 3e-3})
+    first = await _train(cfg, engine, tiny_model, tmp_path / "a")
+    cfg2 = _cfg(tmp_path / "b", **{"run.steps": 1, "run.eval_prompts": 20})
+    second = await run_training(cfg2, tiny_model, load_prompts(), ExactAnswerReward(),
+                                tmp_path / "b", rollout=engine, log=lambda _: None,
+                                resume=tmp_path / "a" / "checkpoint")
+    # The resumed run starts from the checkpoint's weights: its evaluation before training
+    # (same prompts and seeds) is the first run's evaluation after training, not the base's.
+    assert second.eval_before == first.eval_after
+    assert first.eval_after != first.eval_before
 
 
 # The improvement margin. The evaluation before training is deterministic (fixed weights and
