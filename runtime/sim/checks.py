@@ -6,6 +6,8 @@
   filtered before it finished; nothing vanished.
 * ``filtering`` -- only groups without gradient are filtered, always whole; a policy that filters
   never trains a group without gradient.
+* ``released`` -- every group a timeout released (Reserve–Occupy's ``release_stuck``) was aborted
+  in the engines, with an abort record (L2 waste) for each of its trajectories.
 * ``tokens`` -- the tokens the engines decoded (integrated in closed form) equal the sum of what
   every trajectory produced, so the closed-form engine and the accounting agree.
 * ``batches`` -- every trained batch has exactly ``batch_size * group_size`` trajectories.
@@ -79,6 +81,9 @@ def check_conservation(sim: Simulator) -> dict[str, int]:
         if req.state == Request.ABORTED:
             raise CheckFailed("conservation", f"trajectory {req.tid} was stopped in the engine "
                                               f"but no abort was recorded")
+        if getattr(req.group, "state", None) == "filtered":
+            raise CheckFailed("conservation", f"trajectory {req.tid} belongs to a filtered "
+                                              f"group but no filter was recorded")
         live[req.state] += 1
     counts = {"admitted": len(by_tid),
               "trained": sum(len(b.tids) for b in ledger.batches),
@@ -115,6 +120,23 @@ def check_filtering(sim: Simulator) -> dict[str, int]:
     no_grad = sum(1 for g in sim.groups if g.no_grad)
     return {"no_gradient": no_grad, "filtered": len(groups), "trained": len(trained_no_grad),
             "other": no_grad - len(groups) - len(trained_no_grad)}
+
+
+def check_released(sim: Simulator) -> int:
+    """Groups the policy released on a timeout were aborted in the engines and recorded as
+    L2 waste; return how many."""
+    released = getattr(sim.policy, "released", None) or []
+    recorded = {tid for tid, _ in sim.ledger.aborted}
+    for gid in released:
+        group = sim.groups[gid]
+        if group.state != "aborted":
+            raise CheckFailed("released", f"group {gid} was released by the timeout but is "
+                                          f"{group.state} in the engines")
+        missing = [r.tid for r in group.requests if r.tid not in recorded]
+        if missing:
+            raise CheckFailed("released", f"group {gid} was released but trajectories "
+                                          f"{missing[:4]} have no abort record")
+    return len(released)
 
 
 def check_tokens(sim: Simulator, rel: float = 1e-6) -> None:
@@ -156,6 +178,7 @@ def check_run(sim: Simulator) -> None:
     """All checks that apply to this run's policy."""
     check_conservation(sim)
     check_filtering(sim)
+    check_released(sim)
     check_tokens(sim)
     check_batches(sim)
     if sim.policy.bounded:

@@ -57,6 +57,7 @@ class ReserveOccupy(Policy):
         self._stuck_since: float | None = None
         self.released: list[int] = []  # groups release_stuck aborted
         self.releases = 0  # release_stuck calls that aborted something
+        self.release_log: list[tuple[float, float, int]] = []  # (when, stuck since, groups)
 
     def attach(self, sim) -> None:
         super().attach(sim)
@@ -123,10 +124,11 @@ class ReserveOccupy(Policy):
             sim.set_timer(INF)
 
     def on_timer(self) -> None:
-        self._stuck_since = None
+        since, self._stuck_since = self._stuck_since, None
         released = self.controller.release_stuck()  # [] unless the head is STUCK
         if released:
             self.releases += 1
+            self.release_log.append((self.sim.now, since, len(released)))
         for unit in released:
             self.sim.abort(self._groups.pop(unit))
             self.released.append(unit)
