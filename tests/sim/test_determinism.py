@@ -48,3 +48,29 @@ def test_determinism_check_catches_hidden_randomness(workload):
     with pytest.raises(CheckFailed, match="differ"):
         check_deterministic(lambda: summarize(
             run_policy(PicksAtRandom(0), workload, cost, batches=10)).to_json())
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_same_result_with_filtering(name, workload, cost):
+    from runtime.sim.core import Simulator
+    from runtime.sim.filtering import RewardFilter
+    from runtime.sim.policies import make_policy
+
+    def once():
+        options = {"stuck_timeout_s": 20.0} if name == "reserve_occupy" else {}
+        sim = Simulator(make_policy(name, 2, **options), workload, cost, batches=6,
+                        batch_size=4, filtering=RewardFilter(0.3, seed=9)).run()
+        return summarize(sim).to_json()
+
+    check_deterministic(once)
+
+
+def test_the_filter_seed_matters(workload, cost):
+    from runtime.sim.filtering import RewardFilter
+
+    def run(seed):
+        spec = RunSpec("reserve_occupy", 1, 6, 4, filtering=RewardFilter(0.3, seed=seed))
+        return simulate(spec, workload, cost)[0].to_json()
+
+    assert run(1) == run(1)
+    assert run(1) != run(2)
