@@ -255,7 +255,7 @@ def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_di
         say(f"\nExperiment 6: the regime map ({len(result['cells'])} cells, {sweep.seeds} "
             f"seeds, {sweep.batches} batches; {result['seconds']:.0f} s)\n{summary}")
         tables.update(exp6_regimes=summary, exp6_cells=cells)
-        _dump(results_dir / "regimes.json", {"cost": cost.to_json(), **result})
+        _dump(results_dir / "regimes.json", {"cost": cost.to_json(), **regimes.compact(result)})
         heatmaps.regime_map(result, "hardware", img_dir / "sim_regimes_hardware.png")
         heatmaps.regime_map(result, "filter", img_dir / "sim_regimes_filtering.png",
                             baselines=("nemo_in_order", "verl_drop", regimes.IN_ORDER_DROP))

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import numpy as np
 
@@ -203,6 +203,17 @@ def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
                                      "the baseline's, same workload seed",
                             "warmup": "first fifth of the batches left out"},
             "seconds": time.perf_counter() - start, "cells": out}
+
+
+def compact(obj, digits: int = 5):
+    """The result with floats rounded to ``digits`` significant digits (smaller JSON)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: compact(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [compact(v, digits) for v in obj]
+    return obj
 
 
 # --------------------------------------------------------------------------- tables --------

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -97,7 +97,9 @@ def filtering(cost: CostModel, etas=(1, 2, 3), settings=FILTER_SETTINGS, seeds: 
                         rows.append([rate, skew, eta, label, "-", "-", "-", "-", "-",
                                      f"stalled ({stalled}/{len(runs)})"])
                         continue
-                    mean = lambda k: float(np.mean([b[k] for _, b in ok]))  # noqa: E731
+                    def mean(k: str, ok: list = ok) -> float:
+                        return float(np.mean([b[k] for _, b in ok]))
+
                     rows.append([rate, skew, eta, label, round(mean("steady")),
                                  "" if label == policies[0][0] else
                                  f"{np.mean(ratio):.2f} [{min(ratio):.2f}, {max(ratio):.2f}]",
@@ -142,7 +144,7 @@ def timeout(cost: CostModel, etas=(1, 2, 3), timeouts=TIMEOUTS, workloads=WORKLO
                             bar.update(1)
                     if t is None:
                         base = runs
-                    mean = lambda k, rs=runs: float(np.mean([x[k] for x in rs]))  # noqa: E731
+                    mean = lambda k, rs=runs: float(np.mean([x[k] for x in rs]))
                     rel = [a["steady"] / b["steady"] for a, b in zip(runs, base)]
                     spb = [a["seconds_per_batch"] / b["seconds_per_batch"]
                            for a, b in zip(runs, base)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from sim_helpers import run_policy
 
 from runtime.sim.checks import CheckFailed, check_deterministic
 from runtime.sim.cost import preset
@@ -14,7 +15,6 @@ from runtime.sim.policies.base import members
 from runtime.sim.policies.unbounded import Unbounded
 from runtime.sim.runner import RunSpec, simulate
 from runtime.sim.workload import MathReasoningShape, generate
-from sim_helpers import run_policy
 
 
 @pytest.mark.parametrize("name", list(POLICIES))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sim_helpers import BATCH
 
 from runtime.sim.checks import CheckFailed, check_conservation, check_filtering, check_run
 from runtime.sim.core import SimulationStalled, Simulator
@@ -13,7 +14,6 @@ from runtime.sim.filtering import FilterError, RewardFilter
 from runtime.sim.metrics import summarize
 from runtime.sim.policies import POLICIES, make_policy
 from runtime.sim.policies.unbounded import Unbounded
-from sim_helpers import BATCH
 
 FILTER = RewardFilter(0.3, skew=1.0, seed=3)
 
@@ -53,8 +53,8 @@ def test_outcome_is_seeded_and_order_free(workload):
     assert forward != [other.no_gradient(k) for k in range(5000)]
 
 
-@pytest.mark.parametrize("bad", [dict(rate=1.0), dict(rate=-0.1), dict(rate="x"),
-                                 dict(rate=0.2, skew=float("nan")), dict(rate=0.2, seed=1.5)])
+@pytest.mark.parametrize("bad", [{"rate": 1.0}, {"rate": -0.1}, {"rate": "x"},
+                                 {"rate": 0.2, "skew": float("nan")}, {"rate": 0.2, "seed": 1.5}])
 def test_bad_parameters_are_named(bad):
     with pytest.raises(FilterError, match="filter"):
         RewardFilter(**bad)

@@ -1,5 +1,6 @@
 """The regime classifier on hand-built cases (and a broken classifier failing them), the
-admission-gate accounting it reads, and the tiny regime sweep: complete, JSON-ready, deterministic."""
+admission-gate accounting it reads, and the tiny regime sweep: complete, JSON-ready and
+deterministic."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import dataclasses
 import json
 
 import pytest
+from sim_helpers import run_policy
 
 from runtime.sim import regimes
 from runtime.sim.cost import preset
 from runtime.sim.regimes import TINY, classify, classify_run, run_sweep, scaled
 from runtime.sim.runner import RunSpec, simulate
 from runtime.sim.workload import MathReasoningShape, generate
-from sim_helpers import run_policy
 
 # (trainer idle, admission held by the window, admission waiting for engines) -> regime
 CASES = [

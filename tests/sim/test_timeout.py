@@ -5,15 +5,20 @@ still holds. Each check is shown to fail on a broken variant."""
 from __future__ import annotations
 
 import pytest
+from sim_helpers import run_policy
 
-from runtime.sim.checks import (CheckFailed, check_conservation, check_released, check_run,
-                                check_staleness)
+from runtime.sim.checks import (
+    CheckFailed,
+    check_conservation,
+    check_released,
+    check_run,
+    check_staleness,
+)
 from runtime.sim.core import PolicyError
 from runtime.sim.filtering import RewardFilter
 from runtime.sim.metrics import summarize
 from runtime.sim.policies.reserve_occupy import ReserveOccupy
 from runtime.sim.policies.unbounded import Unbounded
-from sim_helpers import run_policy
 
 TIMEOUT = 20.0
 
@@ -62,9 +67,8 @@ def clock_violations(policy: Recorded) -> list[tuple[float, float]]:
     """Releases whose waiting interval contains a moment when the head was not STUCK."""
     bad = []
     for when, since, _ in policy.release_log:
-        if when - since < policy.stuck_timeout - 1e-6:
-            bad.append((since, when))
-        elif any(since <= t < when and not stuck for t, stuck in policy.trace):
+        early = when - since < policy.stuck_timeout - 1e-6
+        if early or any(since <= t < when and not stuck for t, stuck in policy.trace):
             bad.append((since, when))
     return bad
 
@@ -124,7 +128,7 @@ class ReleasesButKeepsGenerating(ReserveOccupy):
     completions are ignored (the controller no longer knows them)."""
 
     def on_timer(self):
-        since, self._stuck_since = self._stuck_since, None
+        self._stuck_since = None
         for unit in self.controller.release_stuck():
             self._groups.pop(unit)
             self.released.append(unit)
