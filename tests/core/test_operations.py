@@ -6,7 +6,6 @@ from reserve_occupy import BufferStatus, Move, MoveReason, Phase, SlotRef, UnitS
 
 from .conftest import render
 
-
 # ---- reserve --------------------------------------------------------------------------------
 
 def test_reserve_takes_latest_legal_buffer_last_slot(make):
