@@ -106,11 +106,7 @@ class ReserveOccupy(Policy):
         return members([self._groups.pop(u) for u in batch.unit_ids])
 
     def _head_stuck(self) -> bool:
-        ctl = self.controller
-        guard = getattr(ctl, "_head_stuck", None)
-        if guard is not None:  # the controller's own (read-only) guard of release_stuck: O(1)
-            return guard()
-        return ctl.snapshot().buffer(ctl.head).status is BufferStatus.STUCK  # O(units)
+        return self.controller.head_status is BufferStatus.STUCK
 
     def _watch_stuck(self) -> None:
         """The idle trainer found no READY head: run the 7.2 clock while the head is STUCK."""
