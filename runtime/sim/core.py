@@ -15,8 +15,21 @@ trajectories), and the batch it returns from ``take_batch``. The loop never deci
 placement itself. Rollout mechanics are the same for every policy: a weight update pauses every
 instance for the sync, and in-flight requests resume with their tokens (partial rollout).
 
-The ledger records every admission, trained batch, abort and drop without judging them; the
-checks in ``checks.py`` judge them afterwards (so that a broken policy is *caught*, not hidden).
+The ledger records every admission, trained batch, abort, drop and filter without judging them;
+the checks in ``checks.py`` judge them afterwards (so that a broken policy is *caught*, not
+hidden).
+
+Reward filtering (optional, ``filtering.RewardFilter``): when a group finishes, the simulator
+decides -- seeded, by admission index, so every policy sees the same outcome for its k-th group --
+whether the group carries no gradient (all rewards equal). ``group.no_grad`` tells the policy,
+which either ``filter``s it (it is never trained) or trains it anyway, as its source does.
+A policy may also set one timer (``set_timer``); ``on_timer`` is called when it expires (the
+Reserve–Occupy timeout of source section 7.2 uses it).
+
+While time advances the loop also records *why admission is not happening* in each interval:
+engines paused for a sync, every engine slot busy (or requests queued), or an engine slot free and
+nothing queued yet the policy admitted nothing (its own gate held it: for Reserve–Occupy, no legal
+EMPTY slot). ``regimes.py`` classifies runs from these fractions.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .cost import CostModel
 from .engine import INF, Instance, Request
+from .filtering import RewardFilter
 from .workload import GroupSpec, Workload
 
 if TYPE_CHECKING:
@@ -50,9 +64,9 @@ class Group:
     """One admitted GRPO group: ``size`` requests, all admitted together."""
 
     __slots__ = ("gid", "spec", "requests", "v_tag", "v_gen", "t_admit", "t_done", "n_done",
-                 "state", "tag")
+                 "state", "tag", "no_grad")
 
-    RUNNING, DONE, ABORTED = "running", "done", "aborted"
+    RUNNING, DONE, ABORTED, FILTERED = "running", "done", "aborted", "filtered"
 
     def __init__(self, gid: int, spec: GroupSpec, v_tag: int, now: float) -> None:
         self.gid = gid
@@ -64,6 +78,7 @@ class Group:
         self.n_done = 0
         self.state = Group.RUNNING
         self.tag: object = None  # free for the policy (target step, cohort, ...)
+        self.no_grad = False  # set when it finishes: all rewards equal, so no gradient
         self.requests: list[Request] = []
 
     @property
@@ -82,6 +97,7 @@ class BatchRecord:
     tids: list[int]
     staleness: list[int]
     tokens: int
+    useful_tokens: int = 0  # tokens of groups that carry a gradient
     t_trained: float = INF
     t_published: float = INF
 
@@ -94,13 +110,15 @@ class Ledger:
     batches: list[BatchRecord] = field(default_factory=list)
     aborted: list[tuple[int, float]] = field(default_factory=list)  # (tid, response tokens)
     dropped: list[int] = field(default_factory=list)
+    filtered: list[int] = field(default_factory=list)  # finished, no gradient, never trained
 
 
 class Simulator:
     """One simulated run of ``policy`` on ``workload`` until ``batches`` batches are trained."""
 
     def __init__(self, policy: Policy, workload: Workload, cost: CostModel, *, batches: int,
-                 batch_size: int = 16, progress: Callable[[int], None] | None = None) -> None:
+                 batch_size: int = 16, progress: Callable[[int], None] | None = None,
+                 filtering: RewardFilter | None = None) -> None:
         if batches < 1:
             raise ValueError("batches must be >= 1")
         if batch_size < 1:
@@ -128,6 +146,10 @@ class Simulator:
         self.trainer_idle_time = 0.0
         self.events = 0
         self._progress = progress
+        self.filtering = filtering.bind(workload) if filtering is not None else None
+        self._timer = INF  # the policy's timer (set_timer)
+        # seconds during which admission waited: engines paused / engines full / policy held
+        self.gate_time = {"paused": 0.0, "engine_full": 0.0, "policy_held": 0.0}
 
     # ================================================================ policy API ==========
 
@@ -185,6 +207,21 @@ class Simulator:
             else:  # a finished member of a group that will never complete
                 self.ledger.aborted.append((req.tid, req.tokens))
 
+    def filter(self, group: Group) -> None:
+        """Discard a finished group that carries no gradient; it is never trained."""
+        if group.state != Group.DONE:
+            raise PolicyError(f"{type(self.policy).__name__} filtered {group!r}: only finished "
+                              f"groups can be filtered")
+        group.state = Group.FILTERED
+        self.ledger.filtered.extend(r.tid for r in group.requests)
+
+    def set_timer(self, t: float) -> None:
+        """Call ``policy.on_timer()`` at time ``t`` (``INF`` cancels); one timer per policy."""
+        if t < self.now:
+            raise PolicyError(f"{type(self.policy).__name__} set a timer in the past "
+                              f"({t} < {self.now})")
+        self._timer = t
+
     def drop(self, requests: list[Request]) -> None:
         """L3: discard finished trajectories instead of training them."""
         for req in requests:
@@ -205,21 +242,38 @@ class Simulator:
                 t = inst.next_event()
                 if t < t_next:
                     t_next, due = t, inst
+            timer = self._timer < t_next  # ties go to engines and trainer
+            if timer:
+                t_next = self._timer
             if t_next == INF:
                 raise SimulationStalled(self._stall_report())
+            self._account_gate(t_next - self.now)
             for inst in instances:
                 inst.advance(t_next)
             self.now = t_next
             self.events += 1
-            for inst in instances:
-                for req in inst.finish_due(inst is due):
-                    self._finished(req)
-            if due is None:
-                self._trainer_event()
+            if timer:
+                self._timer = INF
+                self.policy.on_timer()
+            else:
+                for inst in instances:
+                    for req in inst.finish_due(inst is due):
+                        self._finished(req)
+                if due is None:
+                    self._trainer_event()
             self._settle()
         if self._trainer == "idle":
             self.trainer_idle_time += self.now - self._idle_since
         return self
+
+    def _account_gate(self, dt: float) -> None:
+        """Why admission is not happening in the coming interval (see the module docstring)."""
+        if self.paused:
+            self.gate_time["paused"] += dt
+        elif self.rollout_has_room():
+            self.gate_time["policy_held"] += dt
+        else:
+            self.gate_time["engine_full"] += dt
 
     def _settle(self) -> None:
         self._dispatch()
@@ -261,6 +315,8 @@ class Simulator:
         if group.n_done == self.group_size and group.state == Group.RUNNING:
             group.state = Group.DONE
             group.t_done = self.now
+            if self.filtering is not None:
+                group.no_grad = self.filtering.no_gradient(group.gid)
             self.policy.on_group_done(group)
 
     # ================================================================ the trainer =========
@@ -272,7 +328,9 @@ class Simulator:
             index=len(self.ledger.batches), version=version, t_consume=self.now,
             tids=[r.tid for r in batch],
             staleness=[version - r.group.v_gen for r in batch],  # type: ignore[union-attr]
-            tokens=sum(lengths))
+            tokens=sum(lengths),
+            useful_tokens=sum(n for n, r in zip(lengths, batch)
+                              if not r.group.no_grad))  # type: ignore[union-attr]
         self.ledger.batches.append(record)
         self.trainer_idle_time += self.now - self._idle_since
         self._trainer = "training"
@@ -311,7 +369,8 @@ class Simulator:
         return req.tokens if req.state != Request.QUEUED else 0.0
 
     def _stall_report(self) -> str:
-        gone = {t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped)
+        gone = {t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped) \
+            | set(self.ledger.filtered)
         done = sum(1 for g in self.groups
                    if g.state == Group.DONE and g.requests[0].tid not in gone)
         running = sum(i.k for i in self.instances)

@@ -7,6 +7,10 @@ robustness runs that explain where our numbers differ.
    over 8 workload seeds (spread of the ratios) and over 100 batches (steady state), and NeMo-RL
    weight_fifo with ``min_groups_for_streaming_train = batch_size`` (it can wedge).
 3. Reserve–Occupy against the unbounded-staleness ceiling at each eta (100 batches).
+4. Reward filtering across every policy, and 5. the 7.2 timeout (``scenarios.py``).
+6. The regime map (``regimes.py``).
+
+Experiment 2 also runs at eta 4 and 5, which the source did not measure.
 
 ``run_all`` writes JSON to ``results_dir`` and PNGs to ``img_dir`` and returns the Markdown
 tables it printed.
@@ -14,6 +18,7 @@ tables it printed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -44,6 +49,18 @@ EXP2_POLICIES = ("reserve_occupy", "nemo_in_order", "nemo_weight_fifo", "verl_dr
 def _dump(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=1, sort_keys=False) + "\n")
+
+
+def _merge_tables(path: Path, tables: dict[str, str]) -> None:
+    """Write the tables to ``path``, keeping the sections of experiments not rerun this time."""
+    merged: dict[str, str] = {}
+    if path.exists():
+        for part in ("\n" + path.read_text()).split("\n## ")[1:]:
+            name, _, body = part.partition("\n\n")
+            merged[name.strip()] = body.strip()
+    merged.update(tables)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(f"## {k}\n\n{v}" for k, v in merged.items()) + "\n")
 
 
 def _context(workload: Workload, cost: CostModel) -> dict:
@@ -162,13 +179,18 @@ def exp3(workload: Workload, cost: CostModel, batches: int = 100, etas=range(6),
     return ro, ceiling, table
 
 
+EXP2_ETAS = (1, 2, 3, 4, 5)
+
+
 def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_dir: str | Path,
-            only=(1, 2, 3), progress: bool = True, seeds: int = 8,
-            say: Callable[[str], None] = print) -> dict[str, str]:
+            only=(1, 2, 3, 4, 5, 6), progress: bool = True, seeds: int | None = None,
+            say: Callable[[str], None] = print, tiny: bool = False,
+            regime_batches: int | None = None) -> dict[str, str]:
     results_dir, img_dir = Path(results_dir), Path(img_dir)
     tables: dict[str, str] = {}
     context = _context(workload, cost)
-    plots.workload_lengths(workload, img_dir / "sim_workload.png")
+    if any(x in only for x in (1, 2, 3)):
+        plots.workload_lengths(workload, img_dir / "sim_workload.png")
     if 1 in only:
         res, elapsed, table = exp1(workload, cost, progress=progress)
         say(f"\nExperiment 1: correctness (Reserve–Occupy, 100 batches per η; "
@@ -178,12 +200,15 @@ def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_di
               {**context, "seconds": elapsed, "runs": [r.to_json() for r in res]})
         plots.staleness_composition(res, img_dir / "sim_exp1_staleness.png")
     if 2 in only:
-        res, table = exp2(workload, cost, progress=progress)
+        seeds2 = 8 if seeds is None else seeds
+        res, table = exp2(workload, cost, etas=EXP2_ETAS, progress=progress)
         src = source_table(res)
         say(f"\nExperiment 2: throughput, 10 batches\n{table}\n\nBeside the source\n{src}")
-        spread, spread_table = seed_spread(cost, seeds=seeds, progress=progress)
-        say(f"\nExperiment 2 over {seeds} workload seeds (10 batches)\n{spread_table}")
-        long_res, long_table = exp2(workload, cost, batches=100, progress=progress)
+        spread, spread_table = seed_spread(cost, seeds=seeds2, etas=EXP2_ETAS,
+                                           progress=progress)
+        say(f"\nExperiment 2 over {seeds2} workload seeds (10 batches)\n{spread_table}")
+        long_res, long_table = exp2(workload, cost, batches=100, etas=EXP2_ETAS,
+                                    progress=progress)
         say(f"\nExperiment 2 over 100 batches\n{long_table}")
         wedge_out, wedge_table = wedge(workload, cost)
         say(f"\nNeMo-RL weight_fifo with min_groups_for_streaming_train = 16\n{wedge_table}")
@@ -206,6 +231,33 @@ def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_di
               {**context, "reserve_occupy": [r.to_json() for r in ro],
                "unbounded": ceiling.to_json()})
         plots.ceiling_bars(ro, ceiling, img_dir / "sim_exp3_ceiling.png")
-    (results_dir / "tables.md").write_text(
-        "\n\n".join(f"## {k}\n\n{v}" for k, v in tables.items()) + "\n")
+    if 4 in only or 5 in only:
+        from . import heatmaps, scenarios
+
+        out = scenarios.run(cost, which=tuple(x for x in (4, 5) if x in only),
+                            progress=progress, say=say)
+        if "filtering" in out:
+            payload, tables["exp4_filtering"] = out["filtering"]
+            _dump(results_dir / "exp4_filtering.json", {"cost": cost.to_json(), **payload})
+        if "timeout" in out:
+            payload, tables["exp5_timeout"] = out["timeout"]
+            _dump(results_dir / "exp5_timeout.json", {"cost": cost.to_json(), **payload})
+            heatmaps.timeout_lines(payload, img_dir / "sim_exp5_timeout.png")
+    if 6 in only:
+        from . import heatmaps, regimes
+
+        sweep = regimes.TINY if tiny else regimes.Sweep()
+        if regime_batches is not None or seeds is not None:
+            sweep = dataclasses.replace(
+                sweep, batches=regime_batches or sweep.batches, seeds=seeds or sweep.seeds)
+        result = regimes.run_sweep(cost, sweep, progress=progress)
+        summary, cells = regimes.summary_table(result), regimes.cell_table(result)
+        say(f"\nExperiment 6: the regime map ({len(result['cells'])} cells, {sweep.seeds} "
+            f"seeds, {sweep.batches} batches; {result['seconds']:.0f} s)\n{summary}")
+        tables.update(exp6_regimes=summary, exp6_cells=cells)
+        _dump(results_dir / "regimes.json", {"cost": cost.to_json(), **regimes.compact(result)})
+        heatmaps.regime_map(result, "hardware", img_dir / "sim_regimes_hardware.png")
+        heatmaps.regime_map(result, "filter", img_dir / "sim_regimes_filtering.png",
+                            baselines=("nemo_in_order", "verl_drop", regimes.IN_ORDER_DROP))
+    _merge_tables(results_dir / "tables.md", tables)
     return tables

@@ -31,9 +31,11 @@ def _numeric(text: str) -> bool:
 
 def comparison(results: list[RunResult]) -> str:
     """One row per (eta, policy): throughput, Reserve–Occupy's speed-up over it, waste, idle
-    fractions, time per batch and the largest staleness trained."""
+    fractions, time per batch and the largest staleness trained. With reward filtering on, a
+    column gives the no-gradient tokens: filtered (never trained) / trained with zero advantage."""
     ro = {r.grid_eta: r for r in results if r.policy == RO}
     etas = sorted({r.grid_eta for r in results})
+    filtering = any(r.waste_filtered_tokens or r.no_gradient_tokens for r in results)
     rows = []
     for eta in etas:
         for r in results:
@@ -41,14 +43,22 @@ def comparison(results: list[RunResult]) -> str:
                 continue
             base = ro.get(eta)
             speedup = f"{base.throughput / r.throughput:.2f}×" if base and r.throughput else "-"
-            total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
-            rows.append([eta, r.label, round(r.throughput), speedup,
-                         f"{r.waste_l2_tokens / total:.1%}" if total else "-",
-                         f"{r.waste_l3_tokens / total:.1%}" if total else "-",
-                         f"{r.trainer_idle:.0%}", f"{r.rollout_idle:.0%}",
-                         round(r.seconds_per_batch), r.max_staleness])
+            total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
+                + r.waste_filtered_tokens
+            row = [eta, r.label, round(r.throughput), speedup,
+                   f"{r.waste_l2_tokens / total:.1%}" if total else "-",
+                   f"{r.waste_l3_tokens / total:.1%}" if total else "-"]
+            if filtering:
+                row.append(f"{r.waste_filtered_tokens / total:.1%} / "
+                           f"{r.no_gradient_tokens / total:.1%}" if total else "-")
+            row += [f"{r.trainer_idle:.0%}", f"{r.rollout_idle:.0%}",
+                    round(r.seconds_per_batch), r.max_staleness]
+            rows.append(row)
             if r.eta is None or r.eta != eta:  # a reference row: say which bound it had
                 rows[-1][1] += " (η=0)" if r.eta == 0 else (" (no bound)" if r.eta is None
                                                              else f" (η={r.eta})")
-    return markdown(["η", "policy", "tok/s", "RO ÷ it", "L2 waste", "L3 waste", "trainer idle",
-                     "rollout idle", "s/batch", "max staleness"], rows)
+    headers = ["η", "policy", "tok/s", "RO ÷ it", "L2 waste", "L3 waste"]
+    if filtering:
+        headers.append("no gradient: filtered / trained")
+    headers += ["trainer idle", "rollout idle", "s/batch", "max staleness"]
+    return markdown(headers, rows)

@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 from .checks import check_run
 from .core import Simulator
 from .cost import CostModel
+from .filtering import RewardFilter
 from .metrics import RunResult, summarize
 from .policies import make_policy
 from .workload import Workload
@@ -25,18 +26,22 @@ class RunSpec:
     batches: int
     batch_size: int = 16
     options: tuple[tuple[str, object], ...] = ()
+    filtering: RewardFilter | None = None  # reward filtering (None: off)
+    warmup: int | None = None  # batches left out of steady_throughput (None: a fifth)
 
 
 def simulate(spec: RunSpec, workload: Workload, cost: CostModel, *, verify: bool = True,
              progress: Callable[[int], None] | None = None) -> tuple[RunResult, Simulator]:
     policy = make_policy(spec.policy, spec.eta, **dict(spec.options))
     sim = Simulator(policy, workload, cost, batches=spec.batches, batch_size=spec.batch_size,
-                    progress=progress)
+                    progress=progress, filtering=spec.filtering)
     sim.run()
     if verify:
         check_run(sim)
-    result = summarize(sim)
+    result = summarize(sim, spec.warmup)
     result.settings = {**result.settings, "workload": workload.name, "cost": cost.name}
+    if spec.filtering is not None:
+        result.settings["filtering"] = spec.filtering.to_json()
     return result, sim
 
 

@@ -20,6 +20,8 @@ from reserve_occupy import (
     UnknownUnit,
 )
 
+from .conftest import live_units, random_step
+
 
 def unchanged(c: StalenessController, call, error):
     before, n = c.snapshot(), len(c.events)
@@ -124,8 +126,7 @@ def test_random_invalid_calls_interleaved_with_valid_ones(seed):
     n = 0
     for _ in range(150):
         units = {u.unit_id: u.state for u in c.snapshot().units}
-        flying = [u for u, s in units.items() if s is UnitState.IN_FLIGHT]
-        finished = [u for u, s in units.items() if s is UnitState.FINISHED]
+        flying, finished = live_units(c)
         ended = [u for u in range(n) if u not in units]
         for kind, error in INVALID:
             call = {
@@ -142,20 +143,5 @@ def test_random_invalid_calls_interleaved_with_valid_ones(seed):
             }[kind]
             if call:
                 unchanged(c, call, error)
-        # one valid step
-        op = rng.choice(["reserve", "reserve", "occupy", "occupy", "abort", "filter", "tick"])
-        if op == "reserve":
-            if c.reserve(n) is not None:
-                n += 1
-        elif op == "occupy" and flying:
-            c.occupy(rng.choice(flying))
-        elif op == "abort" and flying:
-            c.abort(rng.choice(flying))
-        elif op == "filter" and finished:
-            c.filter(rng.choice(finished))
-        elif op == "tick":
-            if c.phase is Phase.TRAINING:
-                c.publish()
-            elif c.consume() is None:
-                c.release_stuck()
+        n = random_step(c, rng, n, release_p=1.0)
         c.check()

@@ -13,11 +13,12 @@ from reserve_occupy import (
     Phase,
     ReplayDivergence,
     StalenessController,
-    UnitState,
     replay,
 )
 from reserve_occupy.diagram import document
 from reserve_occupy.machine import MACHINE
+
+from .conftest import random_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,24 +58,7 @@ def random_walk(seed: int, steps: int = 300) -> StalenessController:
                                    rng.choice([None, 1, 3, 8])))
     n = 0
     for _ in range(steps):
-        units = {u.unit_id: u.state for u in c.snapshot().units}
-        flying = [u for u, s in units.items() if s is UnitState.IN_FLIGHT]
-        finished = [u for u, s in units.items() if s is UnitState.FINISHED]
-        op = rng.choice(["reserve"] * 4 + ["occupy"] * 4 + ["abort", "filter", "tick", "tick"])
-        if op == "reserve":
-            if c.reserve(f"u{n}") is not None:
-                n += 1
-        elif op == "occupy" and flying:
-            c.occupy(rng.choice(flying))
-        elif op == "abort" and flying:
-            c.abort(rng.choice(flying))
-        elif op == "filter" and finished:
-            c.filter(rng.choice(finished))
-        elif op == "tick":
-            if c.phase is Phase.TRAINING:
-                c.publish()
-            elif c.consume() is None and rng.random() < 0.3:
-                c.release_stuck()
+        n = random_step(c, rng, n)
         c.check()
     return c
 

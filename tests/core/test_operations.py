@@ -6,7 +6,6 @@ from reserve_occupy import BufferStatus, Move, MoveReason, Phase, SlotRef, UnitS
 
 from .conftest import render
 
-
 # ---- reserve --------------------------------------------------------------------------------
 
 def test_reserve_takes_latest_legal_buffer_last_slot(make):
@@ -242,3 +241,14 @@ def test_closing_aborts_when_no_later_slot(make):
     p = c.occupy("a")
     assert p.aborted == ("b",)
     assert c.unit_state("b") is UnitState.ABORTED and c.in_flight == 0
+
+
+def test_head_status_follows_the_head_buffer(make):
+    c = make(eta=0, batch=2)
+    assert c.head_status is BufferStatus.PENDING
+    c.reserve("a"), c.reserve("b")
+    assert c.head_status is BufferStatus.STUCK
+    c.occupy("a"), c.occupy("b")
+    assert c.head_status is BufferStatus.READY
+    c.consume()
+    assert c.head_status is None  # eta = 0 while training: no open buffer

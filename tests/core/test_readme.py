@@ -10,7 +10,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_embedding_example_runs():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
     example = next(b for b in blocks if "StalenessController" in b)
     assert len(example.strip().splitlines()) <= 25
     for seed in range(20):

@@ -73,3 +73,34 @@ def test_experiments_subset_runs(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "r" / "exp3_ceiling.json").exists()
     assert (tmp_path / "i" / "sim_exp3_ceiling.png").exists()
     assert "unbounded" in capsys.readouterr().out
+
+
+def test_filtering_and_timeout_from_the_command_line(capsys):
+    rc = main(["simulate", "--policy", "reserve_occupy,nemo_in_order,verl_drop", "--eta", "1",
+               "--batches", "4", "--batch-size", "4", "--groups", "96", "--filter-rate", "0.3",
+               "--stuck-timeout", "30", "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "no gradient: filtered / trained" in text and "NeMo in_order" in text
+
+
+def test_bad_filter_or_timeout_is_one_line(capsys):
+    assert main(["simulate", "--filter-rate", "1.5", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "filter rate" in err
+    assert main(["simulate", "--stuck-timeout", "-3", "--no-progress"]) == 2
+    assert "--stuck-timeout" in capsys.readouterr().err
+    assert main(["simulate", "experiments", "--only", "7", "--no-progress"]) == 2
+    assert "1 to 6" in capsys.readouterr().err
+
+
+def test_regimes_tiny_writes_json_tables_and_heatmaps(tmp_path, capsys):
+    rc = main(["simulate", "regimes", "--tiny", "--results-dir", str(tmp_path / "r"),
+               "--img-dir", str(tmp_path / "i"), "--no-progress"])
+    assert rc == 0
+    assert "regime (of RO's runs)" in capsys.readouterr().out
+    payload = json.loads((tmp_path / "r" / "regimes.json").read_text())
+    assert payload["cells"] and payload["definitions"]["trainer_idle_max"] == 0.10
+    assert "## exp6_regimes" in (tmp_path / "r" / "tables.md").read_text()
+    for name in ("sim_regimes_hardware.png", "sim_regimes_filtering.png"):
+        assert (tmp_path / "i" / name).read_bytes()[:4] == b"\x89PNG"

@@ -13,6 +13,9 @@ oldest ``create_time``, return the rest). Cited in /work/shared/BASELINES.md ("E
 * L2: on a weight update in-flight generations are interrupted and resubmitted with their tokens
   on the new weights (as the simulator does for every policy); nothing is aborted.
 * L3: the trainer takes the ``batch_size`` finished groups admitted earliest; nothing is dropped.
+* Reward filtering: the workflow's ``should_accept_fn`` (``workflow_executor.py``) rejects a
+  trajectory (DAPO-style dynamic filtering is written as one); ``on_rollout_rejected`` decrements
+  ``running`` and counts it rejected, not accepted, so the capacity it held returns.
 
 The bound is on counts (unconsumed + running <= (eta + 1) * B ahead of the version), not on each
 trajectory's age: a group admitted at ``v`` that straggles can train after ``v + eta``. It is
@@ -41,6 +44,7 @@ class Areal(Policy):
             self.max_concurrent = self.batch_size
         self.running = 0
         self.accepted = 0
+        self.rejected = 0
         self._finished: list[Group] = []
 
     def capacity(self) -> int:
@@ -55,6 +59,10 @@ class Areal(Policy):
 
     def on_group_done(self, group: Group) -> None:
         self.running -= 1
+        if group.no_grad:  # should_accept_fn rejected it: on_rollout_rejected frees its quota
+            self.rejected += 1
+            self.sim.filter(group)
+            return
         self.accepted += 1
         self._finished.append(group)
 

@@ -6,6 +6,10 @@ does on ``on_group_done`` / ``on_publish`` (L2: ``sim.abort(group)``), and ``tak
 return the trajectories of the next batch, ``None`` to keep the trainer waiting, and
 ``sim.drop(...)`` for finished data it discards). Policies hold their own queues; the simulator
 holds time, engines and the ledger.
+
+With reward filtering on, a finished group may carry no gradient (``group.no_grad``). A policy
+whose source discards such groups calls ``sim.filter(group)`` and sets ``filters = True``; one
+whose source has no such path trains them (zero advantage) and sets ``filters = False``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class Policy:
     source: ClassVar[str] = ""  # where the algorithm comes from (file @ commit)
     bounded: ClassVar[bool] = True  # promises staleness <= eta for every trained trajectory
     uses_eta: ClassVar[bool] = True  # False for the synchronous and unbounded references
+    filters: bool = True  # discards no-gradient groups (sim.filter) instead of training them
 
     def __init__(self, eta: int) -> None:
         if isinstance(eta, bool) or not isinstance(eta, int) or eta < 0:
@@ -52,6 +57,9 @@ class Policy:
 
     def on_publish(self, version: int) -> None:
         """The new version is live on the rollout instances (L2 actions go here)."""
+
+    def on_timer(self) -> None:
+        """The timer set with ``sim.set_timer`` expired."""
 
     # ----------------------------------------------------------------- reporting ------------
 

@@ -14,6 +14,18 @@ A dispatched prompt is stamped with the engine's weight version (``start_weight`
 in_order, with ``target_step = d``. Its requests go to the engines, which queue what they cannot
 run (vLLM's waiting queue). L2: none (NeMo refits in flight; here, as for every policy, in-flight
 requests pause for the sync and continue with their tokens).
+
+Reward filtering. NeMo-RL's asynchronous paths (``single_controller.py`` and
+``grpo.py::async_grpo_train``) have no dynamic sampling: ``use_dynamic_sampling`` is read only by
+the synchronous loop, and the single controller's ``_advantage_stage`` trains every selected group,
+a group with equal rewards getting zero advantage. So by default (``on_no_gradient="train"``)
+no-gradient groups are trained like any other; they take batch places and trainer time and their
+tokens count as trained without gradient. ``promote_ready_group`` (``replay_buffer.py``) and
+``_promote_into_step`` (``single_controller.py``) belong to the *dropped-prompt* path: a prompt
+whose rollout ``generate_and_push`` gave up on (``RolloutOutcome.SKIPPED``, a data or infra
+failure) under ``rollout_failure.on_dropped_prompt="replace"``. ``on_no_gradient="drop"`` models
+what a user gets by routing the reward filter through that path (a what-if, not NeMo-RL's
+behaviour; see the subclasses).
 """
 
 from __future__ import annotations
@@ -29,11 +41,16 @@ class GatedNemoSampler(Policy):
     bounded = True
 
     def __init__(self, eta: int, max_inflight_prompts: int = 32,
-                 max_buffered_rollouts: int = 64) -> None:
+                 max_buffered_rollouts: int = 64, on_no_gradient: str = "train") -> None:
         super().__init__(eta)
+        if on_no_gradient not in ("train", "drop"):
+            raise ValueError(f"{self.name}: on_no_gradient must be 'train' or 'drop', "
+                             f"got {on_no_gradient!r}")
         self.window = eta  # W: max_lookahead_versions / max_staleness_versions, aligned to eta
         self.max_inflight = max_inflight_prompts
         self.max_buffered_default = max_buffered_rollouts
+        self.on_no_gradient = on_no_gradient
+        self.filters = on_no_gradient == "drop"
 
     def attach(self, sim) -> None:
         super().attach(sim)
@@ -74,7 +91,7 @@ class GatedNemoSampler(Policy):
 
     def settings(self) -> dict:
         return {"eta": self.eta, "W": self.window, "max_inflight_prompts": self.max_inflight,
-                "max_buffered_rollouts": self.max_buffered}
+                "max_buffered_rollouts": self.max_buffered, "on_no_gradient": self.on_no_gradient}
 
     def describe_state(self) -> str:
         ready = sum(1 for g in self.slots if g.done)

@@ -23,6 +23,11 @@ when ``max_inflight_prompts = 32`` splits a dispatch batch across a weight updat
 simulator reports that as ``SimulationStalled``. The default here is therefore 1, the streaming
 setting that cannot wedge; the simulator's trainer still trains a step once it is whole (it does
 not overlap chunk training with waiting), which is the same step time for this sampler.
+
+``on_no_gradient="drop"`` (a what-if; see ``nemo.py``): weight_fifo's ``admit`` returns no target
+step, so a dropped prompt "costs throughput but strands nothing and there is nothing to substitute
+for" (``RolloutFailureConfig.on_dropped_prompt``): its buffer permit returns, nothing is
+re-dispatched, and the gated admission goes on as usual.
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ class NemoWeightFifo(GatedNemoSampler):
     def attach(self, sim) -> None:
         super().attach(sim)
         self.step_groups: list[Group] = []  # selected for the step being assembled
+
+    def on_group_done(self, group: Group) -> None:
+        super().on_group_done(group)
+        if group.no_grad and self.filters:  # SKIPPED, unstamped: release the permit
+            self.sim.filter(group)
+            self._release([group])
 
     def take_batch(self):
         sim = self.sim

@@ -24,9 +24,14 @@ Alignment: ``r = eta`` (trained staleness <= ceil(r)). ROLL's default r is 0 (sy
 In this model the garbage collection never finds anything to collect: the cumulative quota
 admits exactly ``B`` prompts per step (cohort 0: ``ceil(B*r) + B``), ``completed`` never returns
 quota, and each step drains the oldest cohort, waiting for its stragglers, before that cohort can
-age out; so supply per cohort equals what the steps take from it. It fires when prompts fail or
-are filtered (they return quota; not modelled) -- a test inflates the quota to exercise it. For
-a fractional ``r`` the oldest cohort gives only ``int(B*n*frac(r))`` samples, as the code does.
+age out; so supply per cohort equals what the steps take from it. Reward filtering does not
+change that: ``query_filter`` (``user_defined_rollout_loop.py``, ``std_filter`` with
+``std_threshold``) runs on the whole group after its rewards; a rejected group is aborted
+(``ReplayBuffer.abort``), which returns its quota, so a fresh prompt is admitted into the
+*current* cohort, and the successes admitted still equal what the steps consume, oldest cohort
+first (no run of experiment 4 collected anything). A test inflates the quota to exercise the
+path. For a fractional ``r`` the oldest cohort gives only ``int(B*n*frac(r))`` samples, as the
+code does.
 """
 
 from __future__ import annotations
@@ -91,8 +96,13 @@ class Roll(Policy):
     def on_group_done(self, group: Group) -> None:
         cohort = self.cohorts[group.tag]  # type: ignore[index]
         del cohort.running[group.gid]
-        cohort.finished.append(group)
         self.running -= 1
+        if group.no_grad:
+            # query_filter (std_filter) rejected it: process_new_prompt returns None, the
+            # prompt is aborted in the ReplayBuffer and its quota returns (completed unchanged)
+            self.sim.filter(group)
+            return
+        cohort.finished.append(group)
         self.completed += 1
 
     def take_batch(self):

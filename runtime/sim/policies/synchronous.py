@@ -5,7 +5,9 @@ with ``async_generation_ratio=0``, AReaL with ``max_head_offpolicyness=0``; see
 /work/shared/BASELINES.md). Written independently of the controller: while the trainer is idle
 and fewer than ``batch_size`` groups were admitted at the current version, admit on a free slot;
 when all of them finished, train them. Rollout idles during training. With the same inputs it
-must give exactly the same schedule as Reserve–Occupy at eta = 0 (a test checks this).
+must give exactly the same schedule as Reserve–Occupy at eta = 0 (a test checks this). With
+reward filtering, a no-gradient group is discarded and another is admitted for the same step
+(DAPO's dynamic sampling in a synchronous loop).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class Synchronous(Policy):
             self._current.append(sim.admit())
 
     def on_group_done(self, group: Group) -> None:
+        if group.no_grad:  # dynamic sampling: discard it and generate another for this step
+            self.sim.filter(group)
+            self._current.remove(group)
+            return
         self._done += 1
 
     def take_batch(self):

@@ -19,6 +19,10 @@ with ``model_version - sample.model_version > max_staleness``; auto ``max_inflig
   ``max_staleness``, until it has ``batch_size * group_size`` samples (a fixed-count batch, as
   with ``FixedCountBatcher``; the default token-budget batcher would vary the batch size).
 
+Reward filtering: TRL's async GRPO has no filter. ``_score_group`` (async_rollout_worker.py)
+normalises rewards within the group, ``(r - mean) / (std + 1e-8)``, so a group with equal rewards
+gets zero advantage and its rows are queued and trained like any other (trained without gradient).
+
 Alignment: ``max_staleness = eta`` (TRL's default is 4), and the in-flight cap scales with it as
 TRL's auto setting does (the source: "TRL's L1 admission grows with the staleness setting").
 """
@@ -37,6 +41,7 @@ class Trl(Policy):
     label = "TRL"
     source = "huggingface/trl@f2cd5771 trl/experimental/async_grpo/async_grpo_trainer.py"
     bounded = True
+    filters = False
 
     def __init__(self, eta: int, max_inflight_tasks: int | None = None,
                  queue_maxsize: int = 1024) -> None:

@@ -31,6 +31,9 @@ class Unbounded(Policy):
             self.sim.admit()
 
     def on_group_done(self, group: Group) -> None:
+        if group.no_grad:
+            self.sim.filter(group)
+            return
         self._finished.append(group)
 
     def take_batch(self):

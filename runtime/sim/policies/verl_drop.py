@@ -16,6 +16,11 @@ Cited in /work/shared/BASELINES.md.
 * L3: while the trainer waits for step ``s``, finished groups with ``s - tag + 1 > threshold``
   are evicted (dropped) and exactly as many fresh prompts are submitted, tagged ``s``; once
   ``batch_size`` finished groups remain, the ones with the smallest tags are trained.
+* Reward filtering (``filter_groups_metric`` set): ``_dapo_filtered_keys`` marks finished groups
+  with zero reward variance, and ``_evict_terminal_groups`` evicts them together with the stale
+  ones, in the same poll of ``wait_for_sampleable``, with the same exact 1:1 refill ("async: evict
+  k, refill k", the eviction/refill matrix of ``ReplayBuffer``). They count as filtered, not as
+  L3 waste.
 
 Alignment: the drop rule admits a trajectory submitted at version ``v`` up to version
 ``v + threshold - 1`` (the step counter is one ahead of the version), so ``threshold = eta + 1``
@@ -62,12 +67,17 @@ class VerlDrop(Policy):
         self._finished.append(group)
 
     def take_batch(self):
-        stale = [g for g in self._finished if self.step - g.tag + 1 > self.threshold]
-        if stale:
-            gone = {g.gid for g in stale}
+        dapo = [g for g in self._finished if g.no_grad]
+        stale = [g for g in self._finished
+                 if not g.no_grad and self.step - g.tag + 1 > self.threshold]
+        if stale or dapo:
+            gone = {g.gid for g in stale} | {g.gid for g in dapo}
             self._finished = [g for g in self._finished if g.gid not in gone]
-            self.sim.drop(members(stale))
-            self._to_submit += len(stale)  # refill_fn: one fresh prompt per evicted group
+            if stale:
+                self.sim.drop(members(stale))
+            for g in dapo:
+                self.sim.filter(g)
+            self._to_submit += len(gone)  # refill_fn: one fresh prompt per evicted group
             self.admit()
         if len(self._finished) < self.batch_size:
             return None
