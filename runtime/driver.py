@@ -422,7 +422,7 @@ class Driver:
         """Start (or stop) the STUCK clock: the trainer waits and the head buffer is STUCK."""
         if self._waiting_since is None:
             return
-        if head_status(self.controller) is not BufferStatus.STUCK:
+        if self.controller.head_status is not BufferStatus.STUCK:
             self._stuck_since = None
         elif self._stuck_since is None:
             self._stuck_since = self.clock.now()
@@ -455,17 +455,3 @@ class Driver:
             row["candidate"] = c.index
         row.update(extra)
         self.trace.append(row)
-
-
-def head_status(controller: StalenessController) -> BufferStatus:
-    """Status of the head buffer. ``snapshot()`` would answer too, but it walks every unit ever
-    admitted (O(run length) on each call, and this runs on every state change while the
-    trainer waits); the slot table answers from the head buffer alone. The core has no public
-    accessor for it yet, hence the private read, with the snapshot as the fallback."""
-    table = getattr(controller, "_table", None)
-    if table is not None and hasattr(table, "head_buffer") and hasattr(table, "status"):
-        buf = table.head_buffer()
-        if buf is not None:
-            return table.status(buf)
-    snap = controller.snapshot()
-    return snap.buffer(snap.head).status
