@@ -53,7 +53,8 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
                    max_tokens: int, temperature: float, samples: int, seed: int = 0,
                    tag: str = "eval") -> dict[str, float]:
     """Mean reward of ``samples`` seeded samples per prompt at ``temperature``, and of greedy
-    decoding. Runs between training runs (nothing else may be generating)."""
+    decoding. Runs outside the driver's run (before or after it), with fixed seeds, so the same
+    weights always score the same."""
     if not prompts:
         return {}
     tok = rollout.tokenizer
@@ -65,7 +66,7 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
             else seg.token_ids
         try:
             return float(reward_fn(p, tok.decode(ids)))
-        except Exception:
+        except Exception:  # evaluation only reports: a completion it cannot score earns 0
             return 0.0
 
     sampled = await asyncio.gather(*(one(i, p, k, temperature) for i, p in enumerate(prompts)

@@ -137,14 +137,13 @@ async def test_partial_rollout_keeps_tokens_oldest_version_and_right_logprobs(
     for batch, g, s in mixed:
         assert list(s.versions) == sorted(s.versions) and s.versions[0] >= g.v_traj
         assert batch.version - g.v_traj == g.staleness <= 2  # the oldest version, kept
-        # Every token's behaviour log-probability is that of the version that generated it.
+        # Every token's behaviour log-probability is that of the version that generated it,
+        # and no single version explains the whole sample (so the check is not vacuous).
         for v in sorted(set(s.versions)):
-            own = scorer(v).score([list(g.prompt_ids)], [list(s.token_ids)])[0]
+            scored = scorer(v).score([list(g.prompt_ids)], [list(s.token_ids)])[0]
             idx = [i for i, x in enumerate(s.versions) if x == v]
-            assert max(abs(own[i] - s.logprobs[i]) for i in idx) < 1e-4
-            other = scorer(s.versions[0] if v != s.versions[0] else s.versions[-1])
-            off = other.score([list(g.prompt_ids)], [list(s.token_ids)])[0]
-            assert max(abs(off[i] - s.logprobs[i]) for i in idx) > 1e-3  # not vacuous
+            assert max(abs(scored[i] - s.logprobs[i]) for i in idx) < 1e-4
+            assert max(abs(a - b) for a, b in zip(scored, s.logprobs)) > 1e-3
 
 
 class HangingRollout:
@@ -228,10 +227,19 @@ async def test_resume_from_a_checkpoint_continues_with_its_weights(engine, tiny_
     second = await run_training(cfg2, tiny_model, load_prompts(), ExactAnswerReward(),
                                 tmp_path / "b", rollout=engine, log=lambda _: None,
                                 resume=tmp_path / "a" / "checkpoint")
-    # The resumed run starts from the checkpoint's weights: its evaluation before training
-    # (same prompts and seeds) is the first run's evaluation after training, not the base's.
-    assert second.eval_before == first.eval_after
-    assert first.eval_after != first.eval_before
+    # The resumed run pushed the checkpoint's weights (not the base model's) to the engine
+    # before anything else ...
+    import torch
+    from safetensors.torch import load_file
+
+    ckpt = load_file(str(tmp_path / "a" / "checkpoint" / "model.safetensors"))
+    pushed = load_file(str(tmp_path / "b" / "weights" / "v0" / "model.safetensors"))
+    base = load_file(str(tiny_model / "model.safetensors"))
+    assert all(torch.equal(ckpt[k], pushed[k]) for k in ckpt)
+    assert any(not torch.equal(ckpt[k], base[k]) for k in ckpt)
+    # ... so its evaluation before training (same prompts, same seeds) is the first run's
+    # evaluation after training.
+    assert second.eval_before == pytest.approx(first.eval_after, abs=0.02)
 
 
 # The improvement margin. The evaluation before training is deterministic (fixed weights and
