@@ -20,7 +20,7 @@ from .helpers import PROMPTS, fixed_script, make, run, token_lag_violations
 
 @pytest.mark.parametrize("eta", [0, 1, 2])
 def test_every_batch_respects_eta_by_token_versions(eta):
-    driver, rollout, trainer, clock = make(script=random_script(3, long_tail=0.1), eta=eta,
+    driver, _, trainer, clock = make(script=random_script(3, long_tail=0.1), eta=eta,
                                            steps=15, candidates=6)
     records = run(driver, clock)
     assert len(records) == len(trainer.batches) == 15
@@ -44,7 +44,7 @@ def test_the_eta_check_catches_overstale_batches():
 def test_virtual_runs_are_deterministic_and_replay():
     logs = []
     for _ in range(2):
-        driver, rollout, _, clock = make(script=random_script(5, long_tail=0.1), candidates=6,
+        driver, _, _, clock = make(script=random_script(5, long_tail=0.1), candidates=6,
                                          stuck_timeout_s=0.5, steps=10)
         run(driver, clock)
         logs.append((driver.controller.events, driver.trace, clock.now()))
@@ -159,7 +159,7 @@ def test_reward_exception_aborts_that_group_cleanly():
 def test_engine_errors_fail_candidates_and_then_the_group():
     special = {"g3-c0": Plan(0.05, [], error=RuntimeError("CUDA error")),
                "g5-c1": Plan(0.05, [], error=RuntimeError("CUDA error"))}
-    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special),
+    driver, _, _, clock = make(script=fixed_script(0.1, special=special),
                                            group_size=4, candidates=5, steps=6,
                                            reward=lambda p, c: float(len(c) == 3))
     run(driver, clock)
@@ -198,7 +198,7 @@ def test_zero_variance_groups_are_filtered_not_trained():
         n = 2 if unit % 3 == 0 else 2 + cand % 2
         return Plan(0.1, [1] * n + [12], "stop")
 
-    driver, rollout, trainer, clock = make(script=script, reward=lambda p, c: float(len(c) == 3),
+    driver, _, trainer, clock = make(script=script, reward=lambda p, c: float(len(c) == 3),
                                            steps=4)
     run(driver, clock)
     assert driver.counts["filtered"] > 0
@@ -235,7 +235,7 @@ def test_a_dead_engine_stops_the_run_with_its_error():
 
 
 def test_idle_fractions_and_token_counts_are_accounted():
-    driver, rollout, trainer, clock = make(script=fixed_script(0.1, n_tokens=3), eta=0,
+    driver, _, trainer, clock = make(script=fixed_script(0.1, n_tokens=3), eta=0,
                                            steps=5, train_s=0.4)
     records = run(driver, clock)
     last = records[-1]
