@@ -77,11 +77,12 @@ class TraceEntry(NamedTuple):
 
 # --------------------------------------------------------------------- Event -> dict ------
 
-def _slot(ref: SlotRef) -> list[int]:
-    return [ref.buffer, ref.index]
+def _slot(ref: SlotRef) -> list[int] | int:
+    return ref.buffer if ref.index is None else [ref.buffer, ref.index]
 
 
-def header(config: Config, producer: str | None = None) -> dict[str, Any]:
+def header(config: Config, producer: str | None = None,
+           granularity: str = "slot") -> dict[str, Any]:
     """The first line of a trace: format, schema version and the controller's parameters."""
     out: dict[str, Any] = {
         "op": "config",
@@ -89,6 +90,8 @@ def header(config: Config, producer: str | None = None) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "config": {name: getattr(config, name) for name in _CONFIG_FIELDS},
     }
+    if granularity != "slot":
+        out["granularity"] = granularity
     if producer is not None:
         out["producer"] = producer
     return out
@@ -164,8 +167,13 @@ def _unit(line: int, field: str, value: object) -> str | int:
 
 
 def _slot_ref(line: int, field: str, value: object) -> SlotRef:
+    # A bare buffer number is allowed: an implementation that keeps per-buffer counters rather
+    # than slot arrays has no slot index to log. The index is then None and not compared.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return SlotRef(_int(line, field, value), None)  # type: ignore[arg-type]
     if not isinstance(value, list) or len(value) != 2:
-        raise TraceFormatError(line, field, f"must be [buffer, index], got {value!r}")
+        raise TraceFormatError(line, field, f"must be [buffer, index] or a buffer number, "
+                                            f"got {value!r}")
     return SlotRef(_int(line, field, value[0]), _int(line, field, value[1]))
 
 
@@ -235,8 +243,22 @@ def _batch(line: int, value: object) -> Batch:
     return Batch(version, tuple(units))
 
 
+class TraceHeader(NamedTuple):
+    """The first line of a trace. ``granularity``: "slot" when placements are logged as
+    [buffer, index], "buffer" when the implementation tracks buffers only."""
+
+    config: Config
+    granularity: str = "slot"
+    producer: str | None = None
+
+
 def parse_config(obj: object, line: int = 1) -> Config:
     """The ``Config`` from a trace's header line (already decoded from JSON)."""
+    return parse_header(obj, line).config
+
+
+def parse_header(obj: object, line: int = 1) -> TraceHeader:
+    """Validate a trace's header line (already decoded from JSON)."""
     if not isinstance(obj, dict):
         raise TraceFormatError(line, None, "the first line must be the header object")
     h: dict[str, Any] = obj
@@ -252,7 +274,12 @@ def parse_config(obj: object, line: int = 1) -> Config:
         raise TraceFormatError(line, "schema_version",
                                f"is {version}, newer than this checker's {SCHEMA_VERSION}: "
                                f"upgrade reserve-occupy")
-    extra = set(h) - {"op", "format", "schema_version", "config", "producer", "t", "meta"}
+    granularity = h.get("granularity", "slot")
+    if granularity not in ("slot", "buffer"):
+        raise TraceFormatError(line, "granularity", f"must be 'slot' or 'buffer', got "
+                                                    f"{granularity!r}")
+    extra = set(h) - {"op", "format", "schema_version", "config", "producer", "granularity",
+                      "t", "meta"}
     extra = {k for k in extra if not k.startswith("x_")}
     if extra:
         raise TraceFormatError(line, sorted(extra)[0], "unknown header field")
@@ -264,9 +291,13 @@ def parse_config(obj: object, line: int = 1) -> Config:
         if name not in c:
             raise TraceFormatError(line, "config." + name, "missing")
     try:
-        return Config(**{k: c.get(k) for k in _CONFIG_FIELDS})
+        config = Config(**{k: c.get(k) for k in _CONFIG_FIELDS})
     except ConfigError as exc:
         raise TraceFormatError(line, "config." + exc.field, exc.requirement) from None
+    producer = h.get("producer")
+    if producer is not None and not isinstance(producer, str):
+        raise TraceFormatError(line, "producer", f"must be a string, got {producer!r}")
+    return TraceHeader(config, granularity, producer)
 
 
 def parse_record(obj: object, line: int) -> TraceEntry:
@@ -323,13 +354,13 @@ def decode(text: str, line: int) -> object:
                                            f"a truncated or corrupted line?") from None
 
 
-def parse_lines(lines: Iterable[str]) -> tuple[Config, Iterator[TraceEntry]]:
+def parse_lines(lines: Iterable[str]) -> tuple[TraceHeader, Iterator[TraceEntry]]:
     """Read a whole trace lazily: the header is parsed now, events as the iterator advances.
     Blank lines are skipped; ``seq`` must increase where it is logged."""
     it = iter(enumerate(lines, 1))
     for number, text in it:
         if text.strip():
-            config = parse_config(decode(text, number), number)
+            head = parse_header(decode(text, number), number)
             break
     else:
         raise TraceFormatError(0, None, "empty trace: no header line")
@@ -347,4 +378,4 @@ def parse_lines(lines: Iterable[str]) -> tuple[Config, Iterator[TraceEntry]]:
                 last_seq = entry.event.seq
             yield entry
 
-    return config, entries()
+    return head, entries()

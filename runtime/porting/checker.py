@@ -91,8 +91,8 @@ _REFUSAL = {"reserve": "refuse: admission must wait",
             "release_stuck": "refuse: the head buffer is not STUCK"}
 
 
-def _strict_step(ref: StalenessController, entry: TraceEntry) -> tuple[Event | None,
-                                                                      list[Difference], str]:
+def _strict_step(ref: StalenessController, entry: TraceEntry,
+                 coarse: bool = False) -> tuple[Event | None, list[Difference], str]:
     """Run ``entry`` on the reference; return what it produced, the differences, and the
     reference's outcome in words."""
     e = entry.event
@@ -120,14 +120,15 @@ def _strict_step(ref: StalenessController, entry: TraceEntry) -> tuple[Event | N
     if produced is None:
         return None, [Difference("decision", _REFUSAL[op], "performed",
                                  rule_for(op, "decision"))], _REFUSAL[op]
-    return produced, differences(produced, entry), _describe(produced)
+    return produced, differences(produced, entry, coarse), _describe(produced)
 
 
 def check(lines: Iterable[str], mode: str = STRICT) -> Report:
     """Check a whole trace (an iterable of its lines). Raises ``TraceFormatError``."""
     if mode not in (STRICT, LENIENT):
         raise ValueError(f"mode must be {STRICT!r} or {LENIENT!r}, not {mode!r}")
-    config, entries = parse_lines(lines)
+    head, entries = parse_lines(lines)
+    config, coarse = head.config, head.granularity == "buffer"
     report = Report(mode, config)
     tracker = SafetyTracker(config)
     ref = StalenessController(config) if mode == STRICT else None
@@ -140,7 +141,7 @@ def check(lines: Iterable[str], mode: str = STRICT) -> Report:
         expected = ""
         produced = None
         if ref is not None:
-            produced, diffs, expected = _strict_step(ref, entry)
+            produced, diffs, expected = _strict_step(ref, entry, coarse)
         violation = tracker.step(entry)
         if diffs or violation:
             problem = Problem(entry, diffs, violation, expected, tracked=tracker.describe())

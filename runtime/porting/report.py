@@ -49,6 +49,9 @@ def described_after(before: Snapshot, entry: TraceEntry) -> dict[int, list[list[
     e, table = entry.event, _table(before)
     if entry.refused or "slot" not in entry.logged and e.op != "consume":
         return None
+    refs = [e.slot] + [m.src for m in e.moves] + [m.dst for m in e.moves]
+    if any(r is not None and r.index is None for r in refs):
+        return None  # logged by buffer only: no slot picture to draw
     try:
         if e.op == "consume":
             table.pop(before.head, None)
