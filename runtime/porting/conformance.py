@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-failures", metavar="DIR", type=Path,
                         help="write each failing vector's port outcomes as a trace "
                              "(check it with check-trace for the buffer tables)")
-    parser.add_argument("--dir", type=Path, default=vec.CORPUS_DIR, help=argparse.SUPPRESS)
+    parser.add_argument("--dir", type=Path, default=vec.CORPUS_DIR,
+                        help="the corpus directory (default: spec/conformance of this checkout)")
 
 
 def _families(args: argparse.Namespace) -> list[str]:
