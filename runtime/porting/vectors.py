@@ -103,8 +103,12 @@ def _letters(s: str) -> list[Step]:
     return steps
 
 
-# name -> (config, script, the rule it shows). Written from the worked examples of
-# spec/PROTOCOL.md; tests check each still shows its rule (the move reason or outcome named).
+# name -> (config, script, what it shows). The seed example is spec/PROTOCOL.md's; the others are
+# the shortest runs (found by seeded search, then shrunk) in which one rule decides the outcome,
+# so that a port breaking that rule fails at least one scenario. ``shows`` is checked by the
+# tests: "move: R" (a move for reason R happens), "refused: OP", "released: UNITS" (what
+# release_stuck aborts), "placed: UNIT BUFFER" (where UNIT is occupied), "aborted" (a closing
+# abort).
 SCENARIOS: dict[str, tuple[Config, str, str]] = {
     "seed-example": (Config(1, 4, max_concurrency=6),
                      "reserve A B C D E F G; occupy A; reserve G; occupy D; reserve H; occupy C; "
@@ -116,17 +120,36 @@ SCENARIOS: dict[str, tuple[Config, str, str]] = {
     "shift": (Config(1, 2), "reserve A B C D; occupy A; occupy D", "move: shift"),
     "relabel": (Config(3, 2), "reserve A B; occupy A; reserve C; occupy C; reserve D; consume; "
                               "publish; reserve E F G; occupy B; occupy E", "move: relabel"),
+    "relabel-first-of-run": (Config(2, 3),
+                             "reserve A B C; occupy A; reserve D; occupy B C D; reserve E F G; "
+                             "consume; publish; reserve H I J K; occupy E; abort I",
+                             "move: relabel"),
     "abort-shift": (Config(1, 2), "reserve A B C D; abort A; reserve E; occupy E",
                     "move: shift"),
     "filter-fill": (Config(1, 2), "reserve A; occupy A; reserve B; occupy B; filter A; "
                                   "reserve C; occupy C; consume", "move: fill"),
     "release-stuck": (Config(1, 2), "reserve A B C D; occupy D B A; reserve E; consume; "
                                     "publish; reserve E; occupy E; release_stuck",
-                      "released"),
+                      "released: C"),
+    "release-stuck-all": (Config(2, 3),
+                          "reserve A; occupy A; reserve B C; occupy C; reserve D E F G; "
+                          "occupy F B; reserve H; occupy H; reserve I; consume; publish; "
+                          "occupy D; consume; publish; release_stuck", "released: E I G"),
+    "consume-waits": (Config(1, 2), "reserve A; occupy A; consume", "refused: consume"),
+    "fill-takes-last": (Config(1, 3),
+                        "reserve A; occupy A; reserve B; occupy B; reserve C D; occupy C D; "
+                        "reserve E; consume; reserve F; publish; reserve G; occupy G; "
+                        "reserve H; occupy H; filter D", "move: fill"),
     "oversampling-close": (Config(2, 2, capacity=3),
                            "reserve A; occupy A; reserve B C; occupy B; reserve D E; filter A; "
                            "occupy D; reserve F G H; consume; publish; abort F; "
                            "reserve I J K L; occupy C; occupy K", "move: close"),
+    "oversampling-ready-is-closed": (Config(1, 2, capacity=3),
+                                     "reserve A B; occupy B; reserve C D E; occupy E; reserve F",
+                                     "refused: reserve"),
+    "oversampling-place-not-in-ready": (Config(1, 2, capacity=3),
+                                        "reserve A; occupy A; reserve B C; occupy C; occupy B",
+                                        "placed: B 1"),
     "oversampling-abort": (Config(1, 2, capacity=3),
                            "reserve A B C D E; occupy D; reserve F; occupy E", "aborted"),
 }

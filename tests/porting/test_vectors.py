@@ -78,14 +78,22 @@ def test_scenarios_show_their_rule() -> None:
     for name, (_, _, shows) in SCENARIOS.items():
         events = by_id[f"scenarios/{name}"]["events"]
         reasons = {m["reason"] for e in events for m in e.get("moves", [])}
-        if shows.startswith("move: "):
-            assert shows[6:] in reasons, name
-        elif shows == "aborted":
+        kind, _, what = shows.partition(": ")
+        if kind == "move":
+            assert what in reasons, name
+        elif kind == "aborted":
             assert any(e.get("aborted") and e["op"] == "occupy" for e in events), name
-        elif shows == "released":
-            assert any(e["op"] == "release_stuck" and e.get("aborted") for e in events), name
-        elif shows.startswith("refused"):
-            assert any(e.get("refused") and e["op"] == "reserve" for e in events), name
+        elif kind == "released":
+            (released,) = [e["aborted"] for e in events if e["op"] == "release_stuck"]
+            assert released == what.split(), name
+        elif kind == "refused":
+            assert any(e.get("refused") and e["op"] == what for e in events), name
+        elif kind == "placed":
+            unit, buffer = what.split()
+            (slot,) = [e["slot"] for e in events if e["op"] == "occupy" and e["unit"] == unit]
+            assert slot[0] == int(buffer), name
+        else:
+            assert name == "seed-example", f"{name}: unchecked 'shows' {shows!r}"
     batches = [sorted(u["unit"] for u in e["batch"]["units"])
                for e in by_id["scenarios/seed-example"]["events"] if e["op"] == "consume"]
     stale = [{u["staleness"] for u in e["batch"]["units"]}
