@@ -36,7 +36,7 @@ _COMMON = frozenset({"op", "seq", "version", "head", "t", "meta"})
 # and are not compared, except ``aborted``, where absent means "none".
 _FIELDS: dict[str, frozenset[str]] = {
     "reserve": frozenset({"unit", "v_traj", "slot", "refused"}),
-    "occupy": frozenset({"unit", "v_traj", "slot", "moves", "aborted"}),
+    "occupy": frozenset({"unit", "v_traj", "slot", "moves", "aborted", "served"}),
     "abort": frozenset({"unit", "slot", "moves", "aborted"}),
     "filter": frozenset({"unit", "slot", "moves", "aborted"}),
     "release_stuck": frozenset({"moves", "aborted", "refused"}),
@@ -63,12 +63,15 @@ class TraceEntry(NamedTuple):
     """One validated event line. ``event`` carries what the line says (absent fields are None
     or empty); ``logged`` names the fields the line actually had, so a comparison can skip what
     an implementation did not log. ``refused``: the operation was refused (reserve waits,
-    nothing to consume, nothing to release) and changed nothing."""
+    nothing to consume, nothing to release) and changed nothing. ``served``: on an occupy, the
+    weight versions the generators actually used for the unit's first and last token, when the
+    implementation logs them (the core does not know them)."""
 
     line: int
     event: Event
     logged: frozenset[str]
     refused: bool = False
+    served: tuple[int, int] | None = None  # occupy: weight versions of the first/last token
 
     @property
     def op(self) -> str:
@@ -341,8 +344,18 @@ def parse_record(obj: object, line: int) -> TraceEntry:
         if "aborted" in r else (),
         batch=_batch(line, r["batch"]) if "batch" in r else None,
     )
+    served = None
+    if "served" in r:
+        pair = r["served"]
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise TraceFormatError(line, "served", f"must be [first, last] weight versions, got "
+                                                   f"{pair!r}")
+        served = (_int(line, "served", pair[0]), _int(line, "served", pair[1]))
+        if served[0] > served[1]:
+            raise TraceFormatError(line, "served", f"first version {served[0]} is after the "
+                                                   f"last {served[1]}")
     logged = frozenset(k for k in r if k in allowed and k not in ("t", "meta", "refused"))
-    return TraceEntry(line, event, logged, refused)
+    return TraceEntry(line, event, logged, refused, served)
 
 
 def decode(text: str, line: int) -> object:

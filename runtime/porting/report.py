@@ -20,7 +20,10 @@ def logged_record(entry: TraceEntry) -> dict[str, Any]:
     if entry.refused:
         return refused_record(e.op, e.unit_id, e.version, e.head)
     record = event_to_record(e)
-    return {k: v for k, v in record.items() if k in entry.logged or (k == "aborted" and v)}
+    out = {k: v for k, v in record.items() if k in entry.logged or (k == "aborted" and v)}
+    if entry.served is not None:
+        out["served"] = list(entry.served)
+    return out
 
 
 def _table(s: Snapshot) -> dict[int, list[list[Any]]]:

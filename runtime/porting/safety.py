@@ -6,7 +6,9 @@ consume and publish with their units -- and checks, after every event:
 
 * ``staleness``   -- every consumed unit has ``0 <= batch.version - v_traj <= eta`` with the
   ``v_traj`` recorded at its reserve; a unit is stamped with the current version; no live unit
-  outlives its last legal buffer (``v_traj + eta < head``); a logged slot lies in a legal buffer.
+  outlives its last legal buffer (``v_traj + eta < head``); a logged slot lies in a legal buffer;
+  where an occupy logs ``served`` (the weight versions the generators really used), the first is
+  not older than ``v_traj`` -- otherwise publish ran ahead of the weights.
 * ``conservation`` -- each unit is reserved once and then ends at most once: occupy and abort only
   in flight, filter only finished, consume only finished, nothing twice.
 * ``order``       -- consume only while idle, of buffer ``head`` (= the published version), and
@@ -54,6 +56,7 @@ class SafetyTracker:
         self.batches = 0
         self.max_staleness_seen = -1
         self.max_in_flight_seen = 0
+        self._served: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ bookkeeping -------
 
@@ -124,6 +127,7 @@ class SafetyTracker:
                 return Violation("window", f"{e.op} logs {name}={getattr(e, name)}, but the "
                                            f"events so far give {name}={have} ('{name}' is the "
                                            f"value before the event)")
+        self._served = entry.served
         handler = getattr(self, "_" + e.op)
         return handler(e) or self._after(e)
 
@@ -154,6 +158,11 @@ class SafetyTracker:
         if e.v_traj is not None and e.v_traj != v:
             return Violation("staleness", f"occupy logs v_traj={e.v_traj} for unit "
                                           f"{e.unit_id!r}, reserved with v_traj={v}")
+        if self._served is not None and self._served[0] < v:
+            return Violation("staleness", f"unit {e.unit_id!r} was generated with weights "
+                                          f"v{self._served[0]} but stamped v_traj={v}: the "
+                                          f"version was published before those weights were "
+                                          f"live, so its staleness is under-counted")
         self._set(e.unit_id, FINISHED)
         return self._legal_slot(e, "occupies") or self._drop(e, "aborted by the closing rule")
 

@@ -205,3 +205,19 @@ def test_problem_report_has_tables(seed_trace: list[str]) -> None:
 def test_header_only_and_dumps_round_trip() -> None:
     report = check([dumps(header(Config(1, 2)))])
     assert report.ok and report.events == 0
+
+
+def test_served_versions_catch_an_early_publish(seed_trace: list[str]) -> None:
+    """A port that publishes before the weights are live stamps units one version too new; the
+    versions the generators report (``served``) give it away, in both modes."""
+    recs = records(seed_trace)
+    for r in recs[1:]:
+        if r["op"] == "occupy":
+            r["served"] = [r["v_traj"], r["version"]]
+    assert check(lines_of(recs)).ok and check(lines_of(recs), "lenient").ok
+    k = _first(recs, lambda r: r["op"] == "occupy" and r["v_traj"] == 1)
+    recs[k]["served"] = [0, 1]
+    for mode in ("strict", "lenient"):
+        p = _problem(recs, mode)
+        assert p.entry.line == k + 1 and p.violation.invariant == "staleness"
+        assert "published before those weights were live" in p.violation.detail
