@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     mode = LENIENT if args.lenient else STRICT
     name = "<stdin>" if args.file == "-" else args.file
     try:
-        report = check(read_lines(args.file), mode)
+        report = check(read_lines(args.file), mode, progress=_progress())
     except UnreadableTrace as exc:
         return _unreadable(args, name, str(exc))
     except TraceFormatError as exc:
@@ -79,6 +79,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_text(report, name))
     return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _progress():
+    """Print progress on long traces, to a terminal only (logs and pipes stay clean)."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda n: print(f"  ... {n:,} events checked", file=sys.stderr, flush=True)
 
 
 def _unreadable(args: argparse.Namespace, name: str, message: str) -> int:
