@@ -234,7 +234,7 @@ def _call(adapter: Any, op: str, unit_id: Any) -> Any:
 
 def _applies(tracker: SafetyTracker, op: str, unit_id: Any) -> bool:
     """Lenient mode: does this recorded operation still make sense for the port's state?"""
-    state = tracker._state(unit_id) if op in UNIT_OPS else None
+    state = tracker.state(unit_id) if op in UNIT_OPS else None
     if op == "reserve":
         return state is None
     if op in ("occupy", "abort"):

@@ -63,7 +63,7 @@ class SafetyTracker:
     def _deadline(self, unit_id: object) -> int:
         return self.units[unit_id][1] + self.eta
 
-    def _state(self, unit_id: object) -> str | None:
+    def state(self, unit_id: object) -> str | None:
         entry = self.units.get(unit_id)
         return None if entry is None else entry[0]
 
@@ -96,7 +96,7 @@ class SafetyTracker:
         self.units[unit_id] = (state, v)
 
     def _require(self, op: str, unit_id: object, state: str) -> Violation | None:
-        have = self._state(unit_id)
+        have = self.state(unit_id)
         if have == state:
             return None
         if have is None:
