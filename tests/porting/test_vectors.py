@@ -12,7 +12,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from runtime.porting import conformance, vectors
