@@ -125,7 +125,19 @@ def differences(expected: Event, entry: TraceEntry, coarse: bool = False) -> lis
     coarse = coarse or (actual.slot is not None and actual.slot.index is None) or any(
         m.src.index is None or m.dst.index is None for m in actual.moves)
     out: list[Difference] = []
+    moved = None
+    if "moves" in logged:
+        want_moves, got_moves = expected.moves, actual.moves
+        if coarse:
+            want_moves, got_moves = _coarse_moves(want_moves), _coarse_moves(got_moves)
+        moved = _compare_moves(op, want_moves, got_moves)
+    # Differences come in the order the rules act, so that the first one names the cause: an
+    # occupy shifts before it places (a wrong shift moves the placement too) and closes after;
+    # abort and filter free their slot first, then move units.
+    early = moved is not None and op == "occupy" and moved.rule != MOVE_RULES["close"]
     for name in ("version", "head", "v_traj", "slot"):
+        if name == "slot" and early:
+            out.append(moved)  # type: ignore[arg-type]
         if name in logged:
             want, got = getattr(expected, name), getattr(actual, name)
             if name == "slot" and coarse:
@@ -133,13 +145,8 @@ def differences(expected: Event, entry: TraceEntry, coarse: bool = False) -> lis
             if want != got:
                 out.append(Difference(name, _slot(want) if name == "slot" else want,
                                       _slot(got) if name == "slot" else got, rule_for(op, name)))
-    if "moves" in logged:
-        want_moves, got_moves = expected.moves, actual.moves
-        if coarse:
-            want_moves, got_moves = _coarse_moves(want_moves), _coarse_moves(got_moves)
-        diff = _compare_moves(op, want_moves, got_moves)
-        if diff:
-            out.append(diff)
+    if moved is not None and not early:
+        out.append(moved)
     if op in ("occupy", "abort", "filter", "release_stuck"):
         if set(expected.aborted) != set(actual.aborted) or \
                 len(actual.aborted) != len(set(actual.aborted)):
