@@ -1,0 +1,292 @@
+"""A catalogue of deliberately broken controllers: each breaks exactly one protocol rule.
+
+``MUTANTS`` maps a name to a ``Mutant`` whose ``make(config)`` builds a ``StalenessController``
+(or subclass) whose slot table (or controller) overrides exactly one rule method of the real
+core. ``pytest proofs/`` runs every mutant through the model checker, the spec-conformance check
+and the Hypothesis state machine and fails if any mutant survives (``proofs/test_mutants.py``);
+the porting kit imports this catalogue to produce mutant traces, so this interface is stable:
+``name``, ``description``, ``rule`` (the spec rule it breaks), ``make(config)``. Importing this
+module needs only ``reserve_occupy`` (no z3, no hypothesis).
+
+Each override below is a copy of the real method with one deliberate change, marked ``# MUTANT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reserve_occupy import Config, StalenessController
+from reserve_occupy.table import EMPTY, OCCUPIED, RESERVED, Buffer, SlotTable
+from reserve_occupy.types import Move, MoveReason, SlotRef, UnitId
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One broken variant of the core. ``make(config)`` returns a ready controller."""
+
+    name: str
+    description: str
+    rule: str  # the rule of spec/PROTOCOL.md it breaks
+    make: Callable[[Config], StalenessController]
+    oversampling: bool = False  # True if it can only misbehave when capacity > batch_size
+
+
+def _with_table(table_cls: type[SlotTable]) -> Callable[[Config], StalenessController]:
+    def make(config: Config) -> StalenessController:
+        c = StalenessController(config)
+        c._table = table_cls(config)
+        return c
+
+    make.__qualname__ = f"make[{table_cls.__name__}]"
+    return make
+
+
+def _with_controller(cls: type[StalenessController]) -> Callable[[Config], StalenessController]:
+    def make(config: Config) -> StalenessController:
+        return cls(config)
+
+    make.__qualname__ = f"make[{cls.__name__}]"
+    return make
+
+
+# ------------------------------------------------------------------ slot-table mutants ------
+
+class StalenessOffByOne(SlotTable):
+    def shift_candidate(self, gap: SlotRef) -> tuple[Buffer, int] | None:
+        v_traj, eta, gv = self.v_traj, self.eta, gap.buffer
+        for v in range(self.head, gv + 1):
+            buf = self.buffers[v]
+            if not buf.n_res or self.ready(buf):
+                continue
+            state, unit = buf.state, buf.unit
+            end = gap.index if v == gv else len(state)
+            for i in range(state.index(RESERVED), end):
+                if state[i] is RESERVED and gv <= v_traj[unit[i]] + eta + 1:  # MUTANT: +1
+                    return buf, i
+        return None
+
+
+class ReserveEarliest(SlotTable):
+    def plan_reserve(self, v_traj: int) -> SlotRef | None:
+        for v in range(self.head, min(self.top, v_traj + self.eta) + 1):  # MUTANT: earliest
+            buf = self.buffers[v]
+            if buf.n_empty and not self.ready(buf):
+                state = buf.state
+                return SlotRef(v, len(state) - 1 - state[::-1].index(EMPTY))
+        return None
+
+
+class ReserveFirstEmpty(SlotTable):
+    def plan_reserve(self, v_traj: int) -> SlotRef | None:
+        for v in range(min(self.top, v_traj + self.eta), self.head - 1, -1):
+            buf = self.buffers[v]
+            if buf.n_empty and not self.ready(buf):
+                return SlotRef(v, buf.state.index(EMPTY))  # MUTANT: first EMPTY, not last
+        return None
+
+
+class ReserveIntoReady(SlotTable):
+    def plan_reserve(self, v_traj: int) -> SlotRef | None:
+        for v in range(min(self.top, v_traj + self.eta), self.head - 1, -1):
+            buf = self.buffers[v]
+            if buf.n_empty:  # MUTANT: READY buffers' spare slots stay open for reservations
+                state = buf.state
+                return SlotRef(v, len(state) - 1 - state[::-1].index(EMPTY))
+        return None
+
+
+class NoShift(SlotTable):
+    def shift_into(self, gap: SlotRef) -> list[Move]:
+        return []  # MUTANT: the gap is never refilled by an earlier reservation
+
+
+class ShiftAfterGap(SlotTable):
+    def shift_candidate(self, gap: SlotRef) -> tuple[Buffer, int] | None:
+        v_traj, eta, gv = self.v_traj, self.eta, gap.buffer
+        for v in range(gv, self.top + 1):  # MUTANT: scans from the gap onwards
+            buf = self.buffers[v]
+            if not buf.n_res or self.ready(buf):
+                continue
+            state, unit = buf.state, buf.unit
+            start = gap.index + 1 if v == gv else 0
+            for i in range(start, len(state)):
+                if state[i] is RESERVED and gv <= v_traj[unit[i]] + eta:  # type: ignore[index]
+                    return buf, i
+        return None
+
+
+class LiteralShiftNoRelabel(SlotTable):
+    def relabel(self, buf: Buffer, hole: int) -> list[Move]:
+        return []  # MUTANT: the source's literal rule (correction 1 left out)
+
+
+class RelabelLast(SlotTable):
+    def relabel(self, buf: Buffer, hole: int) -> list[Move]:
+        # MUTANT: the *last* reservation before the hole takes it, not the first of the run.
+        for i in range(hole - 1, -1, -1):
+            if buf.state[i] is RESERVED:
+                return [self._move(buf, i, buf, hole, MoveReason.RELABEL)]
+        return []
+
+
+class PlaceLatest(SlotTable):
+    def place(self, unit_id: UnitId) -> SlotRef:
+        last = min(self.top, self.v_traj[unit_id] + self.eta)
+        for v in range(last, self.head - 1, -1):  # MUTANT: latest legal buffer first
+            buf = self.buffers[v]
+            if buf.n_empty and not self.ready(buf):
+                i = buf.state.index(EMPTY)
+                self._put(buf, i, OCCUPIED, unit_id)
+                return SlotRef(v, i)
+        raise AssertionError(f"no legal EMPTY slot for finished unit {unit_id!r}")
+
+
+class PlaceIntoReady(SlotTable):
+    def place(self, unit_id: UnitId) -> SlotRef:
+        last = min(self.top, self.v_traj[unit_id] + self.eta)
+        for v in range(self.head, last + 1):
+            buf = self.buffers[v]
+            if buf.n_empty:  # MUTANT: a READY buffer's spare slot accepts finished units
+                i = buf.state.index(EMPTY)
+                self._put(buf, i, OCCUPIED, unit_id)
+                return SlotRef(v, i)
+        raise AssertionError(f"no legal EMPTY slot for finished unit {unit_id!r}")
+
+
+class NoClose(SlotTable):
+    def close_ready(self, buf: Buffer) -> tuple[list[Move], list[UnitId]]:
+        return [], []  # MUTANT: READY buffers keep their reservations (correction 2 left out)
+
+
+class CloseAbortsSilently(SlotTable):
+    def close_ready(self, buf: Buffer) -> tuple[list[Move], list[UnitId]]:
+        moves: list[Move] = []
+        for i, state in enumerate(buf.state):
+            if state is not RESERVED:
+                continue
+            unit_id = buf.unit[i]
+            target = self.relocation_target(buf.v, self.v_traj[unit_id])  # type: ignore[index]
+            if target is None:
+                self.release(unit_id)  # type: ignore[arg-type]
+                self.discard(unit_id)  # type: ignore[arg-type]
+                # MUTANT: the dropped unit is not reported, so nobody marks it ABORTED
+            else:
+                dst = self.buffers[target.buffer]
+                moves.append(self._move(buf, i, dst, target.index, MoveReason.CLOSE))
+        return moves, []
+
+
+class NoFillHoles(SlotTable):
+    def fill_holes(self) -> tuple[list[Move], list[UnitId]]:
+        return [], []  # MUTANT: filter/abort leave their hole; later finished units stay put
+
+
+class DonorFirstOccupied(SlotTable):
+    def donor(self, hole_buf: Buffer, hole: int) -> tuple[Buffer, int] | None:
+        for v in range(hole_buf.v, self.top + 1):
+            buf = self.buffers[v]
+            for i, state in enumerate(buf.state):  # MUTANT: first OCCUPIED, not last
+                if state is OCCUPIED and (v > hole_buf.v or i > hole):
+                    return buf, i
+        return None
+
+
+class ReadyEarly(SlotTable):
+    def ready(self, buf: Buffer) -> bool:
+        return buf.n_occ >= max(1, self.batch_size - 1)  # MUTANT: READY one unit early
+
+
+# ------------------------------------------------------------------ controller mutants ------
+
+class AbortKeepsSlot(StalenessController):
+    def _abort_one(self, unit_id: UnitId):  # type: ignore[override]
+        # MUTANT: the unit is marked ABORTED but its RESERVED slot is never freed.
+        self._end(unit_id, "abort")
+        buf, i = self._table.where[unit_id]
+        return SlotRef(buf.v, i), [], []
+
+
+class ConsumeBeforeReady(StalenessController):
+    def _head_ready(self) -> bool:
+        buf = self._table.head_buffer()
+        return buf is not None and buf.n_occ > 0  # MUTANT: any OCCUPIED unit will do
+
+
+class PublishKeepsWindow(StalenessController):
+    def _do_publish(self) -> None:
+        version, head = self._version, self._table.head
+        self._version += 1
+        # MUTANT: the window does not grow (no open_through)
+        self._log("publish", version=version, head=head)
+
+
+class ConcurrencyUnchecked(StalenessController):
+    def _can_reserve(self, unit_id: UnitId) -> bool:
+        self._plan = self._table.plan_reserve(self._version)  # MUTANT: no max_concurrency
+        return self._plan is not None
+
+
+class StuckReleasesOne(StalenessController):
+    def _do_release_stuck(self) -> None:
+        t = self._table
+        head = t.head
+        buf = t.buffers[head]
+        unit_id = buf.unit[buf.state.index(RESERVED)]
+        _, moves, more = self._abort_one(unit_id)  # type: ignore[arg-type]
+        # MUTANT: only the first reservation is released; the head can stay STUCK
+        self._result = [unit_id, *more]
+        self._log("release_stuck", version=self._version, head=head, moves=tuple(moves),
+                  aborted=tuple(self._result))
+
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    Mutant("staleness_off_by_one", "a reservation may shift into a buffer one beyond "
+           "v_traj + eta", "staleness: legal(b, u) iff head <= b <= v_traj + eta",
+           _with_table(StalenessOffByOne)),
+    Mutant("reserve_earliest", "Reserve takes the earliest legal buffer instead of the latest",
+           "Reserve: latest legal, not-READY buffer", _with_table(ReserveEarliest)),
+    Mutant("reserve_first_empty", "Reserve takes the first EMPTY slot of the buffer, not the "
+           "last", "Reserve: last EMPTY slot of the buffer", _with_table(ReserveFirstEmpty)),
+    Mutant("reserve_into_ready", "Reserve may use a READY buffer's spare slot",
+           "Reserve: not-READY buffers only (7.6)", _with_table(ReserveIntoReady),
+           oversampling=True),
+    Mutant("occupy_without_shift", "the gap a finished (or aborted) unit leaves is never taken "
+           "by an earlier reservation", "Occupy (b): shift", _with_table(NoShift)),
+    Mutant("shift_after_gap", "the shift takes a reservation after the gap instead of before it",
+           "Occupy (b): first reservation strictly before the gap", _with_table(ShiftAfterGap)),
+    Mutant("literal_shift_no_relabel", "the source's literal shift: no within-buffer relabel "
+           "after a reservation leaves a buffer", "correction 1: relabel",
+           _with_table(LiteralShiftNoRelabel)),
+    Mutant("relabel_last", "relabel moves the last reservation before the hole instead of the "
+           "first of the run", "correction 1: relabel takes the first reservation",
+           _with_table(RelabelLast)),
+    Mutant("place_latest", "a finished unit goes to the latest legal EMPTY slot",
+           "Occupy (c): earliest legal EMPTY slot", _with_table(PlaceLatest)),
+    Mutant("place_into_ready", "a finished unit may land in a READY buffer's spare slot",
+           "Occupy (c): not-READY buffers only (7.6)", _with_table(PlaceIntoReady),
+           oversampling=True),
+    Mutant("ready_not_closed", "READY buffers keep their reservations under oversampling",
+           "correction 2: close READY buffers", _with_table(NoClose), oversampling=True),
+    Mutant("close_aborts_silently", "closing drops a reservation without reporting it",
+           "correction 2 / conservation: aborts are explicit", _with_table(CloseAbortsSilently),
+           oversampling=True),
+    Mutant("filter_without_refill", "filter/abort leave their hole (no forward refill)",
+           "Filter/Abort: later OCCUPIED units move forward", _with_table(NoFillHoles)),
+    Mutant("donor_first_occupied", "the forward refill takes the first OCCUPIED unit of the "
+           "donor buffer, not the last", "Filter/Abort: refill from the last OCCUPIED slot",
+           _with_table(DonorFirstOccupied)),
+    Mutant("ready_one_early", "a buffer counts as READY with batch_size - 1 OCCUPIED",
+           "status: READY at batch_size OCCUPIED", _with_table(ReadyEarly)),
+    Mutant("abort_keeps_slot", "abort marks the unit ABORTED but never frees its slot",
+           "Abort: free the slot as Occupy (a)+(b)", _with_controller(AbortKeepsSlot)),
+    Mutant("consume_before_ready", "the trainer may consume a head buffer that is not READY",
+           "Consume: head buffer READY", _with_controller(ConsumeBeforeReady)),
+    Mutant("publish_keeps_window", "publish advances the version but opens no new buffer",
+           "Publish: the window grows by one buffer", _with_controller(PublishKeepsWindow)),
+    Mutant("concurrency_unchecked", "admission ignores max_concurrency",
+           "Reserve: in-flight < max_concurrency", _with_controller(ConcurrencyUnchecked)),
+    Mutant("release_stuck_one", "the stuck-head timeout aborts only the first reservation",
+           "Abort timeout (7.2): abort all reservations of a STUCK head",
+           _with_controller(StuckReleasesOne)),
+)}

@@ -1,0 +1,168 @@
+"""Check a trace written by any implementation against the reference controller.
+
+Strict mode replays every event through ``reserve_occupy.apply`` on a fresh reference controller
+and compares each logged outcome with the reference's (``compare``); it also runs the lenient
+tracker alongside, so a trace that matches the reference but breaks a safety invariant (a core
+bug) is still caught. Lenient mode runs only the tracker (``safety``), for implementations that
+place units differently but legally. Both stop at the first problem.
+
+``check`` raises ``TraceFormatError`` for input that is not a valid trace; the command line turns
+that into exit code 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reserve_occupy import (
+    Config,
+    Event,
+    IllegalOperation,
+    ProtocolError,
+    Snapshot,
+    StalenessController,
+    apply,
+    replay,
+)
+from reserve_occupy.trace import TraceEntry, parse_lines
+
+from .compare import Difference, differences, rule_for
+from .safety import SafetyTracker, Violation
+
+STRICT, LENIENT = "strict", "lenient"
+PROGRESS_EVERY = 100_000
+
+
+@dataclass
+class Problem:
+    """The first thing wrong with a trace: differences from the reference, a violated safety
+    invariant, or both. Tables are filled in strict mode only."""
+
+    entry: TraceEntry
+    differences: list[Difference] = field(default_factory=list)
+    violation: Violation | None = None
+    expected: str = ""  # the reference's outcome in words
+    before: Snapshot | None = None
+    after: Snapshot | None = None
+    tracked: str = ""  # lenient state, for reports without slot tables
+
+
+@dataclass
+class Report:
+    mode: str
+    config: Config
+    events: int = 0
+    refused: int = 0
+    units: int = 0
+    batches: int = 0
+    max_staleness: int = -1
+    max_in_flight: int = 0
+    live_at_end: int = 0
+    logged: dict[str, set[str]] = field(default_factory=dict)  # op -> fields ever logged
+    problem: Problem | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def not_logged(self) -> list[str]:
+        """Optional fields this trace never logged (so strict mode could not compare them)."""
+        missing = []
+        for op, names in (("reserve", ("slot", "v_traj")), ("occupy", ("slot", "moves")),
+                          ("abort", ("slot", "moves")), ("filter", ("slot", "moves"))):
+            if op in self.logged:
+                missing += [f"{op}.{n}" for n in names if n not in self.logged[op]]
+        return missing
+
+
+def _describe(event: Event | None, refused_what: str = "") -> str:
+    from reserve_occupy.trace import dumps, event_to_record
+
+    if event is None:
+        return refused_what
+    record = event_to_record(event)
+    record.pop("seq", None)
+    return dumps(record)
+
+
+_REFUSAL = {"reserve": "refuse: admission must wait",
+            "consume": "refuse: the head buffer is not READY",
+            "release_stuck": "refuse: the head buffer is not STUCK"}
+
+
+def _strict_step(ref: StalenessController, entry: TraceEntry,
+                 coarse: bool = False) -> tuple[Event | None, list[Difference], str]:
+    """Run ``entry`` on the reference; return what it produced, the differences, and the
+    reference's outcome in words when it refused (otherwise "": the caller describes the
+    produced event only if it reports a problem -- describing every event costs a tenth of
+    the check)."""
+    e = entry.event
+    op = e.op
+    try:
+        if entry.refused:
+            if op == "reserve":
+                result: Any = ref.reserve(e.unit_id)  # type: ignore[arg-type]
+            else:
+                result = getattr(ref, op)()
+            if not result:
+                return None, [], _REFUSAL[op]
+            produced = ref.events[-1]
+            return produced, [Difference("decision", _describe(produced), "refused",
+                                         rule_for(op, "decision"))], ""
+        produced = apply(ref, e)
+    except IllegalOperation as exc:
+        if entry.refused:  # e.g. a consume logged as refused while training: nothing happened
+            return None, [], f"refuse: {exc}"
+        return None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))], \
+            f"refuse: {exc}"
+    except ProtocolError as exc:
+        return None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))], \
+            f"refuse: {exc}"
+    if produced is None:
+        return None, [Difference("decision", _REFUSAL[op], "performed",
+                                 rule_for(op, "decision"))], _REFUSAL[op]
+    return produced, differences(produced, entry, coarse), ""
+
+
+def check(lines: Iterable[str], mode: str = STRICT,
+          progress: Callable[[int], None] | None = None) -> Report:
+    """Check a whole trace (an iterable of its lines). Raises ``TraceFormatError``.
+    ``progress(n)`` is called every ``PROGRESS_EVERY`` events (long traces)."""
+    if mode not in (STRICT, LENIENT):
+        raise ValueError(f"mode must be {STRICT!r} or {LENIENT!r}, not {mode!r}")
+    head, entries = parse_lines(lines)
+    config, coarse = head.config, head.granularity == "buffer"
+    report = Report(mode, config)
+    tracker = SafetyTracker(config)
+    ref = StalenessController(config) if mode == STRICT else None
+    produced_events: list[Event] = []
+    for entry in entries:
+        report.events += 1
+        if progress is not None and report.events % PROGRESS_EVERY == 0:
+            progress(report.events)
+        report.refused += entry.refused
+        report.logged.setdefault(entry.op, set()).update(entry.logged)
+        diffs: list[Difference] = []
+        expected = ""
+        produced = None
+        if ref is not None:
+            produced, diffs, expected = _strict_step(ref, entry, coarse)
+        violation = tracker.step(entry)
+        if diffs or violation:
+            problem = Problem(entry, diffs, violation, expected or _describe(produced),
+                              tracked=tracker.describe())
+            if ref is not None:
+                problem.before = replay(config, produced_events).snapshot()
+                problem.after = ref.snapshot()
+            report.problem = problem
+            break
+        if produced is not None:
+            produced_events.append(produced)
+    report.units = len(tracker.units)
+    report.batches = tracker.batches
+    report.max_staleness = tracker.max_staleness_seen
+    report.max_in_flight = tracker.max_in_flight_seen
+    report.live_at_end = sum(tracker.live.values())
+    return report

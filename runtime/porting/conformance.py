@@ -1,0 +1,227 @@
+"""``reserve-occupy conformance``: run the conformance vectors against a port, or maintain them.
+
+    reserve-occupy conformance                          # the reference core (self-test)
+    reserve-occupy conformance --adapter mypkg.port:Adapter [--lenient]
+    reserve-occupy conformance --adapter-cmd "./my-port --conformance"
+    reserve-occupy conformance --export basic/00017 > t.jsonl   # one vector as a trace
+    python -m runtime.porting.conformance --check        # is spec/conformance up to date?
+    python -m runtime.porting.conformance --regenerate   # rewrite it (what `make conformance` runs)
+
+Exit codes: 0 all vectors pass / corpus up to date; 1 a vector failed / the corpus was stale
+(``--regenerate`` rewrote it: review and commit); 2 bad arguments or an unreadable corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import lzma
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from reserve_occupy.trace import dumps, header, parse_config
+
+from . import vectors as vec
+from .runner import Failure, ReferenceAdapter, SubprocessAdapter
+from .runner import run as run_vectors
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad arguments: reported in one line, exit code 2."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Run the conformance vectors (spec/conformance) against a port "
+                          "through an adapter, or check / regenerate the committed corpus.")
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--adapter", metavar="MODULE:CLASS",
+                     help="a Python adapter class (see runtime.porting.runner.Adapter); "
+                          "default: the reference core")
+    who.add_argument("--adapter-cmd", metavar="COMMAND",
+                     help="a port in any language, spoken to in JSON Lines on stdin/stdout")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--check", action="store_true",
+                      help="regenerate in memory and fail if the committed corpus differs")
+    what.add_argument("--regenerate", action="store_true",
+                      help="rewrite the corpus; exit 1 if it was stale")
+    what.add_argument("--export", metavar="ID", help="print one vector as a trace file")
+    what.add_argument("--list", action="store_true", help="list the families and their sizes")
+    parser.add_argument("--lenient", action="store_true",
+                        help="judge only the safety invariants (for ports that place "
+                             "differently but legally)")
+    parser.add_argument("--family", action="append", metavar="NAME",
+                        help=f"only these families (repeatable): {', '.join(vec.family_names())}")
+    parser.add_argument("--stride", type=int, default=1, metavar="K",
+                        help="run every K-th vector only (quick runs)")
+    parser.add_argument("--save-failures", metavar="DIR", type=Path,
+                        help="write each failing vector's port outcomes as a trace "
+                             "(check it with check-trace for the buffer tables)")
+    parser.add_argument("--dir", type=Path, default=vec.CORPUS_DIR,
+                        help="the corpus directory (default: spec/conformance of this checkout)")
+
+
+def _families(args: argparse.Namespace) -> list[str]:
+    names = args.family or vec.family_names()
+    unknown = [n for n in names if n not in vec.family_names()]
+    if unknown:
+        raise UsageError(f"unknown family {unknown[0]!r} "
+                         f"(choose from {', '.join(vec.family_names())})")
+    return names
+
+
+def _load_adapter(args: argparse.Namespace) -> Any:
+    if args.adapter_cmd:
+        return SubprocessAdapter(args.adapter_cmd)
+    if not args.adapter:
+        return ReferenceAdapter()
+    module_name, _, attr = args.adapter.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr or "Adapter")
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot load adapter {args.adapter!r}: {exc}") from None
+    return obj() if isinstance(obj, type) else obj
+
+
+def _compare_corpus(args: argparse.Namespace, write: bool) -> int:
+    texts, stale = {}, []
+    for name in _families(args):
+        t0 = time.perf_counter()
+        text = texts[name] = vec.family_text(name)
+        path = vec.path_for(name, args.dir)
+        try:
+            committed = vec.read_text(path)
+        except FileNotFoundError:
+            committed = None
+        except lzma.LZMAError as exc:
+            print(f"{path}: unreadable ({exc})", file=sys.stderr)
+            committed = None
+        state = "up to date" if committed == text else "STALE" if committed else "MISSING"
+        count = text.count(b"\n")
+        print(f"  {name:<13} {count:>5} vectors  {state}  "
+              f"({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+        if committed != text:
+            stale.append(name)
+            if write:
+                vec.write_family(name, text, args.dir)
+    manifest_path = args.dir / "MANIFEST.json"
+    if not args.family:  # the manifest describes the whole corpus
+        manifest = json.dumps(vec.manifest(texts), indent=2) + "\n"
+        old = manifest_path.read_text() if manifest_path.exists() else None
+        if old != manifest:
+            stale.append("MANIFEST.json")
+            if write:
+                manifest_path.write_text(manifest)
+    if not stale:
+        print("conformance corpus is up to date", file=sys.stderr)
+        return EXIT_OK
+    if write:
+        print(f"the committed conformance corpus was stale: rewrote {', '.join(stale)} in "
+              f"{args.dir}. Review the change (a behaviour change of the core shows up here) "
+              f"and commit it.", file=sys.stderr)
+    else:
+        print(f"the committed conformance corpus is stale ({', '.join(stale)} differ from what "
+              f"generation produces): run `make conformance` and commit the result.",
+              file=sys.stderr)
+    return EXIT_FAIL
+
+
+def _export(args: argparse.Namespace) -> int:
+    family = args.export.split("/")[0]
+    if family not in vec.family_names():
+        print(f"error: no family {family!r} for id {args.export!r}", file=sys.stderr)
+        return EXIT_USAGE
+    needle = f'"id":{json.dumps(args.export)},'.encode()
+    for line in vec.read_text(vec.path_for(family, args.dir)).splitlines():
+        if line.startswith(b"{" + needle):  # ids lead each line: skip decoding the others
+            v = json.loads(line)
+            print(dumps(header(parse_config({"op": "config", "schema_version": 1,
+                                             "config": v["config"]}),
+                               producer=f"conformance vector {v['id']}")))
+            for record in v["events"]:
+                print(dumps(record))
+            return EXIT_OK
+    print(f"error: no vector {args.export!r}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _save(failure: Failure, vector_config: dict[str, Any], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / (failure.vector.replace("/", "-") + ".jsonl")
+    config = parse_config({"op": "config", "schema_version": 1, "config": vector_config})
+    lines = [header(config, producer=f"port outcomes for {failure.vector}")] + failure.outcomes
+    path.write_text("".join(dumps(r) + "\n" for r in lines))
+    return path
+
+
+def _run(args: argparse.Namespace) -> int:
+    adapter = _load_adapter(args)
+    mode = "lenient" if args.lenient else "strict"
+    configs: dict[str, Any] = {}
+
+    def selected() -> Any:
+        for k, v in enumerate(vec.load(_families(args), args.dir)):
+            if k % max(args.stride, 1) == 0:
+                configs[v["id"]] = v["config"]
+                yield v
+
+    t0 = time.perf_counter()
+    result = run_vectors(adapter, selected(), mode,
+                 progress=lambda n: print(f"  ... {n} vectors", file=sys.stderr))
+    took = time.perf_counter() - t0
+    print(f"{mode}: {result.vectors - len(result.failures)}/{result.vectors} vectors pass "
+          f"({result.steps} operations, {result.skipped} skipped as inapplicable, {took:.1f}s)")
+    for failure in result.failures[:10]:
+        print(f"FAIL {failure.vector} step {failure.step} ({failure.request}): {failure.detail}")
+        if args.save_failures:
+            print(f"     port trace: {_save(failure, configs[failure.vector], args.save_failures)}")
+    if len(result.failures) > 10:
+        print(f"... and {len(result.failures) - 10} more failing vectors")
+    if result.failures:
+        first = result.failures[0].vector
+        print(f"reproduce: reserve-occupy conformance --export {first} > ref.jsonl "
+              f"(the reference's trace for that vector)")
+    return EXIT_OK if result.ok else EXIT_FAIL
+
+
+def run_command(args: argparse.Namespace) -> int:
+    try:
+        if args.check or args.regenerate:
+            return _compare_corpus(args, write=args.regenerate)
+        if args.list:
+            for v in vec.family_names():
+                desc = vec.FAMILIES[v].description if v in vec.FAMILIES else "the spec's " \
+                    "worked examples, one per rule"
+                print(f"{v:<13} {desc}")
+            return EXIT_OK
+        if args.export:
+            return _export(args)
+        return _run(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except FileNotFoundError as exc:
+        print(f"error: {exc.filename}: missing (run `make conformance` to generate the corpus)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    except lzma.LZMAError as exc:
+        print(f"error: the conformance corpus is corrupted ({exc}); run `make conformance`",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+
+run = run_command  # the CLI dispatcher calls ``run(args)``
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runtime.porting.conformance")
+    add_arguments(parser)
+    return run_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

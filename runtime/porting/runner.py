@@ -1,0 +1,318 @@
+"""Feed conformance vectors to a port through an adapter, and judge what comes back.
+
+An adapter is a few lines around the port's controller (``Adapter`` below). For each vector the
+runner calls ``start(config)``, then one method per recorded operation, turns each return value
+into a trace record and compares it with the reference's -- exactly as ``check-trace`` compares
+a logged event (``compare``). Strict mode stops a vector at its first difference. Lenient mode
+lets the port decide differently: it skips operations that no longer apply to the port's own
+state (occupying a unit the port never admitted, publishing with nothing training) and checks the
+safety invariants on the port's outcomes (``safety``).
+
+A port in another language runs as a subprocess speaking JSON Lines (``SubprocessAdapter``): it
+reads a header line, then one request per line (``{"op": "reserve", "unit": "u3"}``), and
+answers each with one line -- the trace record it would log (``{"refused": true}`` for a
+refusal). A header line starts a fresh controller (one process serves every vector); it gets
+any one-line answer.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from reserve_occupy import Config, StalenessController
+from reserve_occupy.trace import (
+    TraceEntry,
+    TraceFormatError,
+    dumps,
+    header,
+    parse_config,
+    parse_record,
+)
+
+from .compare import Difference, differences, rule_for
+from .safety import FINISHED, IN_FLIGHT, SafetyTracker, Violation
+
+UNIT_OPS = ("reserve", "occupy", "abort", "filter")
+
+
+class Adapter(Protocol):
+    """What a port implements. Return values may be short (see ``outcome_record``):
+
+    * ``reserve(unit)``: None/False = must wait; True = admitted; ``b`` or ``(b, i)`` = where.
+    * ``occupy(unit)``: None = placed (nothing more to say); ``b`` or ``(b, i)``; or a dict.
+    * ``abort(unit)``, ``filter(unit)``: None, or a dict with ``aborted``/``slot``/``moves``.
+    * ``consume()``: None = nothing READY; a list of unit ids; or a dict ``{"version", "units"}``.
+    * ``publish()``: anything.
+    * ``release_stuck()``: the list of units it aborted (empty = nothing to release).
+
+    Any method may instead return a full trace record (a dict, as the port would log it), and
+    the core's own result objects (``Reservation``, ``Placement``, ``Batch`` ...) are accepted.
+    A reservation aborted by a buffer's closing (oversampling) must be reported in ``aborted``.
+    """
+
+    def start(self, config: Config) -> None: ...
+    def reserve(self, unit_id: Any) -> Any: ...
+    def occupy(self, unit_id: Any) -> Any: ...
+    def abort(self, unit_id: Any) -> Any: ...
+    def filter(self, unit_id: Any) -> Any: ...
+    def consume(self) -> Any: ...
+    def publish(self) -> Any: ...
+    def release_stuck(self) -> Any: ...
+
+
+class ReferenceAdapter:
+    """The reference controller as an adapter (the test suite runs the corpus through it)."""
+
+    def __init__(self, factory: Any = StalenessController) -> None:
+        self.factory = factory
+
+    def start(self, config: Config) -> None:
+        self.c = self.factory(config)
+
+    def reserve(self, unit_id: Any) -> Any:
+        return self.c.reserve(unit_id)
+
+    def occupy(self, unit_id: Any) -> Any:
+        return self.c.occupy(unit_id)
+
+    def abort(self, unit_id: Any) -> Any:
+        return self.c.abort(unit_id)
+
+    def filter(self, unit_id: Any) -> Any:
+        return self.c.filter(unit_id)
+
+    def consume(self) -> Any:
+        return self.c.consume()
+
+    def publish(self) -> Any:
+        return self.c.publish()
+
+    def release_stuck(self) -> Any:
+        return self.c.release_stuck()
+
+
+class SubprocessAdapter:
+    """A port in any language, run as ``command`` and spoken to in JSON Lines (module doc)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.proc: subprocess.Popen | None = None
+
+    def _ask(self, request: dict[str, Any]) -> Any:
+        assert self.proc is not None and self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"adapter process {self.command!r} closed its output "
+                               f"(exit code {self.proc.poll()})")
+        try:
+            return json.loads(answer)
+        except json.JSONDecodeError:
+            raise RuntimeError(f"adapter answered {answer.strip()[:200]!r}, not JSON") from None
+
+    def start(self, config: Config) -> None:
+        # One process for the whole run: each header line starts a fresh controller.
+        if self.proc is None:
+            self.proc = subprocess.Popen(shlex.split(self.command), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._ask(header(config))
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def __getattr__(self, op: str) -> Any:
+        if op not in UNIT_OPS and op not in ("consume", "publish", "release_stuck"):
+            raise AttributeError(op)
+        if op in UNIT_OPS:
+            return lambda unit_id: self._ask({"op": op, "unit": unit_id})
+        return lambda: self._ask({"op": op})
+
+
+# ----------------------------------------------------------------- outcomes -> records ------
+
+def _slot(value: Any) -> Any:
+    if hasattr(value, "buffer") and hasattr(value, "index"):
+        return value.buffer if value.index is None else [value.buffer, value.index]
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _from_object(op: str, value: Any) -> dict[str, Any]:
+    """A core result object (Reservation, Placement, Removal, Batch) as record fields."""
+    out: dict[str, Any] = {}
+    if hasattr(value, "slot"):
+        out["slot"] = _slot(value.slot)
+    if hasattr(value, "v_traj") and op in ("reserve", "occupy"):
+        out["v_traj"] = value.v_traj
+    if hasattr(value, "moves"):
+        out["moves"] = [{"unit": m.unit_id, "from": _slot(m.src), "to": _slot(m.dst),
+                         "reason": getattr(m.reason, "value", m.reason)} for m in value.moves]
+    if hasattr(value, "aborted"):
+        out["aborted"] = list(value.aborted)
+    if hasattr(value, "units") and op == "consume":
+        out["batch"] = {"version": value.version,
+                        "units": [{"unit": u.unit_id, "v_traj": u.v_traj} for u in value.units]}
+    return out
+
+
+def outcome_record(op: str, unit_id: Any, value: Any, batches: int) -> dict[str, Any]:
+    """Turn an adapter's return value into a trace record (``batches``: consumes so far, the
+    version of a batch returned as a bare list)."""
+    record: dict[str, Any] = {"op": op}
+    if op in UNIT_OPS:
+        record["unit"] = unit_id
+    if isinstance(value, dict):
+        fields = {k: v for k, v in value.items() if k not in ("op", "unit")}
+        record.update(fields)
+        if op == "consume" and "units" in fields:  # a bare batch {"version", "units"}
+            record = {"op": op, "batch": {"version": fields.get("version", batches),
+                                          "units": fields["units"]}}
+        return record
+    refused = value is None or value is False or (op == "release_stuck" and not value)
+    if op in ("reserve", "consume", "release_stuck") and refused:
+        record["refused"] = True
+    elif op in ("reserve", "occupy") and value is not None and value is not True:
+        # Result objects are NamedTuples, so look for their fields before treating a tuple
+        # as a bare (buffer, index).
+        record.update(_from_object(op, value) if hasattr(value, "slot")
+                      else {"slot": _slot(value)})
+    elif op in ("abort", "filter") and value is not None:
+        record.update(_from_object(op, value))
+    elif op == "consume":
+        if hasattr(value, "units"):
+            record.update(_from_object(op, value))
+        else:
+            record["batch"] = {"version": batches, "units": [{"unit": u} for u in value]}
+    elif op == "release_stuck":
+        record.update(_from_object(op, value) if hasattr(value, "aborted")
+                      else {"aborted": list(value)})
+    return record
+
+
+# ----------------------------------------------------------------- running ------------------
+
+@dataclass
+class Failure:
+    vector: str
+    step: int  # 0-based index into the vector's events
+    request: str
+    detail: str
+    outcomes: list[dict[str, Any]]  # the port's records up to and including the failing one
+
+
+@dataclass
+class Result:
+    mode: str
+    vectors: int = 0
+    steps: int = 0
+    skipped: int = 0  # lenient: operations that no longer applied to the port's state
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def _request(op: str, unit_id: Any) -> str:
+    return f"{op} {unit_id!r}" if op in UNIT_OPS else op
+
+
+def _call(adapter: Any, op: str, unit_id: Any) -> Any:
+    method = getattr(adapter, op)
+    return method(unit_id) if op in UNIT_OPS else method()
+
+
+def _applies(tracker: SafetyTracker, op: str, unit_id: Any) -> bool:
+    """Lenient mode: does this recorded operation still make sense for the port's state?"""
+    state = tracker.state(unit_id) if op in UNIT_OPS else None
+    if op == "reserve":
+        return state is None
+    if op in ("occupy", "abort"):
+        return state == IN_FLIGHT
+    if op == "filter":
+        return state == FINISHED
+    if op == "publish":
+        return tracker.training
+    return not tracker.training  # consume, release_stuck
+
+
+def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) -> None:
+    config = parse_config({"op": "config", "schema_version": 1, "config": vector["config"]})
+    adapter.start(config)
+    tracker = SafetyTracker(config)
+    outcomes: list[dict[str, Any]] = []
+    coarse = vector.get("granularity") == "buffer"
+    for k, expected in enumerate(vector["events"]):
+        op, unit_id = expected["op"], expected.get("unit")
+        if mode == "lenient" and not _applies(tracker, op, unit_id):
+            result.skipped += 1
+            continue
+        result.steps += 1
+        failure = None
+        try:
+            value = _call(adapter, op, unit_id)
+            record = outcome_record(op, unit_id, value, tracker.batches)
+            outcomes.append(record)
+            entry = parse_record(record, k + 2)
+        except TraceFormatError as exc:
+            failure = f"the adapter's answer is not a valid record: {exc.reason} " \
+                      f"(field {exc.field})"
+        except Exception as exc:  # the port raised: that is its answer
+            failure = f"the adapter raised {type(exc).__name__}: {exc}"
+            if mode == "strict" and not expected.get("refused"):
+                failure += f" (reference: {_describe(expected)})"
+        if failure is None:
+            problems = _judge(expected, entry, mode, tracker, k, coarse)
+            if problems:
+                failure = problems
+        if failure is not None:
+            result.failures.append(Failure(vector["id"], k, _request(op, unit_id), failure,
+                                           outcomes))
+            return
+
+
+def _describe(record: dict[str, Any]) -> str:
+    return dumps(record)
+
+
+def _judge(expected: dict[str, Any], entry: TraceEntry, mode: str, tracker: SafetyTracker,
+           k: int, coarse: bool) -> str | None:
+    violation: Violation | None = tracker.step(entry)
+    diffs: list[Difference] = []
+    if mode == "strict":
+        want = parse_record(expected, k + 2)
+        if want.refused != entry.refused:
+            diffs = [Difference("decision", "refused" if want.refused else _describe(expected),
+                                "refused" if entry.refused else "performed",
+                                rule_for(entry.op, "decision"))]
+        elif not want.refused:
+            diffs = differences(want.event, entry, coarse)
+    lines = [f"{d.field}: reference {d.expected}, port {d.actual} ({d.rule})" for d in diffs]
+    if violation:
+        lines.append(f"violates '{violation.invariant}': {violation.detail}")
+    return "; ".join(lines) or None
+
+
+def run(adapter: Any, vectors: Iterable[dict[str, Any]], mode: str = "strict",
+        progress: Any = None) -> Result:
+    """Run every vector; ``progress(n_done)`` is called now and then for long runs."""
+    result = Result(mode)
+    for n, vector in enumerate(vectors, 1):
+        result.vectors += 1
+        run_vector(adapter, vector, mode, result)
+        if progress is not None and n % 500 == 0:
+            progress(n)
+    close = getattr(adapter, "close", None)
+    if close is not None:
+        close()
+    return result

@@ -1,0 +1,220 @@
+"""The conformance corpus: seeded generation, and reading and writing ``spec/conformance``.
+
+A *vector* is one reference run: a config and the trace records the reference controller produced
+(refusals included). Each record is both an input -- its ``op`` and ``unit`` are what the runner
+asks a port to do -- and that input's expected outcome. One JSON object per line:
+
+    {"id": "basic/00017", "family": "basic", "seed": 17, "config": {...}, "events": [...]}
+
+Families (``FAMILIES``) draw a config and a runtime profile from their seed; ``scenarios`` are
+the spec's worked examples, one per rule. Each family is stored as ``<family>.jsonl.xz``:
+xz because the JSON repeats itself (about 25x smaller than plain text), so the corpus stays at a
+few MB in git; ``MANIFEST.json`` records counts and the SHA-256 of each uncompressed file.
+Generation is deterministic: the same code and core give byte-identical text, which is how
+``--check`` detects a stale corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reserve_occupy import Config, StalenessController
+from reserve_occupy.trace import SCHEMA_VERSION, dumps, header
+
+from .workload import Profile, Step, drive, play
+
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "spec" / "conformance"
+GENERATOR = "runtime.porting.vectors/1"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A config family: how a seed picks the config and the runtime's behaviour."""
+
+    name: str
+    count: int
+    description: str
+    pick: Callable[[random.Random], tuple[Config, Profile]]
+
+
+def _sync(r: random.Random) -> tuple[Config, Profile]:
+    b = r.choice((1, 2, 3))
+    return (Config(0, b, max_concurrency=r.choice((None, None, b + 1))),
+            Profile(steps=r.randint(30, 90)))
+
+
+def _basic(r: random.Random) -> tuple[Config, Profile]:
+    return (Config(r.choice((1, 2, 3)), r.choice((1, 2, 3, 4))),
+            Profile(steps=r.randint(30, 110), int_ids=r.random() < 0.3))
+
+
+def _concurrency(r: random.Random) -> tuple[Config, Profile]:
+    b = r.choice((2, 3, 4))
+    return (Config(r.choice((1, 2)), b, max_concurrency=r.choice((1, 2, b, b + 2))),
+            Profile(steps=r.randint(30, 110), admit=4.0))
+
+
+def _oversampling(r: random.Random) -> tuple[Config, Profile]:
+    b = r.choice((1, 2, 3))
+    return (Config(r.choice((1, 2)), b, capacity=b + r.choice((1, 2)),
+                   max_concurrency=r.choice((None, None, 2 * b + 2))),
+            Profile(steps=r.randint(30, 110), fail=0.1))
+
+
+def _groups(r: random.Random) -> tuple[Config, Profile]:
+    b, size = r.choice((2, 3)), r.choice((2, 3, 4))
+    return (Config(r.choice((1, 2)), b, capacity=b + r.choice((0, 0, 1))),
+            Profile(steps=r.randint(50, 140), finish=5.0, filter=0.4, fail=0.08,
+                    group_size=size, candidates=size + r.choice((0, 1, 2)), int_ids=True))
+
+
+def _stragglers(r: random.Random) -> tuple[Config, Profile]:
+    b = r.choice((2, 3, 4))
+    return (Config(r.choice((1, 2, 3)), b, capacity=b + r.choice((0, 0, 1))),
+            Profile(steps=r.randint(30, 110), finish=1.5, train=2.5, release=0.45, fail=0.12))
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("sync", 1000, "eta = 0 (synchronous RL), with and without a concurrency limit", _sync),
+    Family("basic", 2000, "eta 1..3, batch 1..4, capacity = batch, no concurrency limit", _basic),
+    Family("concurrency", 2000, "max_concurrency from 1 to batch + 2", _concurrency),
+    Family("oversampling", 2000, "capacity > batch_size: closing moves and aborts",
+           _oversampling),
+    Family("groups", 2000, "GRPO groups as units, group-level oversampling, failed groups "
+                           "aborted, zero-variance groups filtered", _groups),
+    Family("stragglers", 1500, "slow units: STUCK head buffers released, frequent aborts",
+           _stragglers),
+)}
+
+
+def _letters(s: str) -> list[Step]:
+    """``"reserve A B; occupy A; consume"`` -> [("reserve", "A"), ("reserve", "B"), ...]."""
+    steps: list[Step] = []
+    for part in s.split(";"):
+        op, *units = part.split()
+        steps.extend([(op, u) for u in units] if units else [(op,)])
+    return steps
+
+
+# name -> (config, script, what it shows). The seed example is spec/PROTOCOL.md's; the others are
+# the shortest runs (found by seeded search, then shrunk) in which one rule decides the outcome,
+# so that a port breaking that rule fails at least one scenario. ``shows`` is checked by the
+# tests: "move: R" (a move for reason R happens), "refused: OP", "released: UNITS" (what
+# release_stuck aborts), "placed: UNIT BUFFER" (where UNIT is occupied), "aborted" (a closing
+# abort).
+SCENARIOS: dict[str, tuple[Config, str, str]] = {
+    "seed-example": (Config(1, 4, max_concurrency=6),
+                     "reserve A B C D E F G; occupy A; reserve G; occupy D; reserve H; occupy C; "
+                     "reserve I; occupy E; consume; occupy F G; publish; reserve I J K L; "
+                     "occupy J H K B; consume; occupy L I; publish; consume; publish",
+                     "batches A,C,D,E / B,F,G,H / I,J,K,L with staleness 0, 1, 1"),
+    "sync": (Config(0, 2), "reserve A B C; occupy B A; consume; reserve C; publish; reserve C D; "
+                           "occupy C D; consume; publish", "refused: reserve"),
+    "shift": (Config(1, 2), "reserve A B C D; occupy A; occupy D", "move: shift"),
+    "relabel": (Config(3, 2), "reserve A B; occupy A; reserve C; occupy C; reserve D; consume; "
+                              "publish; reserve E F G; occupy B; occupy E", "move: relabel"),
+    "relabel-first-of-run": (Config(2, 3),
+                             "reserve A B C; occupy A; reserve D; occupy B C D; reserve E F G; "
+                             "consume; publish; reserve H I J K; occupy E; abort I",
+                             "move: relabel"),
+    "abort-shift": (Config(1, 2), "reserve A B C D; abort A; reserve E; occupy E",
+                    "move: shift"),
+    "filter-fill": (Config(1, 2), "reserve A; occupy A; reserve B; occupy B; filter A; "
+                                  "reserve C; occupy C; consume", "move: fill"),
+    "release-stuck": (Config(1, 2), "reserve A B C D; occupy D B A; reserve E; consume; "
+                                    "publish; reserve E; occupy E; release_stuck",
+                      "released: C"),
+    "release-stuck-all": (Config(2, 3),
+                          "reserve A; occupy A; reserve B C; occupy C; reserve D E F G; "
+                          "occupy F B; reserve H; occupy H; reserve I; consume; publish; "
+                          "occupy D; consume; publish; release_stuck", "released: E I G"),
+    "consume-waits": (Config(1, 2), "reserve A; occupy A; consume", "refused: consume"),
+    "fill-takes-last": (Config(1, 3),
+                        "reserve A; occupy A; reserve B; occupy B; reserve C D; occupy C D; "
+                        "reserve E; consume; reserve F; publish; reserve G; occupy G; "
+                        "reserve H; occupy H; filter D", "move: fill"),
+    "oversampling-close": (Config(2, 2, capacity=3),
+                           "reserve A; occupy A; reserve B C; occupy B; reserve D E; filter A; "
+                           "occupy D; reserve F G H; consume; publish; abort F; "
+                           "reserve I J K L; occupy C; occupy K", "move: close"),
+    "oversampling-ready-is-closed": (Config(1, 2, capacity=3),
+                                     "reserve A B; occupy B; reserve C D E; occupy E; reserve F",
+                                     "refused: reserve"),
+    "oversampling-place-not-in-ready": (Config(1, 2, capacity=3),
+                                        "reserve A; occupy A; reserve B C; occupy C; occupy B",
+                                        "placed: B 1"),
+    "oversampling-abort": (Config(1, 2, capacity=3),
+                           "reserve A B C D E; occupy D; reserve F; occupy E", "aborted"),
+}
+
+
+def _vector(vid: str, family: str, config: Config, events: list[dict[str, Any]],
+            **extra: Any) -> str:
+    records = [{k: v for k, v in e.items() if k != "seq"} for e in events]
+    return dumps({"id": vid, "family": family, **extra,
+                  "config": header(config)["config"], "events": records})
+
+
+def generate(family: str, count: int | None = None) -> Iterator[str]:
+    """The family's vectors as JSON lines (deterministic)."""
+    if family == "scenarios":
+        for name, (config, script, shows) in SCENARIOS.items():
+            rec = play(StalenessController(config), _letters(script))
+            yield _vector(f"scenarios/{name}", "scenarios", config, rec.records, shows=shows)
+        return
+    fam = FAMILIES[family]
+    for seed in range(fam.count if count is None else count):
+        config, profile = fam.pick(random.Random(f"{family}/{seed}"))
+        rec = drive(StalenessController(config), seed, profile, reraise=True)
+        yield _vector(f"{family}/{seed:05d}", family, config, rec.records, seed=seed)
+
+
+def family_names() -> list[str]:
+    return ["scenarios", *FAMILIES]
+
+
+def family_text(family: str) -> bytes:
+    return "".join(line + "\n" for line in generate(family)).encode()
+
+
+def path_for(family: str, directory: Path = CORPUS_DIR) -> Path:
+    return directory / f"{family}.jsonl.xz"
+
+
+def read_text(path: Path) -> bytes:
+    return lzma.decompress(path.read_bytes())
+
+
+def write_family(family: str, text: bytes, directory: Path = CORPUS_DIR) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    path_for(family, directory).write_bytes(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
+
+
+def manifest(texts: dict[str, bytes]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generator": GENERATOR,
+        "families": {
+            name: {"file": path_for(name, Path(".")).name,
+                   "vectors": text.count(b"\n"),
+                   "events": sum(len(json.loads(line)["events"])
+                                 for line in text.splitlines()),
+                   "sha256": hashlib.sha256(text).hexdigest()}
+            for name, text in texts.items()
+        },
+    }
+
+
+def load(families: list[str] | None = None,
+         directory: Path = CORPUS_DIR) -> Iterator[dict[str, Any]]:
+    """The committed vectors, decoded, family by family."""
+    for family in families or family_names():
+        for line in read_text(path_for(family, directory)).splitlines():
+            yield json.loads(line)
