@@ -10,8 +10,8 @@ and acts on the answers. Its own job is the I/O around them. Four tasks share on
   starts the group: one engine request per candidate (``Group`` decides when it is complete,
   failed, or which surplus candidates to abort);
 * completion (inside each group's task): reward each finished candidate; ``occupy`` a complete
-  group, then ``filter`` it at once if its rewards carry no gradient; ``abort`` a group whose
-  candidates failed or whose reward function raised;
+  group; ``abort`` one whose rewards carry no gradient (known before placement), whose
+  candidates failed, or whose reward function raised;
 * trainer: ``consume`` a READY batch, train, export weights, sync them into the engine and
   ``publish``;
 * watchdog: the unit timeout and the STUCK timeout (``release_stuck``), measured by ``clock``.
@@ -251,13 +251,15 @@ class Driver:
 
     def _complete_group(self, g: GroupRun) -> None:
         g.closed, g.fate = True, "finished"
-        placement = self.controller.occupy(g.unit_id)
-        self._log("occupy", g, slot=tuple(placement.slot))
-        self._dropped_by_controller(placement.aborted)
         rewards = [g.candidates[i].reward for i in g.group.committed]
         self.accounting.completed_rewards += rewards  # type: ignore[arg-type]
         if self.s.filter_zero_variance and max(rewards) == min(rewards):  # type: ignore
-            removal = self.controller.filter(g.unit_id)
+            # Known useless before placement (rewards come before occupy, source 7.4), so its
+            # reservation is dropped (source 7.2: a unit found faulty) rather than occupied and
+            # then filtered: occupying could complete a buffer and, under batch-level
+            # oversampling, close spare slots and abort other groups' reservations for a group
+            # that is dropped a moment later.
+            removal = self.controller.abort(g.unit_id)
             g.fate = "filtered"
             self.counts["filtered"] += 1
             self.groups.pop(g.unit_id, None)
@@ -265,6 +267,9 @@ class Driver:
             self._dropped_by_controller(removal.aborted)
             self._count_dropped()
         else:
+            placement = self.controller.occupy(g.unit_id)
+            self._log("occupy", g, slot=tuple(placement.slot))
+            self._dropped_by_controller(placement.aborted)
             self._dropped_in_a_row = 0
         self._check()
         self._notify()
