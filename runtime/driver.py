@@ -34,44 +34,77 @@ import asyncio
 import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from reserve_occupy import Batch, BufferStatus, Group, StalenessController, UnitState
+from reserve_occupy import (
+    Batch,
+    BufferStatus,
+    Group,
+    StalenessController,
+    UnitError,
+    UnitState,
+)
 
 from .accounting import Accounting
 from .clock import Clock, MonotonicClock
+from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
 from .tasks.base import Prompt, RewardFn
 from .trainer.base import GroupSample, Sample, TrainBatch, Trainer
-from .units import CandidateRun, DriverSettings, GroupRun, StepRecord
+from .units import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
+
+
+class Persistence(Protocol):
+    """Durability hooks (``runtime.recovery.durable.RunStore``): the driver calls them at the
+    points where docs/recovery.md says what must be on disk."""
+
+    def group_finished(self, g: GroupRun) -> None:
+        """Before the group's ``occupy`` is logged: its trajectory must be durable."""
+
+    async def before_publish(self, version: int, batch: Batch) -> None:
+        """After ``batch`` trained and its weights were exported, before ``publish``."""
 
 
 class Driver:
     def __init__(self, settings: DriverSettings, rollout: Rollout, trainer: Trainer,
                  reward_fn: RewardFn, prompts: Sequence[Prompt], clock: Clock | None = None,
                  on_step: Callable[[StepRecord], None] | None = None,
-                 after_step: Callable[[StepRecord], Awaitable[None]] | None = None) -> None:
+                 after_step: Callable[[StepRecord], Awaitable[None]] | None = None,
+                 controller: StalenessController | None = None,
+                 resume: ResumePoint | None = None,
+                 persist: Persistence | None = None) -> None:
         """``on_step`` sees each step's record; ``after_step`` is awaited after it, in the
-        trainer loop (a checkpoint save, say), so the next consume waits for it."""
+        trainer loop (a checkpoint save, say), so the next consume waits for it.
+
+        ``controller`` (a ``JournaledController``, whose operations take ``meta``) and
+        ``resume`` continue a recovered run; ``persist`` makes the run durable."""
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
-        self.controller = StalenessController(settings.controller_config())
+        self.controller = controller if controller is not None else JournaledController(
+            settings.controller_config())
+        self.persist = persist
+        resume = resume or ResumePoint()
         self.rollout, self.trainer, self.reward_fn = rollout, trainer, reward_fn
         self.prompts = list(prompts)
         self.clock = clock or MonotonicClock()
         self.on_step, self.after_step = on_step, after_step
-        self.engine_version = 0  # the weights the engine runs (publish moves both together)
-        self.groups: dict[Any, GroupRun] = {}  # admitted, not yet consumed or dropped
+        # the weights the engine runs (publish moves both together)
+        self.engine_version = self.controller.version
+        self.groups: dict[Any, GroupRun] = dict(resume.groups)  # admitted, not yet consumed
+        self.start_step = resume.step
         self.records: list[StepRecord] = []
         self.trace: list[dict[str, Any]] = []  # driver-side events, for tests and debugging
         self.counts = dict.fromkeys(
-            ("admitted", "aborted", "filtered", "resumed", "released_stuck"), 0)
+            ("admitted", "aborted", "filtered", "resumed", "released_stuck", "rejected"), 0)
         self._change = asyncio.Event()
         self._open = asyncio.Event()  # cleared while weights sync: nothing new may start
         self._running: dict[str, CandidateRun] = {}
         self._order: list[int] = []
-        self._seq = 0
+        self._order_epoch = -1
+        self._seq = resume.next_seq
+        self._draws = resume.draws  # prompts drawn from the shuffled stream so far
+        self._readmit = list(resume.readmit)  # prompts of units a crash lost: admitted first
         self.accounting = Accounting(self.clock)
         self._dropped_in_a_row = 0
         self._last_error = ""
@@ -136,32 +169,46 @@ class Driver:
 
     async def _admission_loop(self) -> None:
         while True:
-            prompt = self._next_prompt()
+            prompt, meta = self._next_prompt()
             unit_id = f"g{self._seq}"
             while True:
                 await self._wait_open()
                 change = self._change
-                reservation = self.controller.reserve(unit_id)
+                reservation = self.controller.reserve(unit_id, meta=meta)
                 if reservation is not None:
                     break
                 await change.wait()
+            if self._readmit and meta.get("readmit_of") == self._readmit[0][1]:
+                self._readmit.pop(0)
+            else:
+                self._draws += 1
             self._check()
             g = GroupRun(unit_id, self._seq, prompt, self.rollout.tokenizer.encode(prompt.text),
                          reservation.v_traj, self.clock.now(),
                          Group(unit_id, self.s.group_size, self.s.n_candidates),
-                         [CandidateRun(i) for i in range(self.s.n_candidates)])
+                         [CandidateRun(i) for i in range(self.s.n_candidates)],
+                         prompt_position=meta["prompt"])
             self._seq += 1
             self.counts["admitted"] += 1
             self.groups[unit_id] = g
             g.task = self._spawn(self._run_group(g))
             self._notify()
 
-    def _next_prompt(self) -> Prompt:
-        if not self._order:  # a new epoch, shuffled reproducibly
-            epoch = self._seq // len(self.prompts)
-            self._order = list(range(len(self.prompts)))
+    def _next_prompt(self) -> tuple[Prompt, dict[str, Any]]:
+        """The next prompt and the ``meta`` its reservation is logged with: its position in
+        ``prompts`` (recovery re-admits the prompt of a unit a crash lost) and, for a prompt
+        from the stream, the draw number (recovery continues the stream after it)."""
+        if self._readmit:
+            position, lost = self._readmit[0]
+            return self.prompts[position], {"prompt": position, "readmit_of": lost}
+        n, size = self._draws, len(self.prompts)
+        epoch = n // size
+        if epoch != self._order_epoch:  # a new epoch, shuffled reproducibly
+            self._order = list(range(size))
             random.Random(self.s.seed * 7919 + epoch).shuffle(self._order)
-        return self.prompts[self._order.pop()]
+            self._order_epoch = epoch
+        position = self._order[size - 1 - n % size]  # consumed from the end, as pop() did
+        return self.prompts[position], {"prompt": position, "draw": n}
 
     # ------------------------------------------------------------------ groups ---------------
 
@@ -259,7 +306,7 @@ class Driver:
             # then filtered: occupying could complete a buffer and, under batch-level
             # oversampling, close spare slots and abort other groups' reservations for a group
             # that is dropped a moment later.
-            removal = self.controller.abort(g.unit_id)
+            removal = self.controller.abort(g.unit_id, meta={"reason": "no_gradient"})
             g.fate = "filtered"
             self.counts["filtered"] += 1
             self.groups.pop(g.unit_id, None)
@@ -267,12 +314,39 @@ class Driver:
             self._dropped_by_controller(removal.aborted)
             self._count_dropped()
         else:
+            if self.persist is not None:  # the data is durable before the log says FINISHED
+                self.persist.group_finished(g)
             placement = self.controller.occupy(g.unit_id)
             self._log("occupy", g, slot=tuple(placement.slot))
             self._dropped_by_controller(placement.aborted)
             self._dropped_in_a_row = 0
         self._check()
         self._notify()
+
+    def deliver_completion(self, unit_id: Any) -> bool:
+        """A completion message for ``unit_id`` from outside the group's own task: a remote
+        worker's report, a retry delivered twice, a report from before a restart. The group
+        task places its own group; any other message is rejected and changes nothing. A
+        message for a group still generating is premature (the driver holds its data and knows
+        it is incomplete); every other one goes to the controller, whose typed errors reject it
+        (``UnknownUnit``: never admitted; ``IllegalUnitState``: already finished, consumed,
+        aborted or filtered). Rejections are counted and logged in the driver's trace."""
+        g = self.groups.get(unit_id)
+        if g is not None and g.fate == "in_flight":
+            self._reject(unit_id, "premature", f"group {unit_id!r} is still generating")
+            return False
+        try:
+            self.controller.occupy(unit_id)
+        except UnitError as exc:
+            self._reject(unit_id, type(exc).__name__, str(exc))
+            return False
+        raise RuntimeError(f"the controller accepted a completion message for {unit_id!r}, "
+                           f"which the driver is not generating: driver and controller disagree")
+
+    def _reject(self, unit_id: Any, error: str, detail: str) -> None:
+        self.counts["rejected"] += 1
+        self.trace.append({"t": self.accounting.elapsed(), "event": "rejected_completion",
+                           "unit": unit_id, "error": error, "detail": detail})
 
     def _count_dropped(self) -> None:
         self._dropped_in_a_row += 1
@@ -287,7 +361,7 @@ class Driver:
     def _abort_group(self, g: GroupRun, reason: str) -> None:
         """Drop a group: tell the controller (if it still holds it) and stop its requests."""
         if not g.closed and self.controller.unit_state(g.unit_id) is UnitState.IN_FLIGHT:
-            removal = self.controller.abort(g.unit_id)
+            removal = self.controller.abort(g.unit_id, meta={"reason": reason})
             self._dropped_by_controller(removal.aborted)
         self._close_aborted(g, reason)
         self._check()
@@ -321,7 +395,7 @@ class Driver:
     # ------------------------------------------------------------------ trainer --------------
 
     async def _trainer_loop(self) -> None:
-        for step in range(self.s.steps):
+        for step in range(self.start_step, self.s.steps):
             t_wait = self.clock.now()
             self._waiting_since = t_wait
             self._update_stuck()
@@ -338,6 +412,8 @@ class Driver:
             train_batch = self._assemble(batch)
             metrics = await self.trainer.train_step(train_batch)
             weights = await self.trainer.export_weights(batch.version + 1)
+            if self.persist is not None:  # a trainer checkpoint, before the version is public
+                await self.persist.before_publish(batch.version + 1, batch)
             t_sync = self.clock.now()
             await self._sync_weights(weights)
             t_end = self.clock.now()
@@ -350,19 +426,10 @@ class Driver:
                 await self.after_step(record)
 
     def _assemble(self, batch: Batch) -> TrainBatch:
-        groups = []
+        train_batch = assemble(batch, self.groups)
         for unit in batch.units:
-            g = self.groups.pop(unit.unit_id)
-            g.fate = "consumed"
-            samples = []
-            for i in g.group.committed:
-                c = g.candidates[i]
-                samples.append(Sample(tuple(c.token_ids), tuple(c.logprobs), tuple(c.versions),
-                                      float(c.reward), c.finish_reason or "", c.segments,
-                                      c.index))
-            groups.append(GroupSample(unit.unit_id, g.prompt.index, tuple(g.prompt_ids),
-                                      unit.v_traj, unit.staleness, tuple(samples)))
-        return TrainBatch(batch.version, tuple(groups))
+            self.groups.pop(unit.unit_id).fate = "consumed"
+        return train_batch
 
     async def _sync_weights(self, weights: Any) -> None:
         """Pause (ending every running request), load, publish, resume. Between the pause and
@@ -411,10 +478,12 @@ class Driver:
     def _release_overdue(self) -> None:
         now = self.clock.now()
         for g in list(self.groups.values()):
-            if not g.closed and now - g.admitted_at >= self.s.unit_timeout_s:
+            # Compared as in _next_deadline (a sum, not a difference): with floats,
+            # now - t0 >= d can be false at now == t0 + d, and the watchdog would spin.
+            if not g.closed and now >= g.admitted_at + self.s.unit_timeout_s:
                 self._abort_group(g, "timeout")
-        if self._stuck_since is not None and now - self._stuck_since >= self.s.stuck_timeout_s:
-            released = self.controller.release_stuck()
+        if self._stuck_since is not None and now >= self._stuck_since + self.s.stuck_timeout_s:
+            released = self.controller.release_stuck(meta={"reason": "stuck_timeout"})
             self.counts["released_stuck"] += len(released)
             self.trace.append({"t": self.accounting.elapsed(), "event": "release_stuck",
                                "units": list(released)})
@@ -460,3 +529,17 @@ class Driver:
             row["candidate"] = c.index
         row.update(extra)
         self.trace.append(row)
+
+
+def assemble(batch: Batch, groups: dict[Any, GroupRun]) -> TrainBatch:
+    """The trainer's view of a consumed batch: each unit's committed samples, in the batch's
+    order, with the controller's ``v_traj`` and staleness (recovery rebuilds batches with it)."""
+    out = []
+    for unit in batch.units:
+        g = groups[unit.unit_id]
+        samples = tuple(Sample(tuple(c.token_ids), tuple(c.logprobs), tuple(c.versions),
+                               float(c.reward), c.finish_reason or "", c.segments, c.index)
+                        for c in (g.candidates[i] for i in g.group.committed))
+        out.append(GroupSample(unit.unit_id, g.prompt.index, tuple(g.prompt_ids), unit.v_traj,
+                               unit.staleness, samples))
+    return TrainBatch(batch.version, tuple(out))

@@ -75,6 +75,7 @@ class GroupRun:
     closed: bool = False  # completed or aborted: later candidate reports are ignored
     fate: str = "in_flight"  # in_flight, finished, filtered, aborted:<reason>, consumed
     task: asyncio.Task[Any] | None = None
+    prompt_position: int = -1  # index into the driver's prompt list (recovery re-admits it)
 
 
 @dataclass
@@ -98,3 +99,17 @@ class StepRecord:
     trainer_idle: float  # cumulative fractions of wall time so far
     rollout_idle: float
     counts: dict[str, int]  # cumulative: admitted, aborted, filtered, resumed, released_stuck
+
+
+@dataclass
+class ResumePoint:
+    """Where a recovered run continues (built by ``runtime.recovery.resume``): the driver
+    starts its unit ids at ``next_seq``, has drawn ``draws`` prompts from its shuffled stream,
+    admits the ``readmit`` prompts (of units lost in a crash: (prompt position, lost unit)) before
+    any new one, holds the FINISHED units' data in ``groups`` and has trained ``step`` steps."""
+
+    next_seq: int = 0
+    draws: int = 0
+    readmit: list[tuple[int, UnitId]] = field(default_factory=list)
+    groups: dict[UnitId, GroupRun] = field(default_factory=dict)
+    step: int = 0

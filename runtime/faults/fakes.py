@@ -1,0 +1,178 @@
+"""The fault harness's engine, trainer and crash switch, all on a virtual clock.
+
+* ``CrashableRollout``: the scripted ``FakeRollout`` that can crash (every running request fails
+  with ``EngineCrashed``; later requests too) and that takes its weight version from the weights
+  it loads, so a replacement engine or a recovered run serves exactly the version it was given.
+  Its log-probabilities encode the version (``-0.5 - 0.1 * version``), so the checks can tell,
+  token by token, which weights produced a token.
+* ``HashTrainer``: a trainer whose "weights" are a hash chain over the batches it trained (unit
+  ids, tokens, versions, rewards) and its step count. A crash-free run and a crashed-and-recovered
+  run that trained the same batches in the same order end with the same digest; a lost, doubled
+  or reordered batch changes it. Checkpoints are small JSON files.
+* ``Crash``: the process-crash switch. Every durable write (log line, trajectory file, checkpoint)
+  passes its ``guard``; at the scheduled write it kills the "process": optionally writes a torn
+  prefix, then raises ``SimulatedCrash``, and every later write of that incarnation raises too,
+  like writes of a dead process that never happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..clock import Clock
+from ..rollout.base import GenerationRequest, Segment
+from ..rollout.fake import FakeRollout, Plan
+from ..rollout.pool import EngineCrashed
+from ..trainer.base import TrainBatch
+
+
+class SimulatedCrash(BaseException):
+    """The simulated process died here. A ``BaseException`` so that no ``except Exception`` in
+    the code under test can swallow it, as nothing catches a real SIGKILL."""
+
+
+@dataclass(frozen=True)
+class Weights:
+    version: int
+    digest: str
+
+
+def behaviour_logprob(version: int) -> float:
+    return -0.5 - 0.1 * version
+
+
+class CrashableRollout(FakeRollout):
+    def __init__(self, clock: Clock, script: Callable[[GenerationRequest, int], Plan],
+                 name: str = "engine") -> None:
+        super().__init__(clock, script)
+        self.name = name
+        self.dead = False
+        self.weights: Weights | None = None
+
+    async def generate(self, request: GenerationRequest) -> Segment:
+        if self.dead:
+            raise EngineCrashed(f"{self.name} is dead")
+        seg = await super().generate(request)
+        if self.dead:  # it crashed while this request ran: the request's tokens are gone
+            raise EngineCrashed(f"{self.name} crashed while serving {request.request_id}")
+        return seg
+
+    def crash(self) -> None:
+        self.dead = True
+        for act in self._active.values():
+            act.aborted.set()
+
+    async def load_weights(self, weights: Any) -> None:  # type: ignore[override]
+        if not self.paused:
+            raise RuntimeError("load_weights outside pause")
+        if self.dead:
+            raise EngineCrashed(f"{self.name} is dead")
+        self.loaded.append((self.clock.now(), weights))
+        self.weights = weights
+        self.version = weights.version
+
+
+def batch_digest(batch: TrainBatch) -> str:
+    """A canonical digest of what a batch trains on."""
+    rows = [batch.version]
+    for g in batch.groups:
+        rows.append([g.unit_id, g.v_traj, g.staleness, list(g.prompt_ids),
+                     [[list(s.token_ids), list(s.versions), s.reward, s.candidate]
+                      for s in g.samples]])
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+
+def chain(digest: str, batch_hash: str) -> str:
+    return hashlib.sha256(f"{digest}/{batch_hash}".encode()).hexdigest()[:16]
+
+
+INITIAL = "initial"
+
+
+class HashTrainer:
+    """See the module docstring. ``crash_at`` maps a call ("train", "export", "save") and its
+    ordinal in this incarnation to a crash: the harness's trainer crashes."""
+
+    def __init__(self, clock: Clock, train_s: float, crash: Crash) -> None:
+        self.clock, self.train_s, self.crash = clock, train_s, crash
+        self.steps = 0
+        self.digest = INITIAL
+        self.batches: list[TrainBatch] = []  # every batch this incarnation trained
+        self.calls: dict[str, int] = {}
+
+    def _call(self, what: str) -> None:
+        n = self.calls[what] = self.calls.get(what, 0) + 1
+        self.crash.trainer_call(what, n)
+
+    async def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        self._call("train")
+        if batch.version != self.steps:
+            raise AssertionError(f"trainer at version {self.steps} was given batch "
+                                 f"{batch.version}")
+        for _, s in batch.samples:
+            if s.reward != s.reward:  # NaN
+                raise AssertionError(f"batch {batch.version} holds a NaN reward")
+        await self.clock.sleep(self.train_s)
+        self.crash.trainer_call("train-end", self.calls["train"])
+        self.batches.append(batch)
+        self.digest = chain(self.digest, batch_digest(batch))
+        self.steps += 1
+        return {"loss": 0.0}
+
+    async def export_weights(self, version: int) -> Weights:
+        self._call("export")
+        if version != self.steps:
+            raise AssertionError(f"asked to export version {version}, but the trainer has "
+                                 f"trained {self.steps} batches")
+        return Weights(version, self.digest)
+
+    async def save_checkpoint(self, path: Path) -> None:
+        self._call("save")
+        (path / "trainer.json").write_text(json.dumps({"steps": self.steps,
+                                                       "digest": self.digest}))
+        await asyncio.sleep(0)
+
+    async def load_checkpoint(self, path: Path) -> None:
+        state = json.loads((path / "trainer.json").read_text())
+        self.steps, self.digest = state["steps"], state["digest"]
+
+
+@dataclass
+class Crash:
+    """When this incarnation dies: at durable write number ``at_write`` (1-based, counted over
+    log lines, trajectory files, checkpoint saves and commits, deletions), tearing a log line
+    after ``torn`` characters when set; or at the trainer call ``(what, n)``."""
+
+    at_write: int | None = None
+    torn: int | None = None
+    trainer: tuple[str, int] | None = None
+    writes: int = 0
+    dead: bool = False
+    where: str = ""
+    kinds: list[str] = field(default_factory=list)
+
+    def die(self, where: str) -> None:
+        self.dead, self.where = True, where
+        raise SimulatedCrash(where)
+
+    def guard(self, kind: str, detail: str, partial: Callable[[int], None]) -> None:
+        if self.dead:
+            raise SimulatedCrash(f"write after the crash ({kind})")
+        self.writes += 1
+        self.kinds.append(kind)
+        if self.at_write is not None and self.writes >= self.at_write:
+            if self.torn is not None and kind == "log":
+                partial(min(self.torn, max(0, len(detail) - 1)))
+            self.die(f"before write {self.writes} ({kind} {detail[:40]!r})")
+
+    def trainer_call(self, what: str, n: int) -> None:
+        if self.dead:
+            raise SimulatedCrash("trainer call after the crash")
+        if self.trainer == (what, n):
+            self.die(f"trainer {what} #{n}")

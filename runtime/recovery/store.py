@@ -1,0 +1,188 @@
+"""Durable files of a run besides the event log: finished trajectories and trainer checkpoints.
+
+Both are written so that a crash at any instant leaves either the old state or the new one:
+
+* ``TrajectoryStore``: one JSON file per finished unit (``trajectories/<unit>.json``), written
+  to a temporary name, fsynced (when asked) and renamed into place *before* the unit's
+  ``occupy`` is logged. A unit FINISHED in the log therefore always has its file; a file whose
+  unit is not FINISHED in the log is an orphan of a crash (or of a consumed unit whose deletion
+  was interrupted) and recovery deletes it.
+* ``Checkpoints``: the trainer saves into ``checkpoints/.tmp-step-N``; ``COMMIT.json`` is written
+  last, everything is fsynced, and the directory is renamed to ``checkpoints/step-N``. Only
+  renamed directories with a ``COMMIT.json`` count; a crash mid-save leaves a ``.tmp-`` directory
+  that recovery deletes.
+
+Every write first calls ``guard(kind, detail, partial)`` when one is set: the fault-injection
+harness uses it to crash the "process" between (or inside) any two durable writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from reserve_occupy import UnitId
+
+from .journal import Guard
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unit_filename(unit_id: UnitId) -> str:
+    """``g12`` -> ``s-g12.json``, ``12`` -> ``i-12.json``: ids of both types stay distinct."""
+    if isinstance(unit_id, int):
+        return f"i-{unit_id}.json"
+    return f"s-{quote(unit_id, safe='')}.json"
+
+
+def unit_from_filename(name: str) -> UnitId | None:
+    if not name.endswith(".json"):
+        return None
+    stem = name[:-5]
+    if stem.startswith("i-"):
+        try:
+            return int(stem[2:])
+        except ValueError:
+            return None
+    if stem.startswith("s-"):
+        return unquote(stem[2:])
+    return None
+
+
+class TrajectoryStore:
+    def __init__(self, root: Path, fsync: bool = True, guard: Guard | None = None) -> None:
+        self.root = root
+        self.fsync = fsync
+        self.guard = guard
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, unit_id: UnitId) -> Path:
+        return self.root / unit_filename(unit_id)
+
+    def save(self, unit_id: UnitId, record: dict[str, Any]) -> None:
+        text = json.dumps(record, separators=(",", ":"))
+        final = self.path(unit_id)
+        tmp = final.with_name(final.name + ".tmp")
+        if self.guard is not None:
+            self.guard("trajectory", str(unit_id), lambda n: tmp.write_text(text[:n]))
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+        if self.fsync:
+            _fsync_dir(self.root)
+
+    def load(self, unit_id: UnitId) -> dict[str, Any] | None:
+        """The unit's record, or None if there is no complete file for it."""
+        try:
+            return json.loads(self.path(unit_id).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+
+    def delete(self, unit_id: UnitId) -> None:
+        if self.guard is not None:
+            self.guard("delete", str(unit_id), lambda n: None)
+        try:
+            self.path(unit_id).unlink()
+        except FileNotFoundError:
+            pass
+
+    def units(self) -> list[UnitId]:
+        """Units with a complete file (temporary files of interrupted writes are not listed)."""
+        out = []
+        for p in sorted(self.root.iterdir()):
+            unit = unit_from_filename(p.name)
+            if unit is not None:
+                out.append(unit)
+        return out
+
+    def remove_partial(self) -> int:
+        """Delete the temporary files of interrupted writes; returns how many."""
+        n = 0
+        for p in self.root.glob("*.tmp"):
+            p.unlink(missing_ok=True)
+            n += 1
+        return n
+
+
+class Checkpoints:
+    """Trainer checkpoints committed by rename; ``keep`` most recent are kept."""
+
+    def __init__(self, root: Path, keep: int = 2, fsync: bool = True,
+                 guard: Guard | None = None) -> None:
+        self.root = root
+        self.keep = max(1, keep)
+        self.fsync = fsync
+        self.guard = guard
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, step: int) -> Path:
+        return self.root / f"step-{step:06d}"
+
+    async def commit(self, step: int, save: Callable[[Path], Awaitable[None]],
+                     meta: dict[str, Any]) -> Path:
+        """Save a checkpoint of ``step`` published versions' worth of training, atomically."""
+        tmp = self.root / f".tmp-step-{step:06d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        if self.guard is not None:
+            self.guard("checkpoint", str(step), lambda n: None)
+        await save(tmp)
+        (tmp / "COMMIT.json").write_text(json.dumps({"step": step, **meta}))
+        if self.fsync:
+            for p in tmp.rglob("*"):
+                if p.is_file():
+                    with p.open("rb") as f:
+                        os.fsync(f.fileno())
+            _fsync_dir(tmp)
+        final = self.path(step)
+        if self.guard is not None:
+            self.guard("checkpoint-commit", str(step), lambda n: None)
+        if final.exists():  # a checkpoint of the same step from an earlier incarnation
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        if self.fsync:
+            _fsync_dir(self.root)
+        self.prune()
+        return final
+
+    def committed(self) -> list[int]:
+        steps = []
+        for p in self.root.iterdir():
+            if p.name.startswith("step-") and (p / "COMMIT.json").is_file():
+                try:
+                    steps.append(int(p.name[5:]))
+                except ValueError:
+                    continue
+        return sorted(steps)
+
+    def latest(self) -> tuple[int, Path] | None:
+        steps = self.committed()
+        return (steps[-1], self.path(steps[-1])) if steps else None
+
+    def meta(self, step: int) -> dict[str, Any]:
+        return json.loads((self.path(step) / "COMMIT.json").read_text())
+
+    def prune(self) -> None:
+        for step in self.committed()[:-self.keep]:
+            shutil.rmtree(self.path(step), ignore_errors=True)
+
+    def remove_partial(self) -> int:
+        n = 0
+        for p in self.root.glob(".tmp-step-*"):
+            shutil.rmtree(p, ignore_errors=True)
+            n += 1
+        return n
