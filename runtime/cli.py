@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("runtime.sim.cli", "simulate the protocol against the baselines on a trace"),
     "check-trace": ("runtime.porting.check_trace", "check another implementation's trace"),
     "conformance": ("runtime.porting.conformance", "run or regenerate the conformance vectors"),
+    "faults": ("runtime.faults.cli", "run seeded fault-injection schedules (crashes, restarts)"),
 }
 
 PROG = "reserve-occupy"

@@ -59,7 +59,11 @@ class RewardConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    backend: Literal["vllm"] = "vllm"
+    # vllm: the real engine. fake: the scripted engine of runtime/rollout/fake.py on the real
+    # clock (pipeline and recovery tests without vLLM; its tokens are random digits).
+    backend: Literal["vllm", "fake"] = "vllm"
+    engines: int = Field(1, ge=1)  # rollout engines (an EnginePool when > 1, or on Ray)
+    fake_token_s: float = Field(0.002, gt=0)  # the fake engine's seconds per token
     max_tokens: int = Field(8, ge=1)
     temperature: float = Field(1.0, gt=0)
     ignore_eos: bool = False
@@ -113,7 +117,28 @@ class TrainerConfig(_Section):
     threads: int | None = Field(None, ge=1)
 
 
+class RecoveryConfig(_Section):
+    """Crash recovery (docs/recovery.md): the event log, the trajectory store and trainer
+    checkpoints in run.output_dir, which ``train --resume DIR`` continues from."""
+
+    enabled: bool = True
+    checkpoint_every: int = Field(10, ge=0)  # trainer checkpoint before every Nth publish
+    keep_checkpoints: int = Field(2, ge=1)
+    fsync: bool = True  # survive machine crashes too (process crashes need only the flush)
+
+
+class RayConfig(_Section):
+    """``run.backend: ray`` (docs/ray.md): engines and the trainer as Ray actors."""
+
+    address: str | None = None  # an existing cluster ("auto", "ray://..."); null: start one
+    num_cpus: int | None = Field(None, ge=1)  # for a local cluster started here
+    engine_resources: dict[str, float] = {"num_cpus": 1}  # per engine actor
+    trainer_resources: dict[str, float] = {"num_cpus": 1}
+    max_engine_restarts: int = Field(3, ge=0)  # replacements for crashed engine actors
+
+
 class RunConfig(_Section):
+    backend: Literal["local", "ray"] = "local"  # in-process, or actors on a Ray cluster
     steps: int = Field(60, ge=1)
     seed: int = 0
     output_dir: str = "out/runtime/demo"
@@ -138,6 +163,8 @@ class TrainConfig(_Section):
     timeouts: TimeoutConfig = TimeoutConfig()
     trainer: TrainerConfig = TrainerConfig()
     run: RunConfig = RunConfig()
+    recovery: RecoveryConfig = RecoveryConfig()
+    ray: RayConfig = RayConfig()
 
     def driver_settings(self) -> DriverSettings:
         s, r, t = self.staleness, self.rollout, self.timeouts

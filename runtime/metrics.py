@@ -55,17 +55,26 @@ class MetricsSink:
     """The driver's ``on_step`` callback: writes each step and advances the progress bar."""
 
     def __init__(self, out_dir: Path, total_steps: int, progress: bool = True,
-                 tensorboard: bool = False) -> None:
+                 tensorboard: bool = False, append: bool = False) -> None:
+        """``append``: a resumed run adds to the rows its earlier incarnations wrote."""
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / "metrics.jsonl"
-        self._file = self.path.open("w")
         self.rows: list[dict[str, Any]] = []
+        if append and self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    self.rows.append(json.loads(line))
+                except json.JSONDecodeError:  # a row the crash cut short
+                    continue
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        self._file = self.path.open("a" if append else "w")
         self._prev: StepRecord | None = None
         self._bar = None
         if progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total_steps, desc="train", unit="step", dynamic_ncols=True)
+            self._bar = tqdm(total=total_steps, desc="train", unit="step", dynamic_ncols=True,
+                             initial=len(self.rows))
         self._tb = None
         if tensorboard:
             try:

@@ -89,13 +89,49 @@ def check_lengths(model_path: Path, prompts: Sequence[Prompt], max_tokens: int,
                          f"{max_tokens} it exceeds rollout.max_model_len {max_model_len}")
 
 
-def build_rollout(cfg: TrainConfig, model_path: Path) -> Rollout:
+def build_engine(cfg: TrainConfig, model_path: Path) -> Rollout:
+    """One in-process engine of ``rollout.backend``."""
+    r = cfg.rollout
+    if r.backend == "fake":
+        from .clock import MonotonicClock
+        from .rollout.fake import FakeRollout, random_script
+
+        return FakeRollout(MonotonicClock(), random_script(cfg.run.seed, r.fake_token_s,
+                                                           max_len=r.max_tokens))
     from .rollout.vllm_engine import VLLMRollout
 
-    r = cfg.rollout
     return VLLMRollout(model_path, max_model_len=r.max_model_len, max_num_seqs=r.max_num_seqs,
                        dtype=r.dtype, seed=cfg.run.seed, kv_cache_gib=r.kv_cache_gib,
                        gpu_memory_utilization=r.gpu_memory_utilization, extra=r.engine_args)
+
+
+def build_rollout(cfg: TrainConfig, model_path: Path) -> Rollout:
+    """The in-process rollout: one engine, or a pool of ``rollout.engines`` (a crashed engine
+    is replaced)."""
+    if cfg.rollout.engines == 1:
+        return build_engine(cfg, model_path)
+    from .rollout.pool import EnginePool
+
+    async def restart(index: int) -> Rollout:
+        return build_engine(cfg, model_path)
+
+    return EnginePool([build_engine(cfg, model_path) for _ in range(cfg.rollout.engines)],
+                      restart)
+
+
+def recovery_settings(cfg: TrainConfig) -> Any:
+    from .recovery.durable import RecoverySettings
+
+    r = cfg.recovery
+    return RecoverySettings(r.enabled, r.checkpoint_every, r.keep_checkpoints, r.fsync)
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run directory with an event log (``--resume`` continues it) rather than a plain
+    trainer checkpoint (``--resume`` starts a new run from its weights)."""
+    from .recovery.durable import LOG_NAME
+
+    return (path / LOG_NAME).is_file()
 
 
 async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Prompt],
@@ -108,30 +144,65 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     With ``rollout`` given, the engine is borrowed (its weights are reset to ``model_path``
     first, and it is left running); otherwise one is started and closed here. ``driver_hook``
     sees the driver before it runs (tests use it to inspect or instrument the run).
-    """
-    from .trainer.grpo import GRPOTrainer
 
+    ``resume``: a run directory with an event log continues that run in place (crash
+    recovery, docs/recovery.md; ``out_dir`` must be it); a trainer checkpoint directory starts
+    a new run from its weights and optimizer state.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
     train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
                                                 cfg.run.eval_holdout)
+    continuing = resume is not None and is_run_dir(resume)
+    if continuing and resume.resolve() != out_dir.resolve():  # type: ignore[union-attr]
+        raise ValueError(f"--resume {resume}: a run directory is continued in place; set "
+                         f"run.output_dir to it (or leave --output-dir out)")
     owned = rollout is None
     startup = 0.0
+    cluster = None
+    trainer: Any = None
     if rollout is None:
         t0 = time.perf_counter()
-        log("starting the vLLM engine ...")
-        rollout = build_rollout(cfg, model_path)
+        if cfg.run.backend == "ray":
+            from .ray_backend import RayBackend
+
+            log(f"starting {cfg.rollout.engines} engine actor(s) and the trainer on Ray ...")
+            cluster = await RayBackend.start(cfg, model_path, out_dir)
+            rollout, trainer = cluster.rollout, cluster.trainer
+        else:
+            log(f"starting the {cfg.rollout.backend} engine ...")
+            rollout = build_rollout(cfg, model_path)
         startup = time.perf_counter() - t0
         log(f"engine ready in {startup:.1f} s")
+    persist = None
     try:
-        trainer = GRPOTrainer(model_path, cfg.trainer, out_dir, cfg.rollout.temperature,
-                              seed=cfg.run.seed, keep_weights=cfg.run.keep_weights)
-        if resume is not None:
-            await trainer.load_checkpoint(resume)
-            log(f"resumed trainer state from {resume} ({trainer.steps} steps done)")
-            start_weights = await trainer.export_weights(0)
+        if trainer is None:
+            from .trainer.grpo import GRPOTrainer
+
+            trainer = GRPOTrainer(model_path, cfg.trainer, out_dir, cfg.rollout.temperature,
+                                  seed=cfg.run.seed, keep_weights=cfg.run.keep_weights)
+        controller = resume_point = None
+        start_weights: Any = model_path
+        if continuing:
+            from .recovery.resume import recover
+
+            rec = await recover(out_dir, cfg.driver_settings(), recovery_settings(cfg), trainer,
+                                train_prompts, log=log)
+            persist, controller, resume_point = rec.store, rec.controller, rec.resume
+            start_weights = rec.weights if rec.weights is not None else model_path
         else:
-            start_weights = model_path
+            if resume is not None:
+                await trainer.load_checkpoint(resume)
+                log(f"resumed trainer state from {resume} ({trainer.steps} steps done)")
+                start_weights = await trainer.export_weights(0)
+            if cfg.recovery.enabled:
+                from .recovery.durable import RunStore
+
+                persist, controller = RunStore.fresh(out_dir, trainer, recovery_settings(cfg),
+                                                     cfg.driver_settings().controller_config())
+                if resume is not None:  # recovery must not fall back to the base weights
+                    await persist.checkpoint(0)
+        (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))  # for --resume
         await rollout.pause()
         await rollout.load_weights(start_weights)
         await rollout.resume()
@@ -141,14 +212,16 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
         if before:
             log(f"evaluation reward before training: {before['reward']:.3f} "
                 f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
-        sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard)
+        sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
+                           append=continuing)
         async def checkpoint(record: Any) -> None:
             every = cfg.run.checkpoint_every
             if every and (record.step + 1) % every == 0:
                 await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
 
         driver = Driver(cfg.driver_settings(), rollout, trainer, reward_fn, train_prompts,
-                        on_step=sink, after_step=checkpoint)
+                        on_step=sink, after_step=checkpoint, controller=controller,
+                        resume=resume_point, persist=persist)
         if driver_hook is not None:
             driver_hook(driver)
         try:
@@ -169,8 +242,12 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
             indent=2, default=str))
         return result
     finally:
+        if persist is not None:
+            persist.close()
         if owned:
             await rollout.close()
+        if cluster is not None:
+            await cluster.close()
 
 
 def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path) -> None:

@@ -4,6 +4,8 @@
     reserve-occupy train --config FILE.yaml    # your model, data and settings
     reserve-occupy train --set run.steps=10 --set staleness.eta=0
     reserve-occupy train --config FILE --check # validate the config and data, then exit
+    reserve-occupy train --resume out/runtime/demo   # continue a crashed run where it stopped
+    reserve-occupy train --backend ray         # engines and trainer as Ray actors
 
 Exit status: 0 done, 2 invalid input (config, data, reward, model path; one clear message
 naming what is wrong, before any engine starts), 1 the run failed.
@@ -29,8 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, help="shorthand for --set run.steps=N")
     parser.add_argument("--eta", type=int, help="shorthand for --set staleness.eta=N")
     parser.add_argument("--output-dir", help="shorthand for --set run.output_dir=DIR")
-    parser.add_argument("--resume", metavar="DIR", help="start from a checkpoint directory "
-                                                        "(weights and optimizer state)")
+    parser.add_argument("--resume", metavar="DIR",
+                        help="a run directory (with events.jsonl): continue that crashed or "
+                             "stopped run in place, with its own config.json unless --config "
+                             "is given; a checkpoint directory: start a new run from its "
+                             "weights and optimizer state")
+    parser.add_argument("--backend", choices=("local", "ray"),
+                        help="shorthand for --set run.backend=local|ray")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--check", action="store_true",
                         help="validate the config, data and reward, print them, and exit")
@@ -46,7 +53,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         out[key.strip()] = yaml.safe_load(value)
     for key, value in (("run.steps", args.steps), ("staleness.eta", args.eta),
-                       ("run.output_dir", args.output_dir)):
+                       ("run.output_dir", args.output_dir), ("run.backend", args.backend)):
         if value is not None:
             out[key] = value
     if args.no_progress:
@@ -65,8 +72,23 @@ def run(args: argparse.Namespace) -> int:
     from .data import DataError, load_prompts
     from .tasks.base import RewardError, load_reward
 
+    from .session import is_run_dir
+
+    resume = Path(args.resume) if args.resume else None
+    config_path = args.config
+    continuing = resume is not None and is_run_dir(resume)
+    if resume is not None and not continuing and not (resume / "trainer_state.json").is_file():
+        return _fail(f"--resume {resume}: neither a run directory (no events.jsonl) nor a "
+                     f"checkpoint directory (no trainer_state.json)")
+    if continuing:
+        if args.output_dir and Path(args.output_dir).resolve() != resume.resolve():  # type: ignore
+            return _fail(f"--resume {resume} continues that run in place; --output-dir must be "
+                         f"the same directory or left out")
+        args.output_dir = str(resume)
+        if config_path is None and (resume / "config.json").is_file():  # type: ignore
+            config_path = str(resume / "config.json")  # type: ignore
     try:
-        cfg = load_config(args.config, _overrides(args))
+        cfg = load_config(config_path, _overrides(args))
         prompts = load_prompts(cfg.data.path, cfg.data.prompt_field, cfg.data.answer_field,
                                cfg.data.limit)
         reward = load_reward(cfg.reward.name, **cfg.reward.options)
@@ -81,9 +103,6 @@ def run(args: argparse.Namespace) -> int:
         if not (model_path / "config.json").is_file():
             return _fail(f"model.path {cfg.model.path}: not a local Hugging Face model "
                          f"directory (no config.json)")
-    resume = Path(args.resume) if args.resume else None
-    if resume is not None and not (resume / "trainer_state.json").is_file():
-        return _fail(f"--resume {resume}: not a checkpoint directory")
     if args.check:
         print(cfg.model_dump_json(indent=2))
         print(f"{len(prompts)} prompts, reward {cfg.reward.name}: OK")
@@ -97,6 +116,10 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     from transformers.utils import logging as hf_logging
 
     from .metrics import summary_table
+    from .recovery.journal import LogCorrupt
+    from .recovery.resume import RecoveryError
+
+    RecoveryFailed = (LogCorrupt, RecoveryError)
     from .models.tiny import TinySpec, ensure_tiny_model
     from .session import run_training
 
@@ -120,6 +143,9 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
         return 1
     except ValueError as exc:  # input found bad once the model's tokenizer could read it
         return _fail(str(exc))
+    except RecoveryFailed as exc:  # the run directory cannot be trusted: say why, no traceback
+        print(f"{PROG}: cannot resume {resume}: {exc}", file=sys.stderr)
+        return 1
     except RuntimeError as exc:  # the run stopped (dead engine, nothing trainable, ...)
         print(f"{PROG}: the run failed: {exc}", file=sys.stderr)
         return 1
