@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     n_driver = args.schedules - n_sim
     injected: Counter[str] = Counter()
     stats: Counter[str] = Counter()
+    did: Counter[str] = Counter()
     failures: list[tuple[Any, list[str], Any]] = []
     t0 = time.perf_counter()
     total = n_driver + n_sim
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         injected.update(out.injected)
         stats["checks"] += out.checks
         stats["restarts"] += out.incarnations - 1
+        did.update(out.recovery)
         if not out.ok:
             failures.append((schedule, out.violations, "driver"))
         done += 1
@@ -100,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         "first_seed": args.seed, "seconds": round(elapsed, 2),
         "schedules_per_s": round(total / elapsed, 1), "injected": dict(sorted(injected.items())),
         "restarts": stats["restarts"], "checks": stats["checks"],
+        "recovery": dict(sorted(did.items())),
         "violating_schedules": len(failures), "variant": args.variant,
     }
     _print_summary(summary)
@@ -124,7 +127,9 @@ def _print_summary(s: dict[str, Any]) -> None:
     print("faults injected, by kind:")
     for kind, n in s["injected"].items():
         print(f"  {kind:<24} {n:>7}")
-    print(f"restarts from the event log: {s['restarts']}")
+    print(f"restarts from the event log: {s['restarts']}; what the driver and recovery did:")
+    for what, n in s["recovery"].items():
+        print(f"  {what:<40} {n:>7}")
     print(f"invariant checks performed: {s['checks']:,}")
     print(f"schedules with violations: {s['violating_schedules']}")
 

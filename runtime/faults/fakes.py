@@ -154,6 +154,7 @@ class Crash:
     trainer: tuple[str, int] | None = None
     writes: int = 0
     dead: bool = False
+    tore: bool = False  # the crash left a torn log line
     where: str = ""
     kinds: list[str] = field(default_factory=list)
 
@@ -165,10 +166,14 @@ class Crash:
         if self.dead:
             raise SimulatedCrash(f"write after the crash ({kind})")
         self.writes += 1
+        if kind == "log":  # name the operation: "log:publish"
+            start = detail.find('"op":"') + 6
+            kind = "log:" + detail[start:detail.find('"', start)]
         self.kinds.append(kind)
         if self.at_write is not None and self.writes >= self.at_write:
-            if self.torn is not None and kind == "log":
+            if self.torn is not None and kind.startswith("log"):
                 partial(min(self.torn, max(0, len(detail) - 1)))
+                self.tore = True
             self.die(f"before write {self.writes} ({kind} {detail[:40]!r})")
 
     def trainer_call(self, what: str, n: int) -> None:

@@ -57,6 +57,7 @@ class Outcome:
     checks: int = 0
     incarnations: int = 0
     events: int = 0
+    recovery: Counter[str] = field(default_factory=Counter)  # what recoveries did
 
     @property
     def ok(self) -> bool:
@@ -108,6 +109,8 @@ class Run:
         self.nan_at = {f.target for f in schedule.faults if f.kind == "nan_reward"}
         self.rewards = 0
         self.now = 0.0
+        self.crash_log: list[Crash] = []  # each incarnation's switch (its writes' kinds)
+        self.reports: list[Any] = []  # each recovery's report
 
     def reward(self, prompt: Prompt, completion: str) -> float:
         self.rewards += 1
@@ -199,6 +202,15 @@ class Run:
                 trainer=trainer, prompts=PROMPTS, guard=crash.guard, check_every_op=True,
                 log=lambda _: None)
             cp.report = rec.report
+            self.reports.append(rec.report)
+            r, tally = rec.report, self.outcome.recovery
+            tally.update({"recoveries": 1, "finished units reloaded": len(r.finished),
+                          "in-flight units salvaged": len(r.salvaged),
+                          "in-flight units aborted as lost": len(r.lost),
+                          "finished units filtered (file lost)": len(r.missing),
+                          "batches retrained": len(r.retrained),
+                          "torn last lines dropped": int(bool(r.torn)),
+                          "training batches published": int(r.published)})
             store, controller, resume = rec.store, rec.controller, rec.resume
             weights = rec.weights or Weights(0, INITIAL)
         self.controller = controller
@@ -259,6 +271,7 @@ class Run:
         out = self.outcome
         for k in range(MAX_INCARNATIONS):
             crash = self._crash_for(k)
+            self.crash_log.append(crash)
             clock = VirtualClock(start=self.now)
             out.incarnations += 1
             self.controller = None
@@ -270,6 +283,8 @@ class Run:
                     out.violations.append(f"incarnation {k + 1} failed: {exc!r}")
                     return out
                 out.injected[self.restarts[k].kind] += 1
+                if crash.tore:
+                    out.injected["torn log line"] += 1
                 finished = False
             finally:
                 self.now = clock.now()
@@ -297,6 +312,10 @@ class Run:
         for e in getattr(self, "engines", []):
             self.ev.loads += [w for _, w in e.loaded]
             e.loaded = []
+        driver = getattr(self, "driver", None)
+        if driver is not None:
+            self.outcome.recovery["completion messages rejected"] += driver.counts["rejected"]
+            self.driver = None
         if self.controller is not None:
             self.outcome.checks += len(self.controller.events)
             self.outcome.events = len(self.controller.events)
