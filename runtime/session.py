@@ -138,7 +138,7 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
                        reward_fn: RewardFn, out_dir: Path, rollout: Rollout | None = None,
                        resume: Path | None = None, log: Callable[[str], None] = print,
                        driver_hook: Callable[[Driver], None] | None = None,
-                       ) -> TrainingResult:
+                       cluster: Any = None) -> TrainingResult:
     """Train ``cfg.run.steps`` steps and write the outputs to ``out_dir``.
 
     With ``rollout`` given, the engine is borrowed (its weights are reset to ``model_path``
@@ -148,6 +148,8 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     ``resume``: a run directory with an event log continues that run in place (crash
     recovery, docs/recovery.md; ``out_dir`` must be it); a trainer checkpoint directory starts
     a new run from its weights and optimizer state.
+
+    ``cluster``: a started ``RayBackend`` to borrow (its engines and trainer; left running).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
@@ -157,10 +159,11 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     if continuing and resume.resolve() != out_dir.resolve():  # type: ignore[union-attr]
         raise ValueError(f"--resume {resume}: a run directory is continued in place; set "
                          f"run.output_dir to it (or leave --output-dir out)")
+    trainer: Any = None
+    if cluster is not None:
+        rollout, trainer = cluster.rollout, cluster.trainer
     owned = rollout is None
     startup = 0.0
-    cluster = None
-    trainer: Any = None
     if rollout is None:
         t0 = time.perf_counter()
         if cfg.run.backend == "ray":
@@ -245,9 +248,10 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
         if persist is not None:
             persist.close()
         if owned:
-            await rollout.close()
-        if cluster is not None:
-            await cluster.close()
+            if cluster is not None:
+                await cluster.close()
+            else:
+                await rollout.close()
 
 
 def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path) -> None:

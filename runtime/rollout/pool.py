@@ -43,6 +43,7 @@ class EnginePool:
         self._restarts: set[asyncio.Task[Any]] = set()
         self.crashes = 0
         self.restarts = 0
+        self.restart_errors: list[str] = []
         self.closed = False
 
     @property
@@ -97,7 +98,12 @@ class EnginePool:
         self._wake()
 
     async def _replace(self, index: int) -> None:
-        engine = await self._restart(index)  # type: ignore[misc]
+        try:
+            engine = await self._restart(index)  # type: ignore[misc]
+        except Exception as exc:  # no replacement: the slot stays dead; say why once
+            self.restart_errors.append(f"engine {index}: {exc!r}")
+            self._wake()
+            return
         await engine.pause()
         loaded = None
         while self._weights is not None and loaded is not self._weights:
@@ -123,12 +129,15 @@ class EnginePool:
                 await engine.abort(ids)
 
     async def _each(self, op: str, *args: Any) -> None:
-        for index in self.live:
-            engine = self.engines[index]
+        """``op`` on every live engine at once; one that turns out dead is replaced."""
+
+        async def one(index: int, engine: Rollout) -> None:
             try:
                 await getattr(engine, op)(*args)
             except (EngineCrashed, RolloutDead):
-                self.engine_died(index, engine)  # type: ignore[arg-type]
+                self.engine_died(index, engine)
+
+        await asyncio.gather(*(one(i, self.engines[i]) for i in self.live))  # type: ignore
 
     async def pause(self) -> None:
         self._paused = True

@@ -1,0 +1,149 @@
+"""The Ray backend on a local cluster: training with two vLLM engine actors and a trainer actor
+(weights through the object store), surviving the death of an engine actor, no Ray process left
+behind; and Ray stays optional: nothing outside ``runtime/ray_backend`` imports it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime.config import load_config
+from runtime.porting.checker import STRICT, check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ray_is_imported_only_by_the_ray_backend():
+    code = ("import sys; import runtime.cli, runtime.driver, runtime.session, runtime.train, "
+            "runtime.recovery.resume, runtime.faults.harness, runtime.faults.cli; "
+            "assert 'ray' not in sys.modules, 'ray was imported'")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    psutil = pytest.importorskip("psutil")
+    from runtime.ray_backend.backend import _env
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    t0 = time.monotonic()
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": _env()})
+    print(f"\nlocal Ray cluster up in {time.monotonic() - t0:.1f} s")
+    yield ray
+    ray.shutdown()
+    deadline = time.monotonic() + 30
+    while True:
+        left = [p for p in me.children(recursive=True) if p.pid not in before
+                and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, f"Ray left processes running: {[p.name() for p in left]}"
+
+
+def _cfg(tmp_path: Path, **overrides):
+    base = {"run.backend": "ray", "run.eval_prompts": 0, "run.plot": False, "run.progress": False,
+            "run.output_dir": str(tmp_path), "staleness.batch_size": 4,
+            "staleness.group_size": 4, "rollout.engines": 2, "run.steps": 4}
+    base.update(overrides)
+    return load_config(None, base)
+
+
+def _trace_ok(path: Path) -> bool:
+    with path.open() as f:
+        return check(f, STRICT).ok
+
+
+@pytest.mark.ray
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_training_on_ray_with_vllm_engine_actors(ray_cluster, tmp_path):
+    from runtime.data import load_prompts
+    from runtime.models.tiny import ensure_tiny_model
+    from runtime.ray_backend import RayBackend
+    from runtime.session import run_training
+    from runtime.tasks.arithmetic import ExactAnswerReward
+
+    ray = ray_cluster
+    model = ensure_tiny_model(log=None)
+    cfg = _cfg(tmp_path, **{"run.steps": 5, "rollout.max_num_seqs": 32})
+    t0 = time.monotonic()
+
+    async def main():
+        cluster = await RayBackend.start(cfg, model, tmp_path)
+        started = time.monotonic() - t0
+        try:
+            assert ray.available_resources().get("CPU") == 1.0  # 2 engines + trainer, 1 each
+            result = await run_training(cfg, model, load_prompts(), ExactAnswerReward(),
+                                        tmp_path, log=lambda _: None, cluster=cluster)
+            loaded = [ray.get(e.handle.loaded.remote()) for e in cluster.rollout.engines]
+            _, final = ray.get(cluster.trainer_handle.export.remote(cfg.run.steps))
+            return started, result, loaded, final
+        finally:
+            await cluster.close()
+
+    started, result, loaded, final = asyncio.run(main())
+    assert len(result.rows) == 5
+    assert all(r["token_lag_max"] <= 1 for r in result.rows)
+    # every engine actor runs exactly the trainer's final weights, fetched from the store
+    assert loaded == [(5, final), (5, final)]
+    assert _trace_ok(tmp_path / "events.jsonl")
+    print(f"Ray + 2 vLLM engine actors: actors up in {started:.1f} s, whole test "
+          f"{time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_an_engine_actor_that_dies_is_replaced(ray_cluster, tmp_path):
+    from runtime.models.tiny import ensure_tiny_model
+    from runtime.ray_backend import RayBackend
+    from runtime.session import run_training
+    from runtime.tasks.base import Prompt
+
+    from .rewards import parity
+
+    ray = ray_cluster
+    model = ensure_tiny_model(log=None)
+    cfg = _cfg(tmp_path, **{"rollout.backend": "fake", "rollout.fake_token_s": 0.01,
+                            "run.steps": 8})
+    prompts = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(50)]
+    t0 = time.monotonic()
+
+    async def main():
+        cluster = await RayBackend.start(cfg, model, tmp_path)
+        victim = cluster.rollout.engines[0].handle
+
+        def hook(driver):
+            async def kill_after_two_steps():
+                while len(driver.records) < 2:
+                    await asyncio.sleep(0.01)
+                ray.kill(victim)  # the engine actor's process dies with its requests
+
+            driver._spawn(kill_after_two_steps())
+
+        try:
+            result = await run_training(cfg, model, prompts, parity, tmp_path,
+                                        log=lambda _: None, driver_hook=hook, cluster=cluster)
+            pool = cluster.rollout
+            replacement = pool.engines[0].handle
+            loaded = ray.get(replacement.loaded.remote())
+            _, final = ray.get(cluster.trainer_handle.export.remote(cfg.run.steps))
+            return result, pool, replacement is not victim, loaded, final
+        finally:
+            await cluster.close()
+
+    result, pool, replaced, loaded, final = asyncio.run(main())
+    assert len(result.rows) == 8 and pool.crashes == 1 and pool.restarts == 1 and replaced
+    assert loaded == (8, final)  # the replacement caught up with the weights
+    errors = [e for e in result.driver.trace if e["event"] == "request_error"]
+    assert errors and all("EngineCrashed" in e["error"] for e in errors)
+    assert _trace_ok(tmp_path / "events.jsonl")
+    print(f"engine actor killed and replaced: {time.monotonic() - t0:.1f} s")
