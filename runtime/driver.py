@@ -22,6 +22,14 @@ tokens (partial rollout) and resumes with them as prompt under the new weights. 
 generated it, so the trainer can correct staleness per token. All time goes through ``clock``
 so a virtual clock replays a run exactly (see ``runtime.clock``).
 
+Durability and recovery (docs/recovery.md) reach the driver through three seams, none of which
+decides anything: ``persist`` (write a group's trajectory before its ``occupy``; checkpoint the
+trainer before ``publish``), ``controller``/``resume`` (a rebuilt controller, the finished
+groups' data, the prompts to re-admit), and the ``meta`` each operation is logged with (the
+prompt of a reservation, the reason of an abort). ``deliver_completion`` is the door for
+completion messages from outside a group's own task: the controller's typed errors reject
+duplicate, late and unknown ones.
+
 The module is longer than this project's usual ~400 lines on purpose: the four tasks share one
 set of state (groups, running requests, the gate, the change event), and the order of their
 steps is the correctness argument; split across files it would be harder to check. What a run

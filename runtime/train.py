@@ -70,9 +70,8 @@ def run(args: argparse.Namespace) -> int:
     configure()  # before torch or vLLM is imported
     from .config import ConfigFileError, load_config
     from .data import DataError, load_prompts
-    from .tasks.base import RewardError, load_reward
-
     from .session import is_run_dir
+    from .tasks.base import RewardError, load_reward
 
     resume = Path(args.resume) if args.resume else None
     config_path = args.config

@@ -109,6 +109,7 @@ class Run:
         self.nan_at = {f.target for f in schedule.faults if f.kind == "nan_reward"}
         self.rewards = 0
         self.now = 0.0
+        self.deleted: set[Any] = set()  # trajectory files lose_trajectory removed so far
         self.crash_log: list[Crash] = []  # each incarnation's switch (its writes' kinds)
         self.reports: list[Any] = []  # each recovery's report
 
@@ -157,8 +158,9 @@ class Run:
             from ..recovery.store import unit_filename
 
             (path / unit_filename(victim)).unlink(missing_ok=True)
-            cp.deleted.add(victim)
+            self.deleted.add(victim)
             self.outcome.injected["lose_trajectory"] += 1
+        cp.deleted = set(self.deleted)  # a file a fault removed stays removed at later restarts
         return cp
 
     def _loop_error(self, loop: Any, context: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from reserve_occupy import IllegalUnitState, UnitState, UnknownUnit, replay
 from reserve_occupy.trace import dumps, parse_lines, trace_records
 
 from ..sim.checks import CheckFailed, check_run
-from ..sim.core import Group, Simulator, SimulationError
+from ..sim.core import Group, SimulationError, Simulator
 from ..sim.cost import preset
 from ..sim.engine import Request
 from ..sim.policies.reserve_occupy import ReserveOccupy

@@ -53,9 +53,8 @@ def test_a_crash_before_any_durable_write_recovers(tmp_path, schedule):
     tried: Counter[str] = Counter()
     for k, kind in enumerate(kinds):
         for torn in ((None, 7) if kind.startswith("log") else (None,)):
-            run, out = _run(tmp_path, replace(schedule, faults=(Fault("crash", target=k + 1,
-                                                                      arg=torn),)),
-                            f"w{k}-{torn}")
+            crashing = replace(schedule, faults=(Fault("crash", target=k + 1, arg=torn),))
+            _, out = _run(tmp_path, crashing, f"w{k}-{torn}")
             assert out.ok, (k, kind, torn, out.violations)
             tried[kind] += 1
     print(f"\n{sum(tried.values())} crash points, by the write interrupted: {dict(tried)}")
