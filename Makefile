@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-core demo bench proofs-deep sim-experiments conformance spec faults-deep clean
+.PHONY: install test test-core demo bench bench-runtime proofs-deep sim-experiments conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ test-core: $(STAMP)
 ## Core micro-benchmarks: µs per operation, printed as a table.
 bench: $(STAMP)
 	$(PY) bench/core_bench.py
+
+## Runtime throughput on CPU: tokens/s and idle fractions, eta=0 vs eta=1 (starts vLLM).
+bench-runtime: $(STAMP)
+	$(PY) bench/runtime_bench.py
 
 ## Regenerate the generated parts of spec/ (state diagram).
 spec: $(STAMP)

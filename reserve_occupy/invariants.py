@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .errors import InvariantViolation
-from .types import BufferStatus, Phase, Snapshot, SlotState, UnitState
+from .types import BufferStatus, Phase, SlotState, Snapshot, UnitState
 
 if TYPE_CHECKING:
     from .machine import StalenessController

@@ -42,14 +42,15 @@ from .table import RESERVED, SlotTable
 from .types import (
     Batch,
     BatchUnit,
+    BufferStatus,
     Event,
     Move,
     Phase,
     Placement,
     Removal,
     Reservation,
-    Snapshot,
     SlotRef,
+    Snapshot,
     UnitId,
     UnitState,
     UnitView,
@@ -166,6 +167,13 @@ class StalenessController:
     @property
     def in_flight(self) -> int:
         return self._in_flight
+
+    @property
+    def head_status(self) -> BufferStatus | None:
+        """Status of the head buffer in O(1); None while training with eta = 0 (no open
+        buffer). A runtime arms its 7.2 timeout clock while this is STUCK and the trainer idle."""
+        buf = self._table.head_buffer()
+        return None if buf is None else self._table.status(buf)
 
     @property
     def events(self) -> tuple[Event, ...]:

@@ -47,7 +47,7 @@ OCCUPIED = SlotState.OCCUPIED
 class Buffer:
     """One staleness buffer: ``capacity`` slots and counters of RESERVED and OCCUPIED."""
 
-    __slots__ = ("v", "state", "unit", "n_occ", "n_res")
+    __slots__ = ("n_occ", "n_res", "state", "unit", "v")
 
     def __init__(self, v: int, capacity: int) -> None:
         self.v = v

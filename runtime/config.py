@@ -1,0 +1,203 @@
+"""The ``train`` configuration: one typed YAML file, validated before anything starts.
+
+Every section is a pydantic model with ``extra="forbid"``, so a misspelt key is an error, not a
+silent default. ``load_config`` turns any problem into one ``ConfigFileError`` whose message
+names the file and each bad field (``rollout.temperature: must be > 0 (got -1)``). With no file,
+``TrainConfig()`` is the embedded default (``configs/demo.yaml`` spells the same values out).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .units import DriverSettings
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TinyModelConfig(_Section):
+    """The embedded model (used when ``model.path`` is null); see ``runtime.models.tiny``."""
+
+    hidden_size: int = Field(128, ge=32)
+    layers: int = Field(4, ge=1)
+    heads: int = Field(4, ge=1)
+    warmup_steps: int = Field(200, ge=0)
+    warmup_lr: float = Field(3e-3, gt=0)
+    max_operand: int = Field(9, ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _head_dim(self) -> TinyModelConfig:
+        if self.hidden_size % self.heads or self.hidden_size // self.heads < 32:
+            raise ValueError("hidden_size / heads must be a whole number >= 32 (vLLM's CPU "
+                             "attention does not support smaller heads)")
+        return self
+
+
+class ModelConfig(_Section):
+    path: str | None = None  # a local Hugging Face model directory; null: the tiny model
+    tiny: TinyModelConfig = TinyModelConfig()
+
+
+class DataConfig(_Section):
+    path: str | None = None  # JSONL or Parquet; null: the shipped arithmetic task
+    prompt_field: str = "prompt"
+    answer_field: str | None = "answer"
+    limit: int | None = Field(None, ge=1)
+
+
+class RewardConfig(_Section):
+    name: str = "exact_answer"  # built-in name, or "package.module:function"
+    options: dict[str, Any] = {}
+
+
+class RolloutConfig(_Section):
+    backend: Literal["vllm"] = "vllm"
+    max_tokens: int = Field(8, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    ignore_eos: bool = False
+    partial_rollout: bool = True
+    max_model_len: int = Field(128, ge=8)
+    max_num_seqs: int = Field(64, ge=1)
+    dtype: str = "auto"  # auto: float32 on CPU, the model's own on GPU
+    kv_cache_gib: float | None = Field(None, gt=0)  # CPU: KV-cache size (default 0.0625)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    engine_args: dict[str, Any] = {}  # passed to vLLM's AsyncEngineArgs verbatim
+
+
+class StalenessConfig(_Section):
+    eta: int = Field(1, ge=0)
+    batch_size: int = Field(16, ge=1)  # groups per training step
+    group_size: int = Field(8, ge=2)  # samples per group (GRPO needs at least 2)
+    candidates: int | None = Field(None, ge=2)  # > group_size: group-level oversampling
+    capacity: int | None = Field(None, ge=1)  # > batch_size: batch-level oversampling
+    max_concurrency: int | None = Field(None, ge=1)  # groups in flight at once
+    filter_zero_variance: bool = True
+
+    @model_validator(mode="after")
+    def _sizes(self) -> StalenessConfig:
+        if self.candidates is not None and self.candidates < self.group_size:
+            raise ValueError(f"candidates ({self.candidates}) must be >= group_size "
+                             f"({self.group_size})")
+        if self.capacity is not None and self.capacity < self.batch_size:
+            raise ValueError(f"capacity ({self.capacity}) must be >= batch_size "
+                             f"({self.batch_size})")
+        return self
+
+
+class TimeoutConfig(_Section):
+    unit_s: float | None = Field(None, gt=0)  # abort a group still generating after this
+    stuck_s: float | None = Field(60.0, gt=0)  # release_stuck after the trainer waited this
+
+
+class TrainerConfig(_Section):
+    lr: float = Field(3e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0)
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0)
+    kl_coef: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    scale_rewards: bool = True  # divide advantages by the group's reward std
+    epochs: int = Field(1, ge=1)  # passes over each batch
+    minibatches: int = Field(1, ge=1)  # optimiser steps per pass (the batch split evenly)
+    micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only)
+    device: str = "cpu"
+    threads: int | None = Field(None, ge=1)
+
+
+class RunConfig(_Section):
+    steps: int = Field(60, ge=1)
+    seed: int = 0
+    output_dir: str = "out/runtime/demo"
+    progress: bool = True
+    tensorboard: bool = False
+    trace: bool = True  # write the controller's event log and the driver's trace
+    plot: bool = True
+    eval_prompts: int = Field(100, ge=0)  # prompts scored before and after training
+    eval_holdout: bool = False  # True: those prompts are the data's last ones, never trained on
+    eval_samples: int = Field(4, ge=1)
+    checkpoint_every: int = Field(0, ge=0)  # 0: only at the end
+    keep_weights: int = Field(2, ge=1)  # exported weight versions kept on disk
+    check_invariants: bool = False
+
+
+class TrainConfig(_Section):
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    reward: RewardConfig = RewardConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    staleness: StalenessConfig = StalenessConfig()
+    timeouts: TimeoutConfig = TimeoutConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    run: RunConfig = RunConfig()
+
+    def driver_settings(self) -> DriverSettings:
+        s, r, t = self.staleness, self.rollout, self.timeouts
+        return DriverSettings(
+            eta=s.eta, batch_size=s.batch_size, group_size=s.group_size, candidates=s.candidates,
+            capacity=s.capacity, max_concurrency=s.max_concurrency, steps=self.run.steps,
+            max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
+            partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
+            unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
+            seed=self.run.seed, check_invariants=self.run.check_invariants)
+
+
+class ConfigFileError(ValueError):
+    """The config file is unreadable or invalid; the message is meant for the user as is."""
+
+
+def _describe(exc: ValidationError) -> list[str]:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        got = f" (got {err['input']!r})" if err["type"] not in ("extra_forbidden", "missing") \
+            and not isinstance(err["input"], dict) else ""
+        lines.append(f"  {where}: {msg}{got}")
+    return lines
+
+
+def load_config(path: str | Path | None = None,
+                overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read and validate ``path`` (None: the embedded default), then apply dotted
+    ``overrides`` such as ``{"run.steps": 5}``."""
+    data: dict[str, Any] = {}
+    source = "the embedded default"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigFileError(f"{source}: cannot read the config file ({exc.strerror})") \
+                from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigFileError(f"{source}: not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigFileError(f"{source}: the top level must be a mapping of sections, "
+                                  f"got {type(loaded).__name__}")
+        data = loaded or {}
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigFileError(f"override {dotted}: {key} is not a section")
+        node[leaf] = value
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigFileError("\n".join([f"{source}: invalid configuration:", *_describe(exc)])) \
+            from None

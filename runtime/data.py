@@ -1,0 +1,80 @@
+"""Prompts from a local JSONL or Parquet file (or the shipped arithmetic task).
+
+Each record needs a text field (``prompt_field``) and, for rewards that check an answer, an
+answer field. Problems are reported as ``DataError`` naming the file and the line (JSONL) or row
+(Parquet), before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .tasks.arithmetic import DATA_FILE
+from .tasks.base import Prompt
+
+
+class DataError(ValueError):
+    """The prompt file is missing, unreadable or has a bad record."""
+
+
+def _prompt(record: object, where: str, index: int, prompt_field: str,
+            answer_field: str | None) -> Prompt:
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected an object, got {type(record).__name__}")
+    text = record.get(prompt_field)
+    if not isinstance(text, str) or not text:
+        raise DataError(f"{where}: field {prompt_field!r} must be a non-empty string, "
+                        f"got {text!r}")
+    answer = None
+    if answer_field is not None:
+        if answer_field not in record:
+            raise DataError(f"{where}: missing field {answer_field!r}")
+        answer = record[answer_field]
+        if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+            answer = str(answer)
+        if not isinstance(answer, str):
+            raise DataError(f"{where}: field {answer_field!r} must be a string or number, "
+                            f"got {answer!r}")
+    meta = {k: v for k, v in record.items() if k not in (prompt_field, answer_field)}
+    return Prompt(text, answer, index, meta)
+
+
+def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
+                 answer_field: str | None = "answer", limit: int | None = None) -> list[Prompt]:
+    """Load prompts from ``path`` (``.jsonl``/``.json`` lines or ``.parquet``); None: the
+    shipped arithmetic task. Blank JSONL lines are skipped."""
+    path = Path(path) if path is not None else DATA_FILE
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    out: list[Prompt] = []
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise DataError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") \
+                from None
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as exc:  # pyarrow raises several unrelated types
+            raise DataError(f"{path}: not a readable Parquet file ({exc})") from None
+        for i, row in enumerate(rows):
+            out.append(_prompt(row, f"{path} row {i}", i, prompt_field, answer_field))
+            if limit is not None and len(out) >= limit:
+                break
+    else:
+        with path.open() as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+                out.append(_prompt(record, f"{path}:{lineno}", len(out), prompt_field,
+                                   answer_field))
+                if limit is not None and len(out) >= limit:
+                    break
+    if not out:
+        raise DataError(f"{path}: no prompts")
+    return out

@@ -1,0 +1,457 @@
+"""The asyncio driver: binds the Reserve–Occupy controller to a rollout engine and a trainer.
+
+Theory of operation
+-------------------
+The driver decides nothing about placement, admission or batching: it asks the controller
+(``reserve``, ``occupy``, ``abort``, ``filter``, ``consume``, ``publish``, ``release_stuck``)
+and acts on the answers. Its own job is the I/O around them. Four tasks share one event loop:
+
+* admission: takes the next prompt, ``reserve``s a unit for it (waiting while refused) and
+  starts the group: one engine request per candidate (``Group`` decides when it is complete,
+  failed, or which surplus candidates to abort);
+* completion (inside each group's task): reward each finished candidate; ``occupy`` a complete
+  group, then ``filter`` it at once if its rewards carry no gradient; ``abort`` a group whose
+  candidates failed or whose reward function raised;
+* trainer: ``consume`` a READY batch, train, export weights, sync them into the engine and
+  ``publish``;
+* watchdog: the unit timeout and the STUCK timeout (``release_stuck``), measured by ``clock``.
+
+A weight sync pauses the engine, which ends every running request; each candidate keeps its
+tokens (partial rollout) and resumes with them as prompt under the new weights. Its unit's
+``v_traj`` is the controller's, never restamped, and every token records the version that
+generated it, so the trainer can correct staleness per token. All time goes through ``clock``
+so a virtual clock replays a run exactly (see ``runtime.clock``).
+
+The module is longer than this project's usual ~400 lines on purpose: the four tasks share one
+set of state (groups, running requests, the gate, the change event), and the order of their
+steps is the correctness argument; split across files it would be harder to check. What a run
+measured lives apart, in ``runtime.accounting``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from reserve_occupy import Batch, BufferStatus, Group, StalenessController, UnitState
+
+from .accounting import Accounting
+from .clock import Clock, MonotonicClock
+from .rollout.base import GenerationRequest, Rollout, RolloutDead
+from .tasks.base import Prompt, RewardFn
+from .trainer.base import GroupSample, Sample, TrainBatch, Trainer
+from .units import CandidateRun, DriverSettings, GroupRun, StepRecord
+
+
+class Driver:
+    def __init__(self, settings: DriverSettings, rollout: Rollout, trainer: Trainer,
+                 reward_fn: RewardFn, prompts: Sequence[Prompt], clock: Clock | None = None,
+                 on_step: Callable[[StepRecord], None] | None = None,
+                 after_step: Callable[[StepRecord], Awaitable[None]] | None = None) -> None:
+        """``on_step`` sees each step's record; ``after_step`` is awaited after it, in the
+        trainer loop (a checkpoint save, say), so the next consume waits for it."""
+        if not prompts:
+            raise ValueError("the driver needs at least one prompt")
+        self.s = settings
+        self.controller = StalenessController(settings.controller_config())
+        self.rollout, self.trainer, self.reward_fn = rollout, trainer, reward_fn
+        self.prompts = list(prompts)
+        self.clock = clock or MonotonicClock()
+        self.on_step, self.after_step = on_step, after_step
+        self.engine_version = 0  # the weights the engine runs (publish moves both together)
+        self.groups: dict[Any, GroupRun] = {}  # admitted, not yet consumed or dropped
+        self.records: list[StepRecord] = []
+        self.trace: list[dict[str, Any]] = []  # driver-side events, for tests and debugging
+        self.counts = dict.fromkeys(
+            ("admitted", "aborted", "filtered", "resumed", "released_stuck"), 0)
+        self._change = asyncio.Event()
+        self._open = asyncio.Event()  # cleared while weights sync: nothing new may start
+        self._running: dict[str, CandidateRun] = {}
+        self._order: list[int] = []
+        self._seq = 0
+        self.accounting = Accounting(self.clock)
+        self._dropped_in_a_row = 0
+        self._last_error = ""
+        self._waiting_since: float | None = None  # the trainer is waiting for a batch
+        self._stuck_since: float | None = None  # ... and the head buffer is STUCK
+        self._fatal: asyncio.Future[None] | None = None
+        self._background: set[asyncio.Future[Any]] = set()
+
+    # ------------------------------------------------------------------ the run --------------
+
+    async def run(self) -> list[StepRecord]:
+        """Train ``settings.steps`` steps; then abort what is still in flight and return."""
+        self.accounting.start()
+        self._fatal = asyncio.get_running_loop().create_future()
+        self._open.set()
+        tasks = [asyncio.ensure_future(c) for c in
+                 (self._trainer_loop(), self._admission_loop(), self._watchdog())]
+        try:
+            done, _ = await asyncio.wait([*tasks, self._fatal],
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # raise the first failure
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._shutdown()
+        return self.records
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop the run with ``exc`` (a dead engine, or a bug surfacing in a task)."""
+        if self._fatal is not None and not self._fatal.done():
+            self._fatal.set_exception(exc)
+
+    def _spawn(self, coro: Any) -> asyncio.Future[Any]:
+        """A background task whose failure stops the run instead of vanishing."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._fail(task.exception())  # type: ignore[arg-type]
+
+    async def _wait_open(self) -> None:
+        # Re-check after waking: the sync may have closed the gate again before this task ran.
+        while not self._open.is_set():
+            await self._open.wait()
+
+    async def _shutdown(self) -> None:
+        self._open.set()  # candidates held by an interrupted sync must see their stop
+        for g in list(self.groups.values()):
+            if not g.closed:
+                self._abort_group(g, "shutdown")
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        self._check()
+
+    # ------------------------------------------------------------------ admission ------------
+
+    async def _admission_loop(self) -> None:
+        while True:
+            prompt = self._next_prompt()
+            unit_id = f"g{self._seq}"
+            while True:
+                await self._wait_open()
+                change = self._change
+                reservation = self.controller.reserve(unit_id)
+                if reservation is not None:
+                    break
+                await change.wait()
+            self._check()
+            g = GroupRun(unit_id, self._seq, prompt, self.rollout.tokenizer.encode(prompt.text),
+                         reservation.v_traj, self.clock.now(),
+                         Group(unit_id, self.s.group_size, self.s.n_candidates),
+                         [CandidateRun(i) for i in range(self.s.n_candidates)])
+            self._seq += 1
+            self.counts["admitted"] += 1
+            self.groups[unit_id] = g
+            g.task = self._spawn(self._run_group(g))
+            self._notify()
+
+    def _next_prompt(self) -> Prompt:
+        if not self._order:  # a new epoch, shuffled reproducibly
+            epoch = self._seq // len(self.prompts)
+            self._order = list(range(len(self.prompts)))
+            random.Random(self.s.seed * 7919 + epoch).shuffle(self._order)
+        return self.prompts[self._order.pop()]
+
+    # ------------------------------------------------------------------ groups ---------------
+
+    async def _run_group(self, g: GroupRun) -> None:
+        await asyncio.gather(*(self._run_candidate(g, c) for c in g.candidates))
+
+    async def _run_candidate(self, g: GroupRun, c: CandidateRun) -> None:
+        while True:
+            await self._wait_open()
+            if c.stop is not None:
+                return
+            keep = c.token_ids if self.s.partial_rollout else []
+            if not self.s.partial_rollout and c.token_ids:
+                c.token_ids, c.logprobs, c.versions = [], [], []
+            request = GenerationRequest(
+                request_id=f"{g.unit_id}-c{c.index}-s{c.segments}",
+                prompt_ids=g.prompt_ids + keep, max_tokens=self.s.max_tokens - len(keep),
+                temperature=self.s.temperature, ignore_eos=self.s.ignore_eos,
+                seed=(self.s.seed * 1_000_003 + g.seq * 4099 + c.index * 67 + c.segments)
+                % 2**31)
+            version = self.engine_version
+            c.request_id, c.paused = request.request_id, False
+            c.segments += 1
+            self._request_started(request.request_id, c)
+            try:
+                segment = await self.rollout.generate(request)
+            except RolloutDead as exc:
+                self._request_ended(request.request_id)
+                self._fail(exc)
+                return
+            except Exception as exc:  # one request failed: the candidate fails, not the run
+                self._request_ended(request.request_id)
+                self._log("request_error", g, c, error=repr(exc))
+                self._last_error = f"engine: {exc!r}"
+                self._candidate_failed(g, c, f"engine error: {exc!r}")
+                return
+            self._request_ended(request.request_id)
+            c.token_ids += segment.token_ids
+            c.logprobs += segment.logprobs
+            c.versions += [version] * len(segment.token_ids)
+            self.accounting.tokens_generated += len(segment.token_ids)
+            if segment.finish_reason == "abort":
+                if c.stop is not None:
+                    return
+                if c.paused and len(c.token_ids) < self.s.max_tokens:
+                    self.counts["resumed"] += 1
+                    self._log("resume", g, c, kept=len(c.token_ids), version=version)
+                    continue
+                if not c.paused:
+                    self._candidate_failed(g, c, "aborted by the engine")
+                    return
+            c.finish_reason = segment.finish_reason if segment.finish_reason != "abort" \
+                else "length"
+            self._candidate_finished(g, c)
+            return
+
+    def _candidate_finished(self, g: GroupRun, c: CandidateRun) -> None:
+        if g.closed:
+            return
+        eos = self.rollout.tokenizer.eos_token_id
+        ids = c.token_ids[:-1] if c.token_ids and c.token_ids[-1] == eos else c.token_ids
+        try:
+            c.reward = float(self.reward_fn(g.prompt, self.rollout.tokenizer.decode(ids)))
+            if math.isnan(c.reward):
+                raise ValueError("reward is NaN")
+        except Exception as exc:  # a group that cannot be scored fairly is dropped whole
+            self._log("reward_error", g, c, error=repr(exc))
+            self._last_error = f"reward function: {exc!r}"
+            self._abort_group(g, "reward_error")
+            self._count_dropped()
+            return
+        self._report(g, g.group.finish(c.index))
+
+    def _candidate_failed(self, g: GroupRun, c: CandidateRun, why: str) -> None:
+        if g.closed:
+            return
+        c.stop = why
+        self._report(g, g.group.fail(c.index))
+
+    def _report(self, g: GroupRun, progress: Any) -> None:
+        self._stop_candidates(g, [g.candidates[i] for i in progress.surplus], "surplus")
+        if progress.complete:
+            self._complete_group(g)
+        elif progress.failed:
+            self._abort_group(g, "candidates_failed")
+            self._count_dropped()
+
+    def _complete_group(self, g: GroupRun) -> None:
+        g.closed, g.fate = True, "finished"
+        placement = self.controller.occupy(g.unit_id)
+        self._log("occupy", g, slot=tuple(placement.slot))
+        self._dropped_by_controller(placement.aborted)
+        rewards = [g.candidates[i].reward for i in g.group.committed]
+        self.accounting.completed_rewards += rewards  # type: ignore[arg-type]
+        if self.s.filter_zero_variance and max(rewards) == min(rewards):  # type: ignore
+            removal = self.controller.filter(g.unit_id)
+            g.fate = "filtered"
+            self.counts["filtered"] += 1
+            self.groups.pop(g.unit_id, None)
+            self._log("filter", g, reward=rewards[0])
+            self._dropped_by_controller(removal.aborted)
+            self._count_dropped()
+        else:
+            self._dropped_in_a_row = 0
+        self._check()
+        self._notify()
+
+    def _count_dropped(self) -> None:
+        self._dropped_in_a_row += 1
+        if self._dropped_in_a_row >= self.s.max_dropped_in_a_row:
+            last = f"; last error: {self._last_error}" if self._last_error else ""
+            self._fail(RuntimeError(
+                f"{self._dropped_in_a_row} groups in a row were dropped without training "
+                f"(filtered for equal rewards: {self.counts['filtered']}, aborted: "
+                f"{self.counts['aborted']} so far){last}. Is the reward constant, the task "
+                f"solved, or the engine failing?"))
+
+    def _abort_group(self, g: GroupRun, reason: str) -> None:
+        """Drop a group: tell the controller (if it still holds it) and stop its requests."""
+        if not g.closed and self.controller.unit_state(g.unit_id) is UnitState.IN_FLIGHT:
+            removal = self.controller.abort(g.unit_id)
+            self._dropped_by_controller(removal.aborted)
+        self._close_aborted(g, reason)
+        self._check()
+        self._notify()
+
+    def _dropped_by_controller(self, unit_ids: Sequence[Any]) -> None:
+        """Units the controller aborted itself (closing rule, release_stuck): stop them."""
+        for u in unit_ids:
+            if u in self.groups:
+                self._close_aborted(self.groups[u], "dropped_by_controller")
+
+    def _close_aborted(self, g: GroupRun, reason: str) -> None:
+        g.closed, g.fate = True, f"aborted:{reason}"
+        self.counts["aborted"] += 1
+        self.groups.pop(g.unit_id, None)
+        self._log("abort", g, reason=reason)
+        self._stop_candidates(g, g.candidates, reason)
+
+    def _stop_candidates(self, g: GroupRun, candidates: Sequence[CandidateRun],
+                         reason: str) -> None:
+        ids = []
+        for c in candidates:
+            if c.stop is None and c.finish_reason is None:
+                c.stop = reason
+                if c.request_id in self._running:
+                    ids.append(c.request_id)
+        if ids:
+            self._log("engine_abort", g, requests=ids, reason=reason)
+            self._spawn(self.rollout.abort(ids))
+
+    # ------------------------------------------------------------------ trainer --------------
+
+    async def _trainer_loop(self) -> None:
+        for step in range(self.s.steps):
+            t_wait = self.clock.now()
+            self._waiting_since = t_wait
+            self._update_stuck()
+            while True:
+                change = self._change
+                batch = self.controller.consume()
+                if batch is not None:
+                    break
+                await change.wait()
+            t_train = self.clock.now()
+            self._waiting_since = self._stuck_since = None
+            self.accounting.trainer_waited(t_train - t_wait)
+            self._check()
+            train_batch = self._assemble(batch)
+            metrics = await self.trainer.train_step(train_batch)
+            weights = await self.trainer.export_weights(batch.version + 1)
+            t_sync = self.clock.now()
+            await self._sync_weights(weights)
+            t_end = self.clock.now()
+            record = self.accounting.step(step, batch, train_batch, metrics,
+                                          (t_wait, t_train, t_sync, t_end), self.counts)
+            self.records.append(record)
+            if self.on_step is not None:
+                self.on_step(record)
+            if self.after_step is not None:
+                await self.after_step(record)
+
+    def _assemble(self, batch: Batch) -> TrainBatch:
+        groups = []
+        for unit in batch.units:
+            g = self.groups.pop(unit.unit_id)
+            g.fate = "consumed"
+            samples = []
+            for i in g.group.committed:
+                c = g.candidates[i]
+                samples.append(Sample(tuple(c.token_ids), tuple(c.logprobs), tuple(c.versions),
+                                      float(c.reward), c.finish_reason or "", c.segments,
+                                      c.index))
+            groups.append(GroupSample(unit.unit_id, g.prompt.index, tuple(g.prompt_ids),
+                                      unit.v_traj, unit.staleness, tuple(samples)))
+        return TrainBatch(batch.version, tuple(groups))
+
+    async def _sync_weights(self, weights: Any) -> None:
+        """Pause (ending every running request), load, publish, resume. Between the pause and
+        the resume nothing generates, so each segment ran under exactly one version."""
+        self._open.clear()
+        for c in self._running.values():
+            c.paused = True
+        await self.rollout.pause()
+        while self._running:  # every paused request has returned its partial segment
+            change = self._change
+            await change.wait()
+        await self.rollout.load_weights(weights)
+        self.controller.publish()
+        self.engine_version = self.controller.version
+        self._check()
+        await self.rollout.resume()
+        self._open.set()
+        self._notify()
+
+    # ------------------------------------------------------------------ timeouts -------------
+
+    async def _watchdog(self) -> None:
+        while True:
+            change = self._change
+            self._release_overdue()
+            deadline = self._next_deadline()
+            sleeper = asyncio.ensure_future(self.clock.sleep(deadline - self.clock.now()))
+            waker = asyncio.ensure_future(change.wait())
+            try:
+                await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                waker.cancel()
+
+    def _next_deadline(self) -> float:
+        deadline = math.inf
+        if self._stuck_since is not None:
+            deadline = self._stuck_since + self.s.stuck_timeout_s
+        if self.s.unit_timeout_s < math.inf:
+            for g in self.groups.values():
+                if not g.closed:  # admission order = deadline order: the first open one
+                    deadline = min(deadline, g.admitted_at + self.s.unit_timeout_s)
+                    break
+        return deadline
+
+    def _release_overdue(self) -> None:
+        now = self.clock.now()
+        for g in list(self.groups.values()):
+            if not g.closed and now - g.admitted_at >= self.s.unit_timeout_s:
+                self._abort_group(g, "timeout")
+        if self._stuck_since is not None and now - self._stuck_since >= self.s.stuck_timeout_s:
+            released = self.controller.release_stuck()
+            self.counts["released_stuck"] += len(released)
+            self.trace.append({"t": self.accounting.elapsed(), "event": "release_stuck",
+                               "units": list(released)})
+            self._stuck_since = None
+            self._dropped_by_controller(released)
+            self._check()
+            self._notify()
+
+    def _update_stuck(self) -> None:
+        """Start (or stop) the STUCK clock: the trainer waits and the head buffer is STUCK."""
+        if self._waiting_since is None:
+            return
+        if self.controller.head_status is not BufferStatus.STUCK:
+            self._stuck_since = None
+        elif self._stuck_since is None:
+            self._stuck_since = self.clock.now()
+
+    # ------------------------------------------------------------------ bookkeeping ----------
+
+    def _notify(self) -> None:
+        """Wake every task waiting for the controller's state to change."""
+        self._update_stuck()
+        self._change.set()
+        self._change = asyncio.Event()
+
+    def _request_started(self, request_id: str, c: CandidateRun) -> None:
+        self._running[request_id] = c
+        self.accounting.engine_busy(True)
+
+    def _request_ended(self, request_id: str) -> None:
+        self._running.pop(request_id, None)
+        if not self._running:
+            self.accounting.engine_busy(False)
+            self._notify()
+
+    def _check(self) -> None:
+        if self.s.check_invariants:
+            self.controller.check()
+
+    def _log(self, event: str, g: GroupRun, c: CandidateRun | None = None, **extra: Any) -> None:
+        row = {"t": self.accounting.elapsed(), "event": event, "unit": g.unit_id}
+        if c is not None:
+            row["candidate"] = c.index
+        row.update(extra)
+        self.trace.append(row)

@@ -1,0 +1,195 @@
+"""What a training run reports: one JSONL row per step (optionally TensorBoard scalars), a
+progress bar, the final summary table and a PNG of reward and staleness over steps.
+
+Per-step fields (``metrics.jsonl``):
+
+* ``reward`` -- mean reward of every sample of every group completed since the previous step,
+  filtered groups included (``samples_completed`` of them): the policy's actual success rate,
+  the curve to watch. ``reward_trained`` is the mean
+  over the samples the step trained on (after occupied filtering, so biased towards groups with
+  mixed outcomes).
+* ``staleness`` -- histogram {staleness: groups} of the consumed batch as the controller placed it;
+  ``token_lag_max`` -- the largest ``version - oldest token version`` actually used in the batch
+  (must be <= eta; measured from the per-token versions, not taken from the controller).
+* ``tokens_per_s`` -- tokens the engine generated during this step's interval / its duration;
+  ``tokens_per_s_total`` -- since the start. Aborted and surplus tokens count: they were computed.
+* ``trainer_idle`` / ``rollout_idle`` -- fractions of wall time so far in which the trainer waited
+  for a batch / no request was running in the engine (weight syncs count as rollout idle).
+* ``train/*`` -- the trainer's metrics (loss, clip_frac, ratio_mean, ratio_max, kl_behaviour,
+  grad_norm, stale_token_frac, onpolicy_logprob_err).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from .units import StepRecord
+
+
+def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:
+    prev_tokens = prev.tokens_generated if prev else 0
+    hist = Counter(r.staleness)
+    return {
+        "step": r.step, "version": r.version, "time_s": round(r.time_s, 3),
+        "reward": fmean(r.rollout_rewards) if r.rollout_rewards else None,
+        "reward_trained": fmean(r.rewards) if r.rewards else None,
+        "samples_completed": len(r.rollout_rewards),
+        "staleness": {str(k): hist[k] for k in sorted(hist)},
+        "staleness_mean": fmean(r.staleness) if r.staleness else 0.0,
+        "token_lag_max": max(r.token_version_lag, default=0),
+        "tokens_per_s": (r.tokens_generated - prev_tokens) / r.step_s if r.step_s > 0 else 0.0,
+        "tokens_per_s_total": r.tokens_generated / r.time_s if r.time_s > 0 else 0.0,
+        "tokens_generated": r.tokens_generated, "tokens_trained": r.tokens_trained,
+        "trainer_idle": r.trainer_idle, "rollout_idle": r.rollout_idle,
+        "step_s": r.step_s, "train_s": r.train_s, "sync_s": r.sync_s, "wait_s": r.wait_s,
+        **r.counts,
+        **{f"train/{k}": v for k, v in r.train.items()},
+    }
+
+
+class MetricsSink:
+    """The driver's ``on_step`` callback: writes each step and advances the progress bar."""
+
+    def __init__(self, out_dir: Path, total_steps: int, progress: bool = True,
+                 tensorboard: bool = False) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = out_dir / "metrics.jsonl"
+        self._file = self.path.open("w")
+        self.rows: list[dict[str, Any]] = []
+        self._prev: StepRecord | None = None
+        self._bar = None
+        if progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_steps, desc="train", unit="step", dynamic_ncols=True)
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise RuntimeError("run.tensorboard needs the tensorboard package "
+                                   "(pip install tensorboard)") from None
+            self._tb = SummaryWriter(str(out_dir / "tensorboard"))
+
+    def __call__(self, record: StepRecord) -> None:
+        row = step_row(record, self._prev)
+        self._prev = record
+        self.rows.append(row)
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self._tb.add_scalar(key, value, record.step)
+        if self._bar is not None:
+            self._bar.update(1)
+            reward = row["reward"]
+            self._bar.set_postfix(reward="-" if reward is None else f"{reward:.3f}",
+                                  stale=f"{row['staleness_mean']:.2f}",
+                                  tok_s=f"{row['tokens_per_s_total']:.0f}")
+
+    def close(self) -> None:
+        self._file.close()
+        if self._bar is not None:
+            self._bar.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return fmean(values) if values else None
+
+
+def summarize(rows: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
+    """The run in numbers: reward over the first and last ``window`` steps and the rest."""
+    if not rows:
+        return {"steps": 0}
+    last = rows[-1]
+    hist: Counter[str] = Counter()
+    for r in rows:
+        hist.update(r["staleness"])
+    w = min(window, max(1, len(rows) // 2))
+    return {
+        "steps": len(rows), "wall_s": last["time_s"],
+        "reward_first": _mean_of(rows[:w], "reward"), "reward_last": _mean_of(rows[-w:], "reward"),
+        "reward_window": w,
+        "staleness": dict(sorted(hist.items())),
+        "token_lag_max": max(r["token_lag_max"] for r in rows),
+        "tokens_per_s": last["tokens_per_s_total"], "tokens_generated": last["tokens_generated"],
+        "tokens_trained": last["tokens_trained"],
+        "trainer_idle": last["trainer_idle"], "rollout_idle": last["rollout_idle"],
+        **{k: last[k] for k in ("admitted", "aborted", "filtered", "resumed", "released_stuck")},
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def summary_table(summary: dict[str, Any], extra: dict[str, Any] | None = None) -> str:
+    """A two-column text table of ``summary`` (and ``extra`` rows such as eval results)."""
+    w = summary.get("reward_window", 0)
+    labels = {
+        "steps": "steps", "wall_s": "wall time of the steps (s)",
+        "reward_first": f"reward, first {w} steps", "reward_last": f"reward, last {w} steps",
+        "staleness": "staleness histogram (groups)", "token_lag_max": "max token-version lag",
+        "tokens_per_s": "generated tokens/s", "tokens_trained": "trained tokens",
+        "trainer_idle": "trainer idle (fraction)", "rollout_idle": "rollout idle (fraction)",
+        "admitted": "groups admitted", "filtered": "groups filtered (no gradient)",
+        "aborted": "groups aborted", "resumed": "requests resumed (partial rollout)",
+        "released_stuck": "units released by the STUCK timeout",
+    }
+    rows = [(label, _fmt(summary.get(key))) for key, label in labels.items() if key in summary]
+    rows += [(k, _fmt(v)) for k, v in (extra or {}).items()]
+    width = max(len(a) for a, _ in rows)
+    return "\n".join(f"  {a:<{width}}  {b}" for a, b in rows)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
+    """Reward (per step and a moving average) above the staleness composition of each batch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
+                                   gridspec_kw={"height_ratios": [3, 2]})
+    reward = [r["reward"] for r in rows]
+    pts = [(s, v) for s, v in zip(steps, reward) if v is not None]
+    if pts:
+        xs, ys = zip(*pts)
+        ax1.plot(xs, ys, ".", alpha=0.45, label="reward (all completed groups)")
+        k = max(1, len(ys) // 8)
+        avg = [fmean(ys[max(0, i - k + 1):i + 1]) for i in range(len(ys))]
+        ax1.plot(xs, avg, "-", lw=2, label=f"moving average ({k} steps)")
+    trained = [(s, r["reward_trained"]) for s, r in zip(steps, rows)
+               if r["reward_trained"] is not None]
+    if trained:
+        ax1.plot(*zip(*trained), "-", lw=0.8, alpha=0.5, label="reward of trained samples")
+    ax1.set_ylabel("reward")
+    ax1.legend(loc="best", fontsize=8)
+    ax1.grid(alpha=0.3)
+    ax1.set_title(title or "reward and staleness over steps")
+    levels = sorted({int(k) for r in rows for k in r["staleness"]})
+    bottom = [0] * len(rows)
+    for lvl in levels:
+        counts = [r["staleness"].get(str(lvl), 0) for r in rows]
+        ax2.bar(steps, counts, bottom=bottom, width=0.9, label=f"staleness {lvl}")
+        bottom = [b + c for b, c in zip(bottom, counts)]
+    ax2.set_xlabel("training step")
+    ax2.set_ylabel("groups in batch")
+    ax2.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,1 @@
+"""Models the runtime can build by itself (no download): the embedded tiny model."""

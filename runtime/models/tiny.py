@@ -1,0 +1,159 @@
+"""The embedded default model: a tiny Qwen2 causal LM with a character-level tokenizer, built
+locally (nothing is downloaded) and cached on disk.
+
+Why a supervised warm-up: a randomly initialised model almost never writes a correct sum, so
+every GRPO group would score all zeros and carry no gradient. ``build`` therefore trains the
+fresh model for ``warmup_steps`` steps of plain next-token prediction on addition problems from
+its own seeded stream (the same distribution as the task, like the SFT stage before RL), and
+stops while it is still often wrong. RL then has reward variance to learn from. The build is
+deterministic for a given ``TinySpec`` and cached under a directory named by the spec's hash, so
+the demo and the tests pay for it once per machine.
+
+The architecture respects two vLLM-on-CPU constraints: head_dim >= 32 (16 is unsupported by the
+CPU attention kernels), and ``vocab_size == len(tokenizer)`` so the engine cannot sample an id
+that has no token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
+CHARS = list("0123456789+-*=") + [" "]
+BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    hidden_size: int = 128
+    layers: int = 4
+    heads: int = 4  # head_dim = hidden_size / heads = 32
+    max_positions: int = 128
+    seed: int = 0
+    warmup_steps: int = 200
+    warmup_batch: int = 64
+    warmup_lr: float = 3e-3
+    max_operand: int = 9
+
+    def key(self) -> str:
+        blob = json.dumps({"v": BUILD_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    """``$RESERVE_OCCUPY_CACHE``, else ``$XDG_CACHE_HOME/reserve-occupy``, else ~/.cache/..."""
+    if os.environ.get("RESERVE_OCCUPY_CACHE"):
+        return Path(os.environ["RESERVE_OCCUPY_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "reserve-occupy"
+
+
+def build_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIAL + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")  # one char each
+    tok.decoder = decoders.Fuse()  # join characters back without spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>", unk_token="<unk>")
+
+
+def build_model(spec: TinySpec, tokenizer):
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(spec.seed)
+    cfg = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size,
+        intermediate_size=4 * spec.hidden_size, num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads, num_key_value_heads=spec.heads,
+        max_position_embeddings=spec.max_positions, rms_norm_eps=1e-6, rope_theta=10000.0,
+        tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    return AutoModelForCausalLM.from_config(cfg).to(torch.float32)
+
+
+def warm_up(model, tokenizer, spec: TinySpec,
+            progress: Callable[[int, float], None] | None = None) -> float:
+    """Supervised next-token training on ``prompt answer </s>``; the loss covers the answer and
+    the end token only. Returns the last loss."""
+    import torch
+
+    from ..tasks.arithmetic import make_problems
+
+    rng = random.Random(spec.seed + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr, weight_decay=0.0)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    model.train()
+    loss_value = float("nan")
+    for step in range(spec.warmup_steps):
+        rows = make_problems(spec.warmup_batch, rng.randrange(2**31), spec.max_operand)
+        seqs, labels = [], []
+        for r in rows:
+            p = tokenizer.encode(r["prompt"])
+            a = tokenizer.encode(r["answer"]) + [eos]
+            seqs.append(p + a)
+            labels.append([-100] * len(p) + a)
+        width = max(map(len, seqs))
+        ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])
+        lab = torch.tensor([s + [-100] * (width - len(s)) for s in labels])
+        mask = (ids != pad).long()
+        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_value = loss.item()
+        if progress is not None:
+            progress(step + 1, loss_value)
+    model.eval()
+    return loss_value
+
+
+def ensure_tiny_model(spec: TinySpec | None = None, root: Path | None = None,
+                      log: Callable[[str], None] | None = print) -> Path:
+    """Path of the built model directory for ``spec``; builds and caches it on first use.
+
+    The build writes into a temporary sibling directory and renames it into place, so an
+    interrupted build never leaves a half-written model that later runs would trust.
+    """
+    spec = spec or TinySpec()
+    root = root or cache_root()
+    target = root / "models" / f"tiny-qwen2-{spec.key()}"
+    if (target / "model.safetensors").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if log:
+        log(f"building the tiny model once ({spec.warmup_steps} warm-up steps) into {target}")
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        tokenizer = build_tokenizer()
+        model = build_model(spec, tokenizer)
+        loss = warm_up(model, tokenizer, spec)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "tiny_spec.json").write_text(json.dumps(
+            {**dataclasses.asdict(spec), "warmup_final_loss": loss}, indent=2))
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process finished first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if log:
+        log(f"built the tiny model in {time.perf_counter() - t0:.1f} s")
+    return target

@@ -1,0 +1,164 @@
+"""A scripted engine on a ``Clock``, for the driver's unit tests only (never for integration).
+
+Each request's fate comes from ``script(request, version)``: how long it takes, which tokens it
+returns and how it ends, or an exception to raise, or ``math.inf`` to hang until aborted. Tokens
+arrive evenly over the request's duration, so an abort (or a pause) part-way returns the tokens
+"generated" so far, as a real engine does. Everything it saw is recorded for assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..clock import Clock
+from .base import GenerationRequest, Segment
+
+DIGITS = "0123456789"
+
+
+class CharTokenizer:
+    """Digits are ids 0-9; ``+``, ``=`` are 10, 11; 12 is the end token."""
+
+    eos_token_id = 12
+    _chars = DIGITS + "+="
+
+    def encode(self, text: str) -> list[int]:
+        return [self._chars.index(ch) for ch in text]
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return "".join(self._chars[t] for t in token_ids if t != self.eos_token_id)
+
+
+@dataclass
+class Plan:
+    duration: float  # seconds for the whole request (math.inf: hang until aborted)
+    token_ids: list[int]
+    finish_reason: str = "stop"
+    error: BaseException | None = None  # raised at the end of ``duration`` instead
+
+
+def random_script(seed: int = 0, per_token_s: float = 0.01, max_len: int = 6,
+                  long_tail: float = 0.0) -> Callable[[GenerationRequest, int], Plan]:
+    """Random lengths 1..max_len (capped by the request), seeded by the request id; with
+    probability ``long_tail`` a request takes 20x longer (a straggler)."""
+
+    def script(request: GenerationRequest, version: int) -> Plan:
+        rng = random.Random(f"{seed}/{request.request_id}")
+        n = min(rng.randint(1, max_len), request.max_tokens)
+        tokens = [rng.randrange(10) for _ in range(n)]
+        if n < request.max_tokens:
+            tokens.append(CharTokenizer.eos_token_id)
+        slow = 20.0 if rng.random() < long_tail else 1.0
+        return Plan(per_token_s * len(tokens) * slow, tokens,
+                    "stop" if n < request.max_tokens else "length")
+
+    return script
+
+
+@dataclass
+class _Active:
+    request: GenerationRequest
+    plan: Plan
+    started: float
+    aborted: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class FakeRollout:
+    def __init__(self, clock: Clock, script: Callable[[GenerationRequest, int], Plan]) -> None:
+        self.clock, self.script = clock, script
+        self.tokenizer = CharTokenizer()
+        self.version = 0
+        self.paused = False
+        self._active: dict[str, _Active] = {}
+        self.requests: list[tuple[float, int, GenerationRequest]] = []  # (t, version, request)
+        self.aborted: list[tuple[float, str]] = []
+        self.loaded: list[tuple[float, Path]] = []
+        self.pauses = 0
+
+    @property
+    def active(self) -> list[str]:
+        return list(self._active)
+
+    async def generate(self, request: GenerationRequest) -> Segment:
+        if self.paused:
+            return Segment(finish_reason="abort")
+        self.requests.append((self.clock.now(), self.version, request))
+        plan = self.script(request, self.version)
+        act = _Active(request, plan, self.clock.now())
+        self._active[request.request_id] = act
+        sleeper = asyncio.ensure_future(self.clock.sleep(plan.duration))
+        waiter = asyncio.ensure_future(act.aborted.wait())
+        try:
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waiter.cancel()
+            del self._active[request.request_id]
+        n = len(plan.token_ids)
+        if act.aborted.is_set():
+            elapsed = self.clock.now() - act.started
+            n = 0 if math.isinf(plan.duration) else int(n * elapsed / plan.duration) \
+                if plan.duration > 0 else n
+            n = min(n, len(plan.token_ids))
+            finish = "abort"
+        elif plan.error is not None:
+            raise plan.error
+        else:
+            finish = plan.finish_reason
+        tokens = plan.token_ids[:n]
+        return Segment(tokens, [-0.5 - 0.1 * self.version] * len(tokens), finish)
+
+    async def abort(self, request_ids: Sequence[str]) -> None:
+        for rid in request_ids:
+            act = self._active.get(rid)
+            if act is not None and not act.aborted.is_set():
+                self.aborted.append((self.clock.now(), rid))
+                act.aborted.set()
+
+    async def pause(self) -> None:
+        self.paused = True
+        self.pauses += 1
+        for act in self._active.values():
+            act.aborted.set()
+
+    async def load_weights(self, path: Path) -> None:
+        if not self.paused:
+            raise RuntimeError("load_weights outside pause")
+        self.loaded.append((self.clock.now(), path))
+        self.version += 1
+
+    async def resume(self) -> None:
+        self.paused = False
+
+    async def close(self) -> None:
+        pass
+
+
+class FakeTrainer:
+    """Takes ``train_s`` of clock time per step and records the batches it saw."""
+
+    def __init__(self, clock: Clock, train_s: float = 0.05) -> None:
+        self.clock, self.train_s = clock, train_s
+        self.batches: list[Any] = []
+        self.version = 0
+
+    async def train_step(self, batch: Any) -> dict[str, float]:
+        self.batches.append(batch)
+        await self.clock.sleep(self.train_s)
+        return {"loss": 0.0}
+
+    async def export_weights(self, version: int) -> Path:
+        self.version = version
+        return Path(f"fake-weights/v{version}")
+
+    async def save_checkpoint(self, path: Path) -> None:
+        pass
+
+    async def load_checkpoint(self, path: Path) -> None:
+        pass

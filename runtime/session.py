@@ -1,0 +1,197 @@
+"""One training run end to end: engine and trainer up, held-out evaluation, the driver, the
+outputs (metrics, trace, checkpoint, summary, plot), everything closed again.
+
+``run_training`` can borrow an engine that is already running (``rollout=``): the tests and the
+benchmark start vLLM once and reset its weights to the base model before each run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from .config import TrainConfig
+from .driver import Driver
+from .metrics import MetricsSink, plot, summarize
+from .rollout.base import GenerationRequest, Rollout
+from .tasks.base import Prompt, RewardFn
+
+
+@dataclass
+class TrainingResult:
+    out_dir: Path
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+    eval_before: dict[str, float] = field(default_factory=dict)
+    eval_after: dict[str, float] = field(default_factory=dict)
+    driver: Driver | None = None
+    plot_path: Path | None = None
+    startup_s: float = 0.0
+
+
+def split_prompts(prompts: Sequence[Prompt], n_eval: int,
+                  holdout: bool = False) -> tuple[list[Prompt], list[Prompt]]:
+    """(training prompts, evaluation prompts). With ``holdout`` the last ``n_eval`` prompts are
+    kept out of training; otherwise the first ``n_eval`` (at most all) are scored as well as
+    trained on, which measures the policy on its own task rather than generalisation."""
+    if not holdout:
+        return list(prompts), list(prompts[:n_eval])
+    if n_eval >= len(prompts):
+        raise ValueError(f"run.eval_prompts ({n_eval}) must be smaller than the number of "
+                         f"prompts ({len(prompts)}) when run.eval_holdout is true")
+    cut = len(prompts) - n_eval
+    return list(prompts[:cut]), list(prompts[cut:])
+
+
+async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: RewardFn,
+                   max_tokens: int, temperature: float, samples: int, seed: int = 0,
+                   tag: str = "eval") -> dict[str, float]:
+    """Mean reward of ``samples`` seeded samples per prompt at ``temperature``, and of greedy
+    decoding. Runs outside the driver's run (before or after it), with fixed seeds, so the same
+    weights always score the same."""
+    if not prompts:
+        return {}
+    tok = rollout.tokenizer
+
+    async def one(i: int, p: Prompt, k: int, temp: float) -> float:
+        seg = await rollout.generate(GenerationRequest(
+            f"{tag}-{i}-{k}-{temp}", tok.encode(p.text), max_tokens, temp, seed * 7 + i * 131 + k))
+        ids = seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id \
+            else seg.token_ids
+        try:
+            return float(reward_fn(p, tok.decode(ids)))
+        except Exception:  # evaluation only reports: a completion it cannot score earns 0
+            return 0.0
+
+    sampled = await asyncio.gather(*(one(i, p, k, temperature) for i, p in enumerate(prompts)
+                                     for k in range(samples)))
+    greedy = await asyncio.gather(*(one(i, p, 0, 0.0) for i, p in enumerate(prompts)))
+    return {"reward": fmean(sampled), "greedy_reward": fmean(greedy)}
+
+
+def check_lengths(model_path: Path, prompts: Sequence[Prompt], max_tokens: int,
+                  max_model_len: int) -> None:
+    """Refuse, before the engine starts, a prompt too long for ``max_model_len`` with
+    ``max_tokens`` of answer: the engine would reject each of its requests, forever."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_path))
+    longest = max(prompts, key=lambda p: len(tok.encode(p.text)))
+    n = len(tok.encode(longest.text))
+    if n + max_tokens > max_model_len:
+        raise ValueError(f"prompt {longest.index} is {n} tokens; with rollout.max_tokens "
+                         f"{max_tokens} it exceeds rollout.max_model_len {max_model_len}")
+
+
+def build_rollout(cfg: TrainConfig, model_path: Path) -> Rollout:
+    from .rollout.vllm_engine import VLLMRollout
+
+    r = cfg.rollout
+    return VLLMRollout(model_path, max_model_len=r.max_model_len, max_num_seqs=r.max_num_seqs,
+                       dtype=r.dtype, seed=cfg.run.seed, kv_cache_gib=r.kv_cache_gib,
+                       gpu_memory_utilization=r.gpu_memory_utilization, extra=r.engine_args)
+
+
+async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Prompt],
+                       reward_fn: RewardFn, out_dir: Path, rollout: Rollout | None = None,
+                       resume: Path | None = None, log: Callable[[str], None] = print,
+                       driver_hook: Callable[[Driver], None] | None = None,
+                       ) -> TrainingResult:
+    """Train ``cfg.run.steps`` steps and write the outputs to ``out_dir``.
+
+    With ``rollout`` given, the engine is borrowed (its weights are reset to ``model_path``
+    first, and it is left running); otherwise one is started and closed here. ``driver_hook``
+    sees the driver before it runs (tests use it to inspect or instrument the run).
+    """
+    from .trainer.grpo import GRPOTrainer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
+    train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
+                                                cfg.run.eval_holdout)
+    owned = rollout is None
+    startup = 0.0
+    if rollout is None:
+        t0 = time.perf_counter()
+        log("starting the vLLM engine ...")
+        rollout = build_rollout(cfg, model_path)
+        startup = time.perf_counter() - t0
+        log(f"engine ready in {startup:.1f} s")
+    try:
+        trainer = GRPOTrainer(model_path, cfg.trainer, out_dir, cfg.rollout.temperature,
+                              seed=cfg.run.seed, keep_weights=cfg.run.keep_weights)
+        if resume is not None:
+            await trainer.load_checkpoint(resume)
+            log(f"resumed trainer state from {resume} ({trainer.steps} steps done)")
+            start_weights = await trainer.export_weights(0)
+        else:
+            start_weights = model_path
+        await rollout.pause()
+        await rollout.load_weights(start_weights)
+        await rollout.resume()
+        r = cfg.rollout
+        eval_args = (r.max_tokens, r.temperature, cfg.run.eval_samples, cfg.run.seed)
+        before = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval0")
+        if before:
+            log(f"evaluation reward before training: {before['reward']:.3f} "
+                f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
+        sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard)
+        async def checkpoint(record: Any) -> None:
+            every = cfg.run.checkpoint_every
+            if every and (record.step + 1) % every == 0:
+                await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
+
+        driver = Driver(cfg.driver_settings(), rollout, trainer, reward_fn, train_prompts,
+                        on_step=sink, after_step=checkpoint)
+        if driver_hook is not None:
+            driver_hook(driver)
+        try:
+            await driver.run()
+        finally:
+            sink.close()
+            _write_outputs(cfg, driver, out_dir)
+        after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
+        await trainer.save_checkpoint(out_dir / "checkpoint")
+        summary = summarize(sink.rows)
+        result = TrainingResult(out_dir, sink.rows, summary, before, after, driver,
+                                startup_s=startup)
+        if cfg.run.plot and sink.rows:
+            result.plot_path = plot(sink.rows, out_dir / "curves.png",
+                                    f"GRPO, eta={cfg.staleness.eta}, {cfg.run.steps} steps")
+        (out_dir / "summary.json").write_text(json.dumps(
+            {**summary, "eval_before": before, "eval_after": after, "startup_s": startup},
+            indent=2, default=str))
+        return result
+    finally:
+        if owned:
+            await rollout.close()
+
+
+def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path) -> None:
+    (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+    if not cfg.run.trace:
+        return
+    with (out_dir / "controller_events.jsonl").open("w") as f:
+        for e in driver.controller.events:
+            f.write(json.dumps(e._asdict(), default=_jsonable) + "\n")
+    with (out_dir / "driver_trace.jsonl").open("w") as f:
+        for row in driver.trace:
+            f.write(json.dumps(row, default=_jsonable) + "\n")
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "_asdict"):
+        return obj._asdict()
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(obj)
+    if hasattr(obj, "value"):
+        return obj.value
+    return str(obj)

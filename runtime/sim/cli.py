@@ -1,0 +1,221 @@
+"""``reserve-occupy simulate``: run policies over eta values on a workload, or the experiments.
+
+    reserve-occupy simulate [run] --policy all --eta 1,2,3 --batches 10 [--trace FILE.jsonl]
+                            [--preset NAME | --cost FILE.json] [--out DIR]
+                            [--filter-rate R [--filter-skew S]] [--stuck-timeout SECONDS]
+    reserve-occupy simulate experiments [--results-dir DIR] [--img-dir DIR] [--only 1,...,6]
+    reserve-occupy simulate regimes [--tiny] [--seeds N] [--batches N]
+    reserve-occupy simulate list
+
+``run`` prints one row per (eta, policy) with Reserve–Occupy's speed-up over each and writes
+``results.json`` plus PNG figures to ``--out``. Bad input (a malformed trace line, an unknown
+cost field or policy) is reported in one line naming what is wrong, exit status 2; a policy that
+stalls or breaks a check exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from .checks import CheckFailed
+from .core import PolicyError, SimulationStalled
+from .cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
+from .filtering import FilterError, RewardFilter
+from .policies import POLICIES, UnknownPolicy
+from .workload import MathReasoningShape, TraceError, Workload, generate, load_trace
+
+PROG = "reserve-occupy simulate"
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--{what} must be a comma-separated list of integers, got {text!r}") \
+            from None
+    if not values or any(v < 0 for v in values):
+        raise UsageError(f"--{what} must list integers >= 0, got {text!r}")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("mode", nargs="?", default="run",
+                        choices=["run", "experiments", "regimes", "list"],
+                        help="run policies (default), run the experiments, run only the regime "
+                             "map (experiment 6), or list policies and cost presets")
+    g = parser.add_argument_group("what to run")
+    g.add_argument("--policy", default="all",
+                   help=f"comma-separated policies or 'all' ({', '.join(POLICIES)})")
+    g.add_argument("--eta", default="1,2,3", help="comma-separated staleness bounds (1,2,3)")
+    g.add_argument("--batches", type=int, default=None,
+                   help="training batches per run (10; regimes: 60)")
+    g.add_argument("--batch-size", type=int, default=16, help="groups per batch (16)")
+    w = parser.add_argument_group("workload")
+    w.add_argument("--trace", metavar="FILE.jsonl",
+                   help="JSONL trace, one group per line: "
+                        '{"group": id, "prompt_len": n, "response_lens": [n, ...]}')
+    w.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload (0)")
+    w.add_argument("--groups", type=int, default=1024, help="groups the generator makes (1024)")
+    w.add_argument("--filter-rate", type=float, default=0.0,
+                   help="reward filtering: mean share of groups with no gradient (0 = off)")
+    w.add_argument("--filter-skew", type=float, default=1.0,
+                   help="tilt of the no-gradient share toward long (>0) or short (<0) groups (1)")
+    g.add_argument("--stuck-timeout", type=float, default=None, metavar="SECONDS",
+                   help="reserve_occupy: release a STUCK head buffer after the trainer waited "
+                        "this long (source 7.2; off)")
+    c = parser.add_argument_group("cost model")
+    c.add_argument("--preset", default=DEFAULT_PRESET,
+                   help=f"named cost preset ({', '.join(PRESETS)})")
+    c.add_argument("--cost", metavar="FILE.json",
+                   help="cost model JSON; fields it omits keep the default preset's")
+    c.add_argument("--instances", type=int, help="rollout instances (override)")
+    c.add_argument("--concurrency", type=int, help="max running requests per instance (override)")
+    o = parser.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR", help="write results.json and PNG figures here")
+    o.add_argument("--results-dir", default="docs/results", help="experiments: JSON goes here")
+    o.add_argument("--img-dir", default="docs/img", help="experiments: PNGs go here")
+    o.add_argument("--only", default="1,2,3,4,5,6",
+                   help="experiments: which ones (1 correctness, 2 throughput, 3 ceiling, "
+                        "4 filtering, 5 timeout, 6 regime map; default all)")
+    o.add_argument("--tiny", action="store_true",
+                   help="regimes: a tiny sweep (seconds), for a quick look or a test")
+    o.add_argument("--seeds", type=int, default=None,
+                   help="experiments: workload seeds (experiment 2's spread: 8; the regime map: "
+                        "3)")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _cost(args: argparse.Namespace) -> CostModel:
+    model = load_cost(args.cost) if args.cost else preset(args.preset)
+    for field in ("instances", "concurrency"):
+        value = getattr(args, field)
+        if value is not None:
+            if value < 1:
+                raise UsageError(f"--{field} must be >= 1, got {value}")
+            model = dataclasses.replace(model, **{field: value})
+    return model
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    if args.trace:
+        return load_trace(args.trace)
+    if args.groups < 1:
+        raise UsageError(f"--groups must be >= 1, got {args.groups}")
+    return generate(args.seed, MathReasoningShape(groups=args.groups))
+
+
+def _policies(text: str) -> list[str]:
+    if text.strip() == "all":
+        return list(POLICIES)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        if n not in POLICIES:
+            raise UnknownPolicy(f"unknown policy {n!r} (choose from {', '.join(POLICIES)})")
+    if not names:
+        raise UsageError("--policy is empty")
+    return names
+
+
+def _list() -> int:
+    print("policies:")
+    for name, cls in POLICIES.items():
+        bound = "bounded" if cls.bounded else "not bounded"
+        print(f"  {name:<18} {cls.label:<18} {bound:<12} {cls.source}")
+    print("\ncost presets:")
+    for name, model in PRESETS.items():
+        r, t = model.rollout, model.train
+        print(f"  {name:<14} {model.instances} instances x {model.concurrency}; decode "
+              f"max({r.floor_s}, {r.step_s} + {r.per_request_s}*k + {r.per_ctx_token_s}*ctx) s; "
+              f"train {t.fixed_s} + {t.per_token_s}*tokens s; sync {t.sync_s} s")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from . import plots
+    from .report import comparison
+    from .runner import RunSpec, run_grid
+
+    batches = 10 if args.batches is None else args.batches
+    if batches < 1 or args.batch_size < 1:
+        raise UsageError("--batches and --batch-size must be >= 1")
+    names, etas = _policies(args.policy), _int_list(args.eta, "eta")
+    if "reserve_occupy" in names:  # first, so the speed-ups have their reference
+        names.insert(0, names.pop(names.index("reserve_occupy")))
+    cost, workload = _cost(args), _workload(args)
+    filt = _filter(args)
+    if args.stuck_timeout is not None and not args.stuck_timeout > 0:
+        raise UsageError(f"--stuck-timeout must be > 0 seconds, got {args.stuck_timeout}")
+    timeout = (("stuck_timeout_s", args.stuck_timeout),) if args.stuck_timeout else ()
+    specs = [RunSpec(n, e, batches, args.batch_size,
+                     options=timeout if n == "reserve_occupy" else (), filtering=filt)
+             for e in etas for n in names]
+    start = time.perf_counter()
+    results = run_grid(specs, workload, cost, show_progress=not args.no_progress)
+    elapsed = time.perf_counter() - start
+    print(f"{len(specs)} runs of {batches} batches on {workload.name} "
+          f"({len(workload)} groups of {workload.group_size}), cost {cost.name}: {elapsed:.1f} s")
+    print(comparison(results))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        payload = {"workload": workload.name, "workload_stats": workload.stats(),
+                   "cost": cost.to_json(), "seconds": elapsed,
+                   "runs": [r.to_json() for r in results]}
+        (out / "results.json").write_text(json.dumps(payload, indent=1) + "\n")
+        plots.throughput_bars(results, out / "throughput.png")
+        for name in names:
+            mine = [r for r in results if r.policy == name]
+            plots.staleness_composition(mine, out / f"staleness_{name}.png")
+        print(f"wrote {out / 'results.json'} and PNG figures to {out}/")
+    return 0
+
+
+def _filter(args: argparse.Namespace) -> RewardFilter | None:
+    if not args.filter_rate:
+        return None
+    return RewardFilter(args.filter_rate, args.filter_skew, args.seed)
+
+
+def _experiments(args: argparse.Namespace, only: tuple[int, ...] | None = None) -> int:
+    from .experiments import run_all
+
+    if only is None:
+        only = tuple(_int_list(args.only, "only"))
+    bad = [x for x in only if x not in range(1, 7)]
+    if bad:
+        raise UsageError(f"--only takes experiments 1 to 6, got {bad}")
+    if args.batches is not None and args.batches < 1:
+        raise UsageError("--batches must be >= 1")
+    if args.seeds is not None and args.seeds < 1:
+        raise UsageError("--seeds must be >= 1")
+    run_all(_workload(args), _cost(args), args.results_dir, args.img_dir, only=only,
+            progress=not args.no_progress, seeds=args.seeds, tiny=args.tiny,
+            regime_batches=args.batches)
+    print(f"\nwrote JSON to {args.results_dir}/ and PNGs to {args.img_dir}/")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.mode == "list":
+            return _list()
+        if args.mode == "experiments":
+            return _experiments(args)
+        if args.mode == "regimes":
+            return _experiments(args, only=(6,))
+        return _run(args)
+    except (TraceError, CostError, UnknownPolicy, UsageError, FilterError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except (SimulationStalled, CheckFailed, PolicyError) as exc:
+        print(f"{PROG}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,89 @@
+"""NeMo-RL ``weight_fifo`` sampler: strict weight-version FIFO.
+
+Source: NVIDIA-NeMo/RL @ 7ea279abfbeb698b092856d0dab61e7cf39bc909,
+``nemo_rl/algorithms/async_utils/staleness_sampler.py`` (``WeightFifoSampler.select``,
+``BaseSampler.evict``, ``_finalize_selection``) and ``single_controller.py`` (``_train_pump``).
+Cited in /work/shared/BASELINES.md.
+
+L1 is the gated admission of ``nemo.GatedNemoSampler`` with ``W = max_staleness_versions = eta``.
+L3, per optimizer step at trainer version T, repeated until ``batch_size`` groups are selected:
+evict ready groups with ``start_weight < max(0, T - W)`` (an L3 drop); let ``v*`` be the smallest
+``start_weight`` in ``[T - W, T]`` over *all* buffered groups, ready or still generating; select
+the ready groups stamped ``v*`` in slot order, but only if there are at least
+``min(min_groups_for_streaming_train, remaining)`` of them, otherwise wait. So the step drains
+the oldest version first and waits for that version's stragglers. Selected groups leave the
+buffer at once (their ``max_buffered_rollouts`` permits return); the step trains when complete.
+
+``min_groups_for_streaming_train``: NeMo's default, 32, is rejected by its config validation for
+16 prompts per step, so a user must lower it. Any value above 1 can wedge ``select`` for good:
+when version ``v*`` holds fewer than ``min(value, remaining)`` groups in all, they are never
+selected, ``v*`` never changes, and they are not evicted until the trainer moves, which it
+cannot (the wedge suspected in /tmp/research/baselines.md; with 16 it happens here at eta = 3,
+when ``max_inflight_prompts = 32`` splits a dispatch batch across a weight update). The
+simulator reports that as ``SimulationStalled``. The default here is therefore 1, the streaming
+setting that cannot wedge; the simulator's trainer still trains a step once it is whole (it does
+not overlap chunk training with waiting), which is the same step time for this sampler.
+
+``on_no_gradient="drop"`` (a what-if; see ``nemo.py``): weight_fifo's ``admit`` returns no target
+step, so a dropped prompt "costs throughput but strands nothing and there is nothing to substitute
+for" (``RolloutFailureConfig.on_dropped_prompt``): its buffer permit returns, nothing is
+re-dispatched, and the gated admission goes on as usual.
+"""
+
+from __future__ import annotations
+
+from ..core import Group
+from .base import members
+from .nemo import GatedNemoSampler
+
+
+class NemoWeightFifo(GatedNemoSampler):
+    name = "nemo_weight_fifo"
+    label = "NeMo weight_fifo"
+
+    def __init__(self, eta: int, min_groups_for_streaming_train: int = 1,
+                 **kwargs) -> None:
+        super().__init__(eta, **kwargs)
+        self.min_groups = min_groups_for_streaming_train
+
+    def attach(self, sim) -> None:
+        super().attach(sim)
+        self.step_groups: list[Group] = []  # selected for the step being assembled
+
+    def on_group_done(self, group: Group) -> None:
+        super().on_group_done(group)
+        if group.no_grad and self.filters:  # SKIPPED, unstamped: release the permit
+            self.sim.filter(group)
+            self._release([group])
+
+    def take_batch(self):
+        sim = self.sim
+        version = sim.version
+        low = max(0, version - self.window)
+        stale = [g for g in self.slots if g.done and g.v_tag < low]
+        if stale:  # evict
+            self._release(stale)
+            sim.drop(members(stale))
+        while True:
+            remaining = self.batch_size - len(self.step_groups)
+            in_window = [g.v_tag for g in self.slots if low <= g.v_tag <= version]
+            if not in_window:
+                return None
+            oldest = min(in_window)
+            ready = [g for g in self.slots if g.v_tag == oldest and g.done]
+            if len(ready) < min(self.min_groups, remaining):
+                return None
+            chosen = ready[:remaining]
+            self._release(chosen)
+            self.step_groups.extend(chosen)
+            if len(self.step_groups) == self.batch_size:
+                batch, self.step_groups = self.step_groups, []
+                return members(batch)
+
+    def settings(self) -> dict:
+        return {**super().settings(), "min_groups_for_streaming_train": self.min_groups}
+
+    def describe_state(self) -> str:
+        versions = sorted({g.v_tag for g in self.slots})
+        return (f"{super().describe_state()} step_groups={len(self.step_groups)} "
+                f"buffered versions={versions}")

@@ -1,0 +1,95 @@
+"""TRL's experimental async GRPO trainer.
+
+Source: huggingface/trl @ f2cd57710ae345ea6428ae95363267fcf38a3dc8,
+``trl/experimental/async_grpo/async_rollout_worker.py`` (``_generate_loop``: keep
+``max_inflight_tasks`` completions in flight; a group is stamped with the worker's model version
+when its first completion is created; its rows are queued once the whole group is scored),
+``async_grpo_trainer.py`` (``RolloutQueueDataset.__iter__``: FIFO dequeue, drop each *sample*
+with ``model_version - sample.model_version > max_staleness``; auto ``max_inflight_tasks`` =
+``max_staleness * samples_per_step``) and ``async_grpo_config.py`` (``max_staleness`` default 4,
+``queue_maxsize`` 1024, ``weight_sync_steps`` 1). Cited in /work/shared/BASELINES.md.
+
+* L1: admit while fewer than ``max_inflight_tasks`` completions are in flight (and the finished
+  queue is below ``queue_maxsize``). TRL creates completions one at a time from an iterator that
+  yields each prompt ``group_size`` times; here a group is admitted whole as soon as one task
+  slot is free, so in-flight completions can exceed the cap by at most ``group_size - 1``.
+* L2: none (vLLM pauses with its KV cache kept; here, as for every policy, in-flight requests
+  pause for the sync and resume with their tokens, re-prefilling them).
+* L3: the trainer dequeues samples FIFO and drops each one whose version lags by more than
+  ``max_staleness``, until it has ``batch_size * group_size`` samples (a fixed-count batch, as
+  with ``FixedCountBatcher``; the default token-budget batcher would vary the batch size).
+
+Reward filtering: TRL's async GRPO has no filter. ``_score_group`` (async_rollout_worker.py)
+normalises rewards within the group, ``(r - mean) / (std + 1e-8)``, so a group with equal rewards
+gets zero advantage and its rows are queued and trained like any other (trained without gradient).
+
+Alignment: ``max_staleness = eta`` (TRL's default is 4), and the in-flight cap scales with it as
+TRL's auto setting does (the source: "TRL's L1 admission grows with the staleness setting").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..core import Group
+from ..engine import Request
+from .base import Policy
+
+
+class Trl(Policy):
+    name = "trl"
+    label = "TRL"
+    source = "huggingface/trl@f2cd5771 trl/experimental/async_grpo/async_grpo_trainer.py"
+    bounded = True
+    filters = False
+
+    def __init__(self, eta: int, max_inflight_tasks: int | None = None,
+                 queue_maxsize: int = 1024) -> None:
+        super().__init__(eta)
+        self.max_inflight_tasks = max_inflight_tasks
+        self.queue_maxsize = queue_maxsize
+
+    def attach(self, sim) -> None:
+        super().attach(sim)
+        if self.max_inflight_tasks is None:
+            # max_staleness * per_device_train_batch_size * grad_accum * num_processes; TRL
+            # needs max_staleness >= 1 for it to be positive, so eta = 0 keeps one step's worth.
+            self.max_inflight_tasks = max(self.eta, 1) * self.batch_size * self.group_size
+        self._inflight = 0  # completions created and not finished
+        self._queue: deque[Request] = deque()  # rollout_buffer: scored samples, FIFO
+        self._batch: list[Request] = []  # samples the trainer already dequeued for this step
+
+    def admit(self) -> None:
+        sim = self.sim
+        while self._inflight < self.max_inflight_tasks and len(self._queue) < self.queue_maxsize:
+            sim.admit()  # model_version stamped when the group's first completion is created
+            self._inflight += self.group_size
+
+    def on_group_done(self, group: Group) -> None:
+        self._inflight -= self.group_size
+        self._queue.extend(group.requests)
+
+    def take_batch(self):
+        sim, need = self.sim, self.batch_size * self.group_size
+        version, queue, batch = sim.version, self._queue, self._batch
+        stale: list[Request] = []
+        while len(batch) < need and queue:
+            sample = queue.popleft()
+            if version - sample.group.v_tag > self.eta:  # type: ignore[union-attr]
+                stale.append(sample)
+            else:
+                batch.append(sample)
+        if stale:
+            sim.drop(stale)
+        if len(batch) < need:
+            return None
+        self._batch = []
+        return batch
+
+    def settings(self) -> dict:
+        return {"eta": self.eta, "max_staleness": self.eta,
+                "max_inflight_tasks": self.max_inflight_tasks, "queue_maxsize": self.queue_maxsize,
+                "unit of L3": "sample (trajectory)"}
+
+    def describe_state(self) -> str:
+        return f"inflight={self._inflight} queue={len(self._queue)} batch={len(self._batch)}"

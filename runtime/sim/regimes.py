@@ -1,0 +1,281 @@
+"""The regime map: where Reserve–Occupy gains over NeMo-RL in_order, weight_fifo and verl drop.
+
+What decides the regime is swept around the shipped setting (Qwen3-8B on H20, 2 x 40 concurrency,
+the synthetic math workload, no filtering), in three two-dimensional slices, each at eta 1..4:
+
+* ``hardware``: a multiplier on the training cost (trainer speed relative to rollout) x the
+  engines' concurrency per instance;
+* ``workload``: tail heaviness (share of responses that run to the length cap) x the reward
+  filter rate;
+* ``filter``: the training-cost multiplier x the reward filter rate.
+
+Every cell runs each policy on ``seeds`` workloads (workload and filter seed ``s``) for
+``batches`` batches and compares *steady-state* effective throughput (``metrics.steady_throughput``:
+the first fifth of the batches is left out as start-up transient). A cell reports Reserve–Occupy's
+ratio to each baseline (mean, min, max over seeds) and the regime its Reserve–Occupy runs are in.
+
+Regimes are defined from what the simulator measures over the run (``core.Simulator.gate_time``):
+
+* ``trainer-bound``: the trainer waited for data less than ``TRAINER_IDLE_MAX`` of the wall time,
+  so it, not rollout, sets the pace;
+* otherwise ``slot-bound`` if admission was held by the staleness window (an engine slot free,
+  nothing queued, yet Reserve–Occupy's ``reserve`` refused: no legal EMPTY slot) at least as long
+  as it waited for the engines (every engine slot busy);
+* otherwise ``engine-bound``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .core import SimulationStalled
+from .cost import CostModel
+from .filtering import RewardFilter
+from .metrics import RunResult
+from .runner import RunSpec, simulate
+from .workload import MathReasoningShape, generate
+
+TRAINER_IDLE_MAX = 0.10
+REGIMES = ("slot-bound", "engine-bound", "trainer-bound")
+BASELINES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop")
+IN_ORDER_DROP = "nemo_in_order/drop"  # the what-if: filtering routed through the drop path
+
+
+def classify(trainer_idle: float, slot_held: float, engine_full: float) -> str:
+    """The regime of a run from three fractions of its wall time (see the module docstring)."""
+    for name, value in (("trainer_idle", trainer_idle), ("slot_held", slot_held),
+                        ("engine_full", engine_full)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not 0.0 <= value <= 1.0 + 1e-9:
+            raise ValueError(f"classify: {name} must be a fraction in [0, 1], got {value!r}")
+    if trainer_idle < TRAINER_IDLE_MAX:
+        return "trainer-bound"
+    return "slot-bound" if slot_held >= engine_full else "engine-bound"
+
+
+def classify_run(result: RunResult) -> str:
+    gate = result.admission
+    return classify(result.trainer_idle, gate.get("policy_held", 0.0),
+                    gate.get("engine_full", 0.0))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the map."""
+
+    slice: str
+    eta: int
+    train_mult: float = 1.0
+    concurrency: int = 40
+    truncated: float = 0.03
+    filter_rate: float = 0.0
+
+    def key(self) -> tuple:
+        return (self.eta, self.train_mult, self.concurrency, self.truncated, self.filter_rate)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    etas: tuple[int, ...] = (1, 2, 3, 4)
+    train_mults: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)
+    concurrencies: tuple[int, ...] = (8, 16, 40, 80)
+    truncations: tuple[float, ...] = (0.005, 0.03, 0.10)
+    filter_rates: tuple[float, ...] = (0.0, 0.2, 0.4)
+    seeds: int = 3
+    batches: int = 60
+    groups: int = 1024
+    batch_size: int = 16
+
+    def cells(self) -> list[Cell]:
+        out: list[Cell] = []
+        for eta in self.etas:
+            out += [Cell("hardware", eta, train_mult=m, concurrency=c)
+                    for m in self.train_mults for c in self.concurrencies]
+            out += [Cell("workload", eta, truncated=t, filter_rate=f)
+                    for t in self.truncations for f in self.filter_rates]
+            out += [Cell("filter", eta, train_mult=m, filter_rate=f)
+                    for m in self.train_mults for f in self.filter_rates]
+        return out
+
+
+TINY = Sweep(etas=(1, 3), train_mults=(0.5, 2.0), concurrencies=(8, 40), truncations=(0.03,),
+             filter_rates=(0.0, 0.3), seeds=1, batches=12, groups=128, batch_size=4)
+
+
+def scaled(cost: CostModel, train_mult: float, concurrency: int) -> CostModel:
+    """The cost model with training ``train_mult`` times as slow and the given concurrency (the
+    weight sync is unchanged)."""
+    t = cost.train
+    train = dataclasses.replace(t, fixed_s=t.fixed_s * train_mult,
+                                per_token_s=t.per_token_s * train_mult,
+                                per_token_sq_s=t.per_token_sq_s * train_mult)
+    return dataclasses.replace(cost, train=train, concurrency=concurrency,
+                               name=f"{cost.name} train x{train_mult:g} conc {concurrency}")
+
+
+def _summary(values: list[float]) -> dict:
+    return {"mean": float(np.mean(values)), "min": float(min(values)),
+            "max": float(max(values))} if values else {}
+
+
+def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
+             cache: dict, step: Callable[[], None] | None = None) -> dict:
+    """Run every policy of one cell over the seeds; ``cache`` shares runs between slices."""
+    policies = [("reserve_occupy", ())] + [(b, ()) for b in BASELINES]
+    if cell.filter_rate > 0:
+        policies.append((IN_ORDER_DROP, (("on_no_gradient", "drop"),)))
+    c = scaled(cost, cell.train_mult, cell.concurrency)
+    runs: dict[str, list[dict]] = {}
+    for seed in range(sweep.seeds):
+        shape = MathReasoningShape(groups=sweep.groups, truncated=cell.truncated)
+        workload = generate(seed, shape)
+        filt = RewardFilter(cell.filter_rate, seed=seed) if cell.filter_rate > 0 else None
+        for label, options in policies:
+            key = (cell.key(), seed, label)
+            if key not in cache:
+                spec = RunSpec(label.split("/")[0], cell.eta, sweep.batches, sweep.batch_size,
+                               options=options, filtering=filt)
+                try:
+                    r, _ = simulate(spec, workload, c)
+                    cache[key] = {"throughput": r.throughput, "steady": r.steady_throughput,
+                                  "trainer_idle": r.trainer_idle,
+                                  "rollout_idle": r.rollout_idle, "admission": r.admission,
+                                  "regime": classify_run(r)}
+                except SimulationStalled as exc:
+                    cache[key] = {"stalled": str(exc).split(";")[0]}
+            runs.setdefault(label, []).append(cache[key])
+            if step is not None:
+                step()
+    ro = runs["reserve_occupy"]
+    ratios = {}
+    for label, rs in runs.items():
+        if label == "reserve_occupy":
+            continue
+        vals = [a["steady"] / b["steady"] for a, b in zip(ro, rs) if "steady" in b]
+        ratios[label] = {**_summary(vals), "stalled": sum(1 for b in rs if "stalled" in b)}
+    mean = {k: float(np.mean([r[k] for r in ro])) for k in ("trainer_idle", "rollout_idle")}
+    gate = {k: float(np.mean([r["admission"][k] for r in ro]))
+            for k in ("paused", "engine_full", "policy_held")}
+    regimes = [r["regime"] for r in ro]
+    return {**dataclasses.asdict(cell), "ratios": ratios,
+            "ro_steady": _summary([r["steady"] for r in ro]),
+            "ro_trainer_idle": mean["trainer_idle"], "ro_rollout_idle": mean["rollout_idle"],
+            "ro_admission": gate,
+            "regime": classify(mean["trainer_idle"], gate["policy_held"], gate["engine_full"]),
+            "regime_per_seed": regimes,
+            "runs": runs}
+
+
+def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
+              cells: Iterable[Cell] | None = None) -> dict:
+    cells = list(cells if cells is not None else sweep.cells())
+    unique = {c.key() for c in cells}
+    per_cell = sweep.seeds * (len(BASELINES) + 1)
+    total = sum(per_cell + (sweep.seeds if k[-1] > 0 else 0) for k in unique)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="run", leave=False, dynamic_ncols=True,
+                   desc="regime map")
+    cache: dict = {}
+    seen: set = set()
+    start = time.perf_counter()
+    out = []
+    try:
+        for cell in cells:
+            first = cell.key() not in seen
+            seen.add(cell.key())
+            out.append(run_cell(cell, cost, sweep, cache,
+                                step=(lambda: bar.update(1)) if bar is not None and first
+                                else None))
+    finally:
+        if bar is not None:
+            bar.close()
+    return {"sweep": dataclasses.asdict(sweep), "cost": cost.name,
+            "definitions": {"trainer_idle_max": TRAINER_IDLE_MAX,
+                            "ratio": "steady-state effective throughput of Reserve–Occupy / "
+                                     "the baseline's, same workload seed",
+                            "warmup": "first fifth of the batches left out"},
+            "seconds": time.perf_counter() - start, "cells": out}
+
+
+def compact(obj, digits: int = 5):
+    """The result with floats rounded to ``digits`` significant digits (smaller JSON)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: compact(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [compact(v, digits) for v in obj]
+    return obj
+
+
+# --------------------------------------------------------------------------- tables --------
+
+def _unique(result: dict) -> list[dict]:
+    seen, out = set(), []
+    for c in result["cells"]:
+        key = (c["eta"], c["train_mult"], c["concurrency"], c["truncated"], c["filter_rate"])
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def _range(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{np.mean(values):.2f} [{min(values):.2f}, {max(values):.2f}]"
+
+
+def summary_table(result: dict) -> str:
+    """One row per (filter rate, regime): how many cells, and Reserve–Occupy's ratio to each
+    baseline over them (mean of the cell means [lowest, highest cell mean])."""
+    from .report import markdown
+
+    cells = _unique(result)
+    labels = list(BASELINES) + [IN_ORDER_DROP]
+    rows = []
+    for rate in sorted({c["filter_rate"] for c in cells}):
+        for regime in REGIMES:
+            mine = [c for c in cells if c["filter_rate"] == rate and c["regime"] == regime]
+            if not mine:
+                continue
+            row = [f"{rate:g}", regime, len(mine)]
+            for label in labels:
+                vals = [c["ratios"][label]["mean"] for c in mine
+                        if "mean" in c["ratios"].get(label, {})]
+                row.append(_range(vals) if label != IN_ORDER_DROP or rate > 0 else "")
+            rows.append(row)
+    return markdown(["no-gradient rate", "regime (of RO's runs)", "cells", "RO ÷ in_order",
+                     "RO ÷ weight_fifo", "RO ÷ verl drop", "RO ÷ in_order, drop path"], rows)
+
+
+def cell_table(result: dict) -> str:
+    """Every distinct cell: its parameters, regime, the fractions it was classified from, and
+    the ratios (mean over seeds)."""
+    from .report import markdown
+
+    rows = []
+    for c in sorted(_unique(result), key=lambda c: (c["filter_rate"], c["truncated"], c["eta"],
+                                                     c["train_mult"], c["concurrency"])):
+        def ratio(label: str, c: dict = c) -> str:
+            r = c["ratios"].get(label, {})
+            if "mean" not in r:
+                return "stalled" if r.get("stalled") else ""
+            return f"{r['mean']:.2f}"
+        gate = c["ro_admission"]
+        rows.append([c["eta"], f"{c['train_mult']:g}", c["concurrency"], f"{c['truncated']:g}",
+                     f"{c['filter_rate']:g}", c["regime"], f"{c['ro_trainer_idle']:.2f}",
+                     f"{gate['policy_held']:.2f}", f"{gate['engine_full']:.2f}",
+                     round(c["ro_steady"]["mean"]), ratio("nemo_in_order"),
+                     ratio("nemo_weight_fifo"), ratio("verl_drop"), ratio(IN_ORDER_DROP)])
+    return markdown(["η", "train ×", "conc.", "at cap", "no-grad", "regime", "trainer idle",
+                     "slot-held", "engines full", "RO tok/s", "÷ in_order", "÷ weight_fifo",
+                     "÷ verl", "÷ in_order drop"], rows)

@@ -1,0 +1,68 @@
+"""What the driver hands a trainer, and what it needs back: the ``Trainer`` protocol.
+
+A ``TrainBatch`` is one consumed staleness buffer: ``version`` is the buffer (the trainer's
+weights are at that version; the step trains ``version -> version + 1``), each group carries the
+controller's ``v_traj`` and staleness, and every sampled token carries the log-probability the
+engine sampled it with and the weight version that engine ran. That per-token record is what
+lets the loss correct bounded staleness with an importance ratio instead of ignoring it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from reserve_occupy import UnitId
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One committed candidate of a group: its response, how it was generated, its reward."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]  # behaviour log-probabilities, one per token
+    versions: tuple[int, ...]  # weight version each token was generated with
+    reward: float
+    finish_reason: str
+    segments: int  # 1 + times it was resumed after a weight update
+    candidate: int = 0  # its index among the group's candidates (engine request ids use it)
+
+
+@dataclass(frozen=True)
+class GroupSample:
+    unit_id: UnitId
+    prompt_index: int
+    prompt_ids: tuple[int, ...]
+    v_traj: int
+    staleness: int
+    samples: tuple[Sample, ...]
+
+    @property
+    def rewards(self) -> tuple[float, ...]:
+        return tuple(s.reward for s in self.samples)
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    version: int
+    groups: tuple[GroupSample, ...]
+
+    @property
+    def samples(self) -> list[tuple[GroupSample, Sample]]:
+        return [(g, s) for g in self.groups for s in g.samples]
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    async def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimiser update on ``batch``; returns metrics (loss, ...)."""
+        ...
+
+    async def export_weights(self, version: int) -> Path:
+        """Write the current weights for the rollout engine; returns the directory."""
+        ...
+
+    async def save_checkpoint(self, path: Path) -> None: ...
+
+    async def load_checkpoint(self, path: Path) -> None: ...

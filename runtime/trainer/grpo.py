@@ -1,0 +1,250 @@
+"""GRPO in torch: group-normalised advantages and a clipped importance ratio against the
+engine's behaviour log-probabilities.
+
+Loss, per response token t of sample i in group g (token-mean over the whole batch):
+
+    A_i     = (r_i - mean_g r) / (std_g r + 1e-6)        (without the division if not scale_rewards)
+    rho_t   = exp(log pi_theta(t) - log mu(t))          mu: what the engine sampled t with
+    L       = -min(rho_t A_i, clip(rho_t, 1 - clip_low, 1 + clip_high) A_i)
+              + kl_coef * k3(pi_theta || pi_ref)         (optional; pi_ref = the initial weights)
+
+``pi_theta`` is the trainer's current weights, version ``batch.version``; ``mu`` is whatever
+version generated token t (older by up to eta, or several versions within one partial-rollout
+sample). The ratio therefore corrects bounded staleness token by token: tokens that became
+unlikely under the current weights get their gradient clipped instead of trusted. Fresh tokens
+(version == batch.version) have rho = 1 up to float noise; ``onpolicy_logprob_err`` reports
+that noise, a cheap end-to-end check that engine and trainer compute the same distribution.
+
+Torch work runs in a worker thread (``asyncio.to_thread``) so generation continues meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .base import TrainBatch
+
+
+class GRPOTrainer:
+    def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
+                 temperature: float = 1.0, seed: int = 0, keep_weights: int = 2) -> None:
+        """``settings``: a ``runtime.config.TrainerConfig`` (lr, betas, weight_decay, clip_low,
+        clip_high, kl_coef, max_grad_norm, scale_rewards, epochs, minibatches, micro_batch,
+        device, threads)."""
+        from transformers import AutoModelForCausalLM
+
+        self.s = settings
+        self.device = torch.device(settings.device)
+        if self.device.type == "cpu":
+            # The rollout engine owns the other core(s); more threads only contend.
+            torch.set_num_threads(settings.threads or 1)
+        torch.manual_seed(seed)
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+        self.model.to(self.device).train()
+        self.ref = None
+        if settings.kl_coef > 0:
+            self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=settings.lr,
+                                     betas=tuple(settings.betas),
+                                     weight_decay=settings.weight_decay)
+        self.temperature = temperature
+        pad = self.model.config.pad_token_id
+        self.pad_id = 0 if pad is None else int(pad)
+        self.out_dir = Path(out_dir)
+        self.keep_weights = keep_weights
+        self.steps = 0
+
+    # ------------------------------------------------------------------ log-probabilities ----
+
+    def _pad(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(map(len, seqs))
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = torch.tensor(s)
+            mask[i, :len(s)] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _logprobs(self, model: torch.nn.Module, prompts: list[list[int]],
+                  responses: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probabilities of each response given its prompt, as a padded
+        [n, max_response] tensor with its 0/1 mask."""
+        seqs = [p + r for p, r in zip(prompts, responses)]
+        ids, mask = self._pad(seqs)
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        logp = torch.log_softmax(logits / self.temperature, dim=-1)
+        logp = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        width = max(1, max(map(len, responses)))
+        out = torch.zeros((len(seqs), width), device=self.device)
+        rmask = torch.zeros((len(seqs), width), device=self.device)
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            if r:
+                out[i, :len(r)] = logp[i, len(p) - 1:len(p) - 1 + len(r)]
+                rmask[i, :len(r)] = 1
+        return out, rmask
+
+    @torch.no_grad()
+    def score(self, prompts: list[list[int]], responses: list[list[int]]) -> list[list[float]]:
+        """The current weights' log-probabilities of each response token (for checks)."""
+        lp, _ = self._logprobs(self.model, prompts, responses)
+        return [lp[i, :len(r)].tolist() for i, r in enumerate(responses)]
+
+    # ------------------------------------------------------------------ the update ------------
+
+    @staticmethod
+    def advantages(rewards: list[float], scale: bool = True) -> list[float]:
+        r = torch.tensor(rewards, dtype=torch.float64)
+        adv = r - r.mean()
+        if scale:
+            adv = adv / (r.std(unbiased=False) + 1e-6)
+        return adv.tolist()
+
+    def _train(self, batch: TrainBatch) -> dict[str, float]:
+        s = self.s
+        rows = []  # (prompt, tokens, behaviour logprobs, versions, advantage)
+        for g in batch.groups:
+            for smp, adv in zip(g.samples, self.advantages(list(g.rewards), s.scale_rewards)):
+                if smp.token_ids:
+                    rows.append((list(g.prompt_ids), list(smp.token_ids), list(smp.logprobs),
+                                 list(smp.versions), adv))
+        if not rows:
+            raise ValueError(f"batch {batch.version} has no response tokens to train on")
+        n_once = sum(len(r[1]) for r in rows)
+        stale = sum(v < batch.version for r in rows for v in r[3])
+        self.model.train()
+        sums: dict[str, float] = {}
+        grad_norms = []
+        # ``epochs`` passes over the batch, each split into ``minibatches`` optimiser steps
+        # (PPO-style). Only the first step is on-policy for fresh tokens; later ones lean on
+        # the clipped ratio, which is what it is for.
+        order = list(range(len(rows)))
+        rng = torch.Generator().manual_seed(self.steps)
+        for epoch in range(s.epochs):
+            if epoch:
+                order = torch.randperm(len(rows), generator=rng).tolist()
+            parts = [order[i::s.minibatches] for i in range(s.minibatches)]
+            for k, part in enumerate(p for p in parts if p):
+                first = epoch == 0 and k == 0
+                self._minibatch([rows[i] for i in part], batch.version, sums, first)
+                grad_norms.append(self._optimizer_step())
+        self.steps += 1
+        n = sums["tokens"]
+        out = {
+            "loss": sums["loss"] / n, "clip_frac": sums["clipped"] / n,
+            "ratio_mean": sums["ratio"] / n, "ratio_max": sums["ratio_max"],
+            "kl_behaviour": sums["kl_behaviour"] / n, "grad_norm": max(grad_norms),
+            "stale_token_frac": stale / n_once, "tokens": float(n_once),
+            "onpolicy_logprob_err": (sums["onpolicy_err"] / sums["onpolicy_n"]
+                                     if sums.get("onpolicy_n") else 0.0),
+        }
+        if self.ref is not None:
+            out["kl_ref"] = sums["kl_ref"] / n
+        return out
+
+    def _minibatch(self, rows: list[tuple], version: int, sums: dict[str, float],
+                   first: bool) -> None:
+        """Accumulate the gradient of one optimiser step over ``rows`` (in micro-batches)."""
+        s = self.s
+        n_tokens = sum(len(r[1]) for r in rows)
+
+        def add(key: str, value: float) -> None:
+            sums[key] = sums.get(key, 0.0) + value
+
+        for start in range(0, len(rows), s.micro_batch):
+            chunk = rows[start:start + s.micro_batch]
+            prompts, responses = [r[0] for r in chunk], [r[1] for r in chunk]
+            logp, mask = self._logprobs(self.model, prompts, responses)
+            old = torch.zeros_like(logp)
+            ver = torch.zeros_like(logp)
+            for i, r in enumerate(chunk):
+                old[i, :len(r[2])] = torch.tensor(r[2])
+                ver[i, :len(r[3])] = torch.tensor(r[3], dtype=torch.float32)
+            adv = torch.tensor([r[4] for r in chunk], device=self.device).unsqueeze(1)
+            ratio = torch.exp(logp - old)
+            clipped = torch.clamp(ratio, 1 - s.clip_low, 1 + s.clip_high)
+            per_tok = -torch.minimum(ratio * adv, clipped * adv)
+            if self.ref is not None:
+                with torch.no_grad():
+                    ref_lp, _ = self._logprobs(self.ref, prompts, responses)
+                k3 = torch.exp(ref_lp - logp) - (ref_lp - logp) - 1
+                per_tok = per_tok + s.kl_coef * k3
+                add("kl_ref", float((k3.detach() * mask).sum()))
+            loss = (per_tok * mask).sum() / n_tokens
+            loss.backward()
+            with torch.no_grad():
+                add("tokens", float(mask.sum()))
+                add("loss", float((per_tok * mask).sum()))
+                add("clipped", float(((ratio != clipped).float() * mask).sum()))
+                add("ratio", float((ratio * mask).sum()))
+                sums["ratio_max"] = max(sums.get("ratio_max", 0.0), float((ratio * mask).max()))
+                add("kl_behaviour", float(((old - logp) * mask).sum()))
+                if first:  # fresh tokens under the very weights that sampled them
+                    fresh = mask * (ver == version).float()
+                    add("onpolicy_err", float(((logp - old).abs() * fresh).sum()))
+                    add("onpolicy_n", float(fresh.sum()))
+
+    def _optimizer_step(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.s.max_grad_norm is not None:
+            norm = float(torch.nn.utils.clip_grad_norm_(params, self.s.max_grad_norm))
+        else:
+            norm = float(torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params)))
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return norm
+
+    async def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        return await asyncio.to_thread(self._train, batch)
+
+    # ------------------------------------------------------------------ weights, checkpoints --
+
+    def _state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().to("cpu").contiguous() for k, v in self.model.state_dict().items()}
+
+    def _export(self, version: int) -> Path:
+        from safetensors.torch import save_file
+
+        root = self.out_dir / "weights"
+        path = root / f"v{version}"
+        path.mkdir(parents=True, exist_ok=True)
+        save_file(self._state_dict(), str(path / "model.safetensors"))
+        old = root / f"v{version - self.keep_weights}"
+        if version - self.keep_weights >= 0 and old.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        return path
+
+    async def export_weights(self, version: int) -> Path:
+        return await asyncio.to_thread(self._export, version)
+
+    def _save(self, path: Path) -> None:
+        from safetensors.torch import save_file
+
+        path.mkdir(parents=True, exist_ok=True)
+        save_file(self._state_dict(), str(path / "model.safetensors"))
+        torch.save(self.opt.state_dict(), path / "optimizer.pt")
+        (path / "trainer_state.json").write_text(json.dumps({"steps": self.steps}))
+
+    def _load(self, path: Path) -> None:
+        from safetensors.torch import load_file
+
+        missing = [n for n in ("model.safetensors", "optimizer.pt", "trainer_state.json")
+                   if not (path / n).exists()]
+        if missing:
+            raise FileNotFoundError(f"{path}: not a checkpoint (missing {', '.join(missing)})")
+        self.model.load_state_dict(load_file(str(path / "model.safetensors"),
+                                             device=str(self.device)))
+        self.opt.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
+        self.steps = json.loads((path / "trainer_state.json").read_text())["steps"]
+
+    async def save_checkpoint(self, path: Path) -> None:
+        await asyncio.to_thread(self._save, Path(path))
+
+    async def load_checkpoint(self, path: Path) -> None:
+        await asyncio.to_thread(self._load, Path(path))

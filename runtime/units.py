@@ -1,0 +1,100 @@
+"""The driver's records of what it runs: settings, groups in flight and their candidates, and
+the per-step record it reports. Plain data; the logic is in ``runtime.driver``."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from reserve_occupy import Config, Group, UnitId
+
+from .tasks.base import Prompt
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    """Everything the driver decides with. ``eta``/``batch_size``/``capacity``/
+    ``max_concurrency`` go to the controller verbatim; the rest is the runtime's own."""
+
+    eta: int = 1
+    batch_size: int = 8  # groups per training step
+    group_size: int = 8  # samples per group that train
+    candidates: int | None = None  # > group_size: group-level oversampling (source 7.5)
+    capacity: int | None = None  # > batch_size: batch-level oversampling (source 7.6)
+    max_concurrency: int | None = None  # groups in flight at once
+    steps: int = 10
+    max_tokens: int = 8
+    temperature: float = 1.0
+    ignore_eos: bool = False
+    partial_rollout: bool = True  # keep the tokens of requests interrupted by a weight update
+    filter_zero_variance: bool = True  # occupied filtering of groups whose rewards are all equal
+    unit_timeout_s: float = math.inf  # abort a group still generating after this long
+    stuck_timeout_s: float = math.inf  # release_stuck after the trainer waited this long
+    seed: int = 0
+    check_invariants: bool = False  # controller.check() after every operation (tests)
+    # Stop the run when this many groups in a row were dropped (filtered, failed, or their
+    # reward raised): a constant reward, a solved task or a broken engine would otherwise
+    # keep the run admitting forever without a batch.
+    max_dropped_in_a_row: int = 500
+
+    def controller_config(self) -> Config:
+        return Config(max_staleness=self.eta, batch_size=self.batch_size,
+                      capacity=self.capacity, max_concurrency=self.max_concurrency)
+
+    @property
+    def n_candidates(self) -> int:
+        return self.candidates if self.candidates is not None else self.group_size
+
+
+@dataclass
+class CandidateRun:
+    index: int
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    segments: int = 0
+    request_id: str | None = None  # the engine request now running, if any
+    paused: bool = False  # its request was ended by a weight-update pause: resume it
+    stop: str | None = None  # why the driver stopped it (surplus, timeout, ...): do not resume
+    finish_reason: str | None = None
+    reward: float | None = None
+
+
+@dataclass
+class GroupRun:
+    unit_id: UnitId
+    seq: int  # admission order
+    prompt: Prompt
+    prompt_ids: list[int]
+    v_traj: int
+    admitted_at: float
+    group: Group
+    candidates: list[CandidateRun]
+    closed: bool = False  # completed or aborted: later candidate reports are ignored
+    fate: str = "in_flight"  # in_flight, finished, filtered, aborted:<reason>, consumed
+    task: asyncio.Task[Any] | None = None
+
+
+@dataclass
+class StepRecord:
+    """What one training step did; the metrics sinks turn it into JSONL/TensorBoard rows."""
+
+    step: int
+    version: int  # the batch's buffer; the step published version + 1
+    time_s: float  # since the run started
+    rewards: list[float]  # of the samples trained in this step
+    rollout_rewards: list[float]  # of every group completed since the last step, filtered too
+    staleness: list[int]  # per group, as the controller placed it
+    token_version_lag: list[int]  # per group: version - oldest token version actually used
+    train: dict[str, float]
+    step_s: float
+    train_s: float
+    sync_s: float
+    wait_s: float  # the trainer waited this long for the batch
+    tokens_generated: int  # cumulative, every token the engine returned (aborted ones too)
+    tokens_trained: int  # cumulative response tokens in consumed batches
+    trainer_idle: float  # cumulative fractions of wall time so far
+    rollout_idle: float
+    counts: dict[str, int]  # cumulative: admitted, aborted, filtered, resumed, released_stuck

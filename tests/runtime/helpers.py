@@ -1,0 +1,74 @@
+"""Builders for driver tests on the scripted engine and the virtual clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from runtime.clock import VirtualClock
+from runtime.driver import Driver
+from runtime.rollout.base import GenerationRequest
+from runtime.rollout.fake import CharTokenizer, FakeRollout, FakeTrainer, Plan, random_script
+from runtime.tasks.base import Prompt
+from runtime.units import DriverSettings
+
+PROMPTS = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(100)]
+
+
+def parity_reward(prompt: Prompt, completion: str) -> float:
+    """A reward with variance inside most groups: 1 when the completion has even length."""
+    return float(len(completion) % 2 == 0)
+
+
+def make(settings: DriverSettings | None = None, script: Callable[..., Plan] | None = None,
+         reward: Callable[[Prompt, str], float] = parity_reward, train_s: float = 0.05,
+         **overrides: Any) -> tuple[Driver, FakeRollout, FakeTrainer, VirtualClock]:
+    clock = VirtualClock()
+    base = dict(eta=1, batch_size=4, group_size=4, steps=12, max_tokens=6,
+                check_invariants=True)
+    base.update(overrides)
+    settings = settings or DriverSettings(**base)
+    rollout = FakeRollout(clock, script or random_script(0))
+    trainer = FakeTrainer(clock, train_s)
+    driver = Driver(settings, rollout, trainer, reward, PROMPTS, clock)
+    return driver, rollout, trainer, clock
+
+
+def run(driver: Driver, clock: VirtualClock) -> list[Any]:
+    return clock.run(driver.run())
+
+
+def fixed_script(duration: float, n_tokens: int = 3,
+                 special: dict[str, Plan] | None = None) -> Callable[..., Plan]:
+    """Every request takes ``duration`` and returns ``n_tokens`` digits (one more for odd
+    candidates, so that ``parity_reward`` varies inside groups) then the end token; requests
+    whose id starts with a key of ``special`` follow that plan instead."""
+
+    def script(request: GenerationRequest, version: int) -> Plan:
+        for prefix, plan in (special or {}).items():
+            if request.request_id.startswith(prefix):
+                return plan
+        cand = int(request.request_id.split("-c")[1].split("-")[0])
+        n = min(n_tokens + cand % 2, request.max_tokens)
+        tokens = [(version + i) % 10 for i in range(n)]
+        if n < request.max_tokens:
+            tokens.append(CharTokenizer.eos_token_id)
+        return Plan(duration, tokens, "stop" if n < request.max_tokens else "length")
+
+    return script
+
+
+def token_lag_violations(trainer: FakeTrainer, eta: int) -> list[str]:
+    """Groups trained with a token older than ``eta`` versions (checked on the tokens'
+    recorded versions, not on the controller's claim), or whose unit version is not the oldest
+    version its tokens used."""
+    bad = []
+    for batch in trainer.batches:
+        for g in batch.groups:
+            oldest = min(min(s.versions) for s in g.samples if s.versions)
+            if batch.version - oldest > eta:
+                bad.append(f"batch {batch.version}: {g.unit_id} has a token of version {oldest}")
+            if oldest < g.v_traj:
+                bad.append(f"batch {batch.version}: {g.unit_id} v_traj {g.v_traj} is newer "
+                           f"than its oldest token ({oldest})")
+    return bad

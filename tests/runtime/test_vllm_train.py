@@ -1,0 +1,270 @@
+"""End to end on CPU with real vLLM and the torch GRPO trainer, driven by the controller.
+
+Short runs of the embedded task on the session's engine (``conftest.engine``): eta holds for
+every consumed batch (measured from the versions that actually generated each token), weights
+change in the engine after publish, partial rollout keeps tokens and the oldest version with
+per-token behaviour log-probabilities of the right version, a hung request is released by the
+STUCK timeout, a raising reward function aborts its group cleanly, and the reward improves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import fmean
+
+import pytest
+
+from reserve_occupy import UnitState, replay
+from runtime.config import load_config
+from runtime.data import load_prompts
+from runtime.rollout.base import GenerationRequest, Segment
+from runtime.session import run_training
+from runtime.tasks.arithmetic import ExactAnswerReward
+
+pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
+
+
+def _cfg(tmp_path: Path, **overrides):
+    base = {"run.progress": False, "run.plot": False, "run.eval_prompts": 0,
+            "run.check_invariants": True, "run.output_dir": str(tmp_path),
+            "staleness.batch_size": 4, "staleness.group_size": 4, "run.steps": 6}
+    base.update(overrides)
+    return load_config(None, base)
+
+
+async def _train(cfg, engine, tiny_model, tmp_path, reward=None, hook=None, prompts=None):
+    return await run_training(cfg, tiny_model, prompts or load_prompts(),
+                              reward or ExactAnswerReward(), tmp_path, rollout=engine,
+                              log=lambda _: None, driver_hook=hook)
+
+
+def _record_batches(driver):
+    """Wrap the trainer so the test sees every batch it trained on."""
+    seen = []
+    train_step = driver.trainer.train_step
+
+    async def spy(batch):
+        seen.append(batch)
+        return await train_step(batch)
+
+    driver.trainer.train_step = spy
+    driver.seen_batches = seen
+
+
+async def _greedy(engine, tokenizer, prompts: Sequence[str], tag: str) -> list[list[int]]:
+    segs = await asyncio.gather(*(engine.generate(GenerationRequest(
+        f"{tag}-{i}", tokenizer.encode(p), 8, 0.0)) for i, p in enumerate(prompts)))
+    return [s.token_ids for s in segs]
+
+
+async def test_short_run_respects_eta_and_publishes_real_weights(engine, tokenizer, tiny_model,
+                                                                 tmp_path):
+    probes = [f"{a}+{b}=" for a in range(10) for b in range(0, 10, 3)]
+    await engine.pause()
+    await engine.load_weights(tiny_model)
+    await engine.resume()
+    before = await _greedy(engine, tokenizer, probes, "probe0")
+    cfg = _cfg(tmp_path, **{"staleness.eta": 1, "run.steps": 8})
+    result = await _train(cfg, engine, tiny_model, tmp_path, hook=_record_batches)
+    driver = result.driver
+    assert len(driver.seen_batches) == 8 and len(result.rows) == 8
+    for batch in driver.seen_batches:
+        for g in batch.groups:
+            oldest = min(min(s.versions) for s in g.samples)
+            assert batch.version - oldest <= 1  # the tokens' own versions, not the label
+            assert g.v_traj <= oldest and g.staleness == batch.version - g.v_traj <= 1
+    assert any(g.staleness == 1 for b in driver.seen_batches for g in b.groups)  # async
+    replay(driver.controller.config, driver.controller.events)
+    # The engine now runs the trained weights: greedy answers changed ...
+    after = await _greedy(engine, tokenizer, probes, "probe1")
+    assert after != before
+    # ... and its log-probabilities are the trainer's final weights', not the base model's.
+    from runtime.config import TrainerConfig
+    from runtime.trainer.grpo import GRPOTrainer
+
+    final = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path / "x")
+    await final.load_checkpoint(tmp_path / "checkpoint")
+    base = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path / "y")
+    segs = await asyncio.gather(*(engine.generate(GenerationRequest(
+        f"lp-{i}", tokenizer.encode(p), 6, 1.0, seed=i, ignore_eos=True))
+        for i, p in enumerate(probes)))
+    ids = [tokenizer.encode(p) for p in probes]
+    toks = [s.token_ids for s in segs]
+    diff_final = max(abs(a - b) for s, t in zip(segs, final.score(ids, toks))
+                     for a, b in zip(s.logprobs, t))
+    diff_base = max(abs(a - b) for s, t in zip(segs, base.score(ids, toks))
+                    for a, b in zip(s.logprobs, t))
+    assert diff_final < 1e-4
+    assert diff_base > 1e-2
+
+
+async def test_partial_rollout_keeps_tokens_oldest_version_and_right_logprobs(
+        engine, tokenizer, tiny_model, tmp_path):
+    # Long answers (no end token) and a fast trainer: weight updates land mid-generation. A
+    # large learning rate and a flat sampling distribution (temperature 2) make consecutive
+    # versions clearly different distributions, so a token scored by the wrong one shows.
+    cfg = _cfg(tmp_path, **{"staleness.eta": 2, "trainer.lr": 3e-3, "rollout.temperature": 2.0, "staleness.batch_size": 2,
+                            "staleness.group_size": 2, "rollout.ignore_eos": True,
+                            "rollout.max_tokens": 64, "run.steps": 5, "run.keep_weights": 10,
+                            "staleness.filter_zero_variance": False})
+    result = await _train(cfg, engine, tiny_model, tmp_path, hook=_record_batches,
+                          reward=lambda p, c: float(c.count("1")))
+    driver = result.driver
+    resumes = [e for e in driver.trace if e["event"] == "resume" and e["kept"] > 0]
+    assert resumes, "no request was interrupted by a weight update with tokens kept"
+    mixed = [(b, g, s) for b in driver.seen_batches for g in b.groups for s in g.samples
+             if len(set(s.versions)) > 1]
+    assert mixed
+    from runtime.config import TrainerConfig
+    from runtime.trainer.grpo import GRPOTrainer
+
+    scorers = {}
+
+    def scorer(version: int) -> GRPOTrainer:
+        if version not in scorers:
+            t = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path / f"s{version}",
+                            temperature=2.0)
+            if version:
+                from safetensors.torch import load_file
+
+                t.model.load_state_dict(load_file(
+                    str(tmp_path / "weights" / f"v{version}" / "model.safetensors")))
+            scorers[version] = t
+        return scorers[version]
+
+    for batch, g, s in mixed:
+        assert list(s.versions) == sorted(s.versions) and s.versions[0] >= g.v_traj
+        assert batch.version - g.v_traj == g.staleness <= 2  # the oldest version, kept
+        # Every token's behaviour log-probability is that of the version that generated it,
+        # and no single version explains the whole sample (so the check is not vacuous).
+        for v in sorted(set(s.versions)):
+            scored = scorer(v).score([list(g.prompt_ids)], [list(s.token_ids)])[0]
+            idx = [i for i, x in enumerate(s.versions) if x == v]
+            assert max(abs(scored[i] - s.logprobs[i]) for i in idx) < 1e-4
+            assert max(abs(a - b) for a, b in zip(scored, s.logprobs)) > 1e-3
+
+
+class HangingRollout:
+    """The real engine, except that one chosen request hangs (never returns by itself) until
+    it is aborted or the engine pauses -- a stuck generation."""
+
+    def __init__(self, inner, hang: str) -> None:
+        self.inner, self.hang = inner, hang
+        self.tokenizer = inner.tokenizer
+        self._released = asyncio.Event()
+        self.hung = False
+
+    async def generate(self, request: GenerationRequest) -> Segment:
+        if request.request_id == self.hang:
+            self.hung = True
+            await self._released.wait()
+            return Segment(finish_reason="abort")
+        return await self.inner.generate(request)
+
+    async def abort(self, request_ids):
+        if self.hang in request_ids:
+            self._released.set()
+        await self.inner.abort(request_ids)
+
+    async def pause(self):
+        await self.inner.pause()
+
+    async def load_weights(self, path):
+        await self.inner.load_weights(path)
+
+    async def resume(self):
+        await self.inner.resume()
+
+    async def close(self):
+        pass
+
+
+async def test_hung_request_is_released_by_the_stuck_timeout(engine, tiny_model, tmp_path):
+    cfg = _cfg(tmp_path, **{"staleness.eta": 0, "staleness.batch_size": 2,
+                            "staleness.group_size": 2, "run.steps": 3, "timeouts.stuck_s": 1.5})
+    hanging = HangingRollout(engine, "g1-c0-s0")
+    result = await asyncio.wait_for(
+        _train(cfg, hanging, tiny_model, tmp_path, reward=lambda p, c: float(len(c) % 2)), 120)
+    driver = result.driver
+    assert hanging.hung and hanging._released.is_set()
+    released = [e for e in driver.trace if e["event"] == "release_stuck"]
+    assert released and released[0]["units"] == ["g1"]
+    assert released[0]["t"] >= 1.5
+    assert driver.controller.unit_state("g1") is UnitState.ABORTED
+    assert len(result.rows) == 3  # the run went on
+    assert engine.engine.get_num_unfinished_requests() == 0
+
+
+async def test_reward_exception_aborts_its_group_cleanly(engine, tiny_model, tmp_path):
+    def reward(prompt, completion):  # fails on a third of the prompts
+        if prompt.index % 3 == 0:
+            raise RuntimeError("reward server down")
+        return ExactAnswerReward()(prompt, completion)
+
+    cfg = _cfg(tmp_path, **{"run.steps": 4, "staleness.candidates": 6})
+    result = await _train(cfg, engine, tiny_model, tmp_path, reward=reward,
+                          hook=_record_batches)
+    driver = result.driver
+    errors = {e["unit"] for e in driver.trace if e["event"] == "reward_error"}
+    assert errors and driver.counts["aborted"] >= len(errors)
+    for unit in errors:
+        assert driver.controller.unit_state(unit) is UnitState.ABORTED
+        assert all(unit not in [g.unit_id for g in b.groups] for b in driver.seen_batches)
+    assert len(result.rows) == 4
+    # group-level oversampling: the surplus candidates were aborted in the engine
+    assert any(e["event"] == "engine_abort" and e["reason"] == "surplus" for e in driver.trace)
+    assert engine.engine.get_num_unfinished_requests() == 0
+    assert engine._active == set()
+
+
+async def test_resume_from_a_checkpoint_continues_with_its_weights(engine, tiny_model, tmp_path):
+    cfg = _cfg(tmp_path / "a", **{"run.steps": 3, "run.eval_prompts": 20,
+                                  "trainer.lr": 3e-3})
+    first = await _train(cfg, engine, tiny_model, tmp_path / "a")
+    cfg2 = _cfg(tmp_path / "b", **{"run.steps": 1, "run.eval_prompts": 20})
+    second = await run_training(cfg2, tiny_model, load_prompts(), ExactAnswerReward(),
+                                tmp_path / "b", rollout=engine, log=lambda _: None,
+                                resume=tmp_path / "a" / "checkpoint")
+    # The resumed run pushed the checkpoint's weights (not the base model's) to the engine
+    # before anything else ...
+    import torch
+    from safetensors.torch import load_file
+
+    ckpt = load_file(str(tmp_path / "a" / "checkpoint" / "model.safetensors"))
+    pushed = load_file(str(tmp_path / "b" / "weights" / "v0" / "model.safetensors"))
+    base = load_file(str(tiny_model / "model.safetensors"))
+    assert all(torch.equal(ckpt[k], pushed[k]) for k in ckpt)
+    assert any(not torch.equal(ckpt[k], base[k]) for k in ckpt)
+    # ... so its evaluation before training (same prompts, same seeds) is the first run's
+    # evaluation after training.
+    assert second.eval_before == pytest.approx(first.eval_after, abs=0.02)
+
+
+# The improvement margin. The evaluation before training is deterministic (fixed weights and
+# sampling seeds: 0.357 on the 100 problems x 4 samples); after 60 steps of the embedded default
+# it was 0.453-0.480 in eight runs on this machine (gains +0.095 to +0.123; the spread comes
+# from asynchronous timing only), and the training reward of the last 10 steps exceeded that of
+# the first 10 by +0.123 to +0.136 (docs/runtime.md lists the runs). Asserting +0.05 on both
+# leaves about twice the margin to the smallest observed gain, far outside the observed spread,
+# while a run that does not learn fails: with trainer.lr = 1e-9 the gains were about 0 (shown in
+# docs/runtime.md).
+IMPROVEMENT_MARGIN = 0.05
+
+
+async def test_reward_improves_on_the_synthetic_task(engine, tiny_model, tmp_path):
+    cfg = load_config(None, {"run.progress": False, "run.plot": True,
+                             "run.output_dir": str(tmp_path), "run.seed": 0})
+    result = await _train(cfg, engine, tiny_model, tmp_path)
+    gain = result.eval_after["reward"] - result.eval_before["reward"]
+    first = fmean(r["reward"] for r in result.rows[:10])
+    last = fmean(r["reward"] for r in result.rows[-10:])
+    print(f"eval reward {result.eval_before['reward']:.3f} -> {result.eval_after['reward']:.3f}"
+          f" (greedy {result.eval_before['greedy_reward']:.3f} -> "
+          f"{result.eval_after['greedy_reward']:.3f}); training reward {first:.3f} -> "
+          f"{last:.3f}")
+    assert gain >= IMPROVEMENT_MARGIN
+    assert last - first >= IMPROVEMENT_MARGIN
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == cfg.run.steps

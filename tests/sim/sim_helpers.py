@@ -1,0 +1,17 @@
+"""Helpers shared by the simulator tests (a uniquely named module, not a package: tests/ has no
+__init__.py, so pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+from runtime.sim.core import Simulator
+from runtime.sim.policies import make_policy
+
+BATCH = 4  # groups per batch in the tests
+
+
+def run_policy(policy, workload, cost, batches=8, batch_size=BATCH):
+    """Run a policy instance, or a (name, eta[, options]) tuple, to ``batches`` batches."""
+    if isinstance(policy, tuple):
+        name, eta, opts = (policy + ({},))[:3]
+        policy = make_policy(name, eta, **opts)
+    return Simulator(policy, workload, cost, batches=batches, batch_size=batch_size).run()

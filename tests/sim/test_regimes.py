@@ -1,0 +1,114 @@
+"""The regime classifier on hand-built cases (and a broken classifier failing them), the
+admission-gate accounting it reads, and the tiny regime sweep: complete, JSON-ready and
+deterministic."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from sim_helpers import run_policy
+
+from runtime.sim import regimes
+from runtime.sim.cost import preset
+from runtime.sim.regimes import TINY, classify, classify_run, run_sweep, scaled
+from runtime.sim.runner import RunSpec, simulate
+from runtime.sim.workload import MathReasoningShape, generate
+
+# (trainer idle, admission held by the window, admission waiting for engines) -> regime
+CASES = [
+    ((0.02, 0.90, 0.05), "trainer-bound"),  # trainer always busy, whatever admission does
+    ((0.09, 0.00, 0.99), "trainer-bound"),
+    ((0.40, 0.75, 0.20), "slot-bound"),  # engines idle, the window holds admission
+    ((0.30, 0.50, 0.50), "slot-bound"),  # a tie goes to the window
+    ((0.40, 0.10, 0.85), "engine-bound"),  # every engine slot busy
+    ((0.10, 0.00, 1.00), "engine-bound"),  # exactly at the trainer threshold: not trainer-bound
+]
+
+
+@pytest.mark.parametrize("fractions,want", CASES)
+def test_classifier_on_hand_built_cases(fractions, want):
+    assert classify(*fractions) == want
+
+
+def broken_classify(trainer_idle, slot_held, engine_full):
+    """Broken: looks only at admission, never at the trainer."""
+    return "slot-bound" if slot_held >= engine_full else "engine-bound"
+
+
+def test_a_broken_classifier_fails_the_cases():
+    assert any(broken_classify(*f) != want for f, want in CASES)
+
+
+@pytest.mark.parametrize("bad", [(-0.1, 0.5, 0.5), (0.5, 1.5, 0.0), (0.5, "x", 0.1),
+                                 (True, 0.1, 0.1)])
+def test_classifier_refuses_non_fractions(bad):
+    with pytest.raises(ValueError, match="fraction"):
+        classify(*bad)
+
+
+def test_gate_time_covers_the_wall(workload, cost):
+    for name in ("reserve_occupy", "nemo_in_order", "verl_drop", "unbounded"):
+        sim = run_policy((name, 2), workload, cost)
+        assert sum(sim.gate_time.values()) == pytest.approx(sim.now, rel=1e-9)
+    # unbounded admits whenever a slot is free, so its admission is never held by a policy
+    sim = run_policy(("unbounded", 0), workload, cost)
+    assert sim.gate_time["policy_held"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_real_runs_land_in_the_expected_regimes(cost):
+    workload = generate(0, MathReasoningShape(groups=256))
+
+    def regime(eta, mult, conc):
+        spec = RunSpec("reserve_occupy", eta, 20, 8)
+        return classify_run(simulate(spec, workload, scaled(cost, mult, conc))[0])
+
+    assert regime(1, 4.0, 40) == "trainer-bound"  # training 4x as slow
+    assert regime(3, 0.5, 4) == "engine-bound"  # 8 engine slots for 64 trajectories a batch
+    assert regime(1, 0.5, 80) == "slot-bound"  # 160 slots, a window of one batch ahead
+
+
+def test_scaled_cost_scales_training_only(cost):
+    c = scaled(cost, 2.0, 16)
+    assert c.concurrency == 16 and c.rollout == cost.rollout
+    assert c.train.batch_time([1000, 2000]) == pytest.approx(
+        2.0 * cost.train.batch_time([1000, 2000]))
+    assert c.train.sync_s == cost.train.sync_s
+
+
+def test_tiny_sweep_is_complete_and_deterministic(cost):
+    a = run_sweep(cost, TINY, progress=False)
+    b = run_sweep(cost, TINY, progress=False)
+    a.pop("seconds"), b.pop("seconds")
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert len(a["cells"]) == len(TINY.cells())
+    for cell in a["cells"]:
+        assert cell["regime"] in regimes.REGIMES
+        for base in regimes.BASELINES:
+            r = cell["ratios"][base]
+            assert r["min"] <= r["mean"] <= r["max"] and r["mean"] > 0
+        assert (regimes.IN_ORDER_DROP in cell["ratios"]) == (cell["filter_rate"] > 0)
+    table = regimes.summary_table(a)
+    assert "slot-bound" in table or "engine-bound" in table
+    assert regimes.cell_table(a).count("\n") >= len({c["eta"] for c in a["cells"]})
+
+
+def test_sweep_seeds_change_the_workload(cost):
+    one = dataclasses.replace(TINY, seeds=1, etas=(1,), train_mults=(1.0,), concurrencies=(8,),
+                              filter_rates=(0.0,))
+    cells = [regimes.Cell("hardware", 1, 1.0, 8)]
+    r1 = run_sweep(cost, one, progress=False, cells=cells)
+    r2 = run_sweep(cost, dataclasses.replace(one, seeds=2), progress=False, cells=cells)
+    runs1 = r1["cells"][0]["runs"]["reserve_occupy"]
+    runs2 = r2["cells"][0]["runs"]["reserve_occupy"]
+    assert runs2[0] == runs1[0] and runs2[1] != runs2[0]
+
+
+def test_default_sweep_covers_every_axis():
+    sweep = regimes.Sweep()
+    cells = sweep.cells()
+    assert {c.eta for c in cells} == {1, 2, 3, 4}
+    assert {c.slice for c in cells} == {"hardware", "workload", "filter"}
+    assert sweep.batches >= 50 and sweep.seeds >= 3
+    assert preset("qwen3-8b-h20").concurrency in sweep.concurrencies
