@@ -6,8 +6,10 @@ asks a port to do -- and that input's expected outcome. One JSON object per line
 
     {"id": "basic/00017", "family": "basic", "seed": 17, "config": {...}, "events": [...]}
 
-Families (``FAMILIES``) draw a config and a runtime profile from their seed; ``scenarios`` are
-the spec's worked examples, one per rule. Each family is stored as ``<family>.jsonl.xz``:
+Families (``FAMILIES``) draw a config and a runtime profile from their seed; ``spec`` replays the
+worked examples of spec/scenarios (their controller operations; the expected outcomes here are
+the reference's, which tests/core checks against the hand-written ones); ``scenarios`` holds the
+shortest run in which each rule decides an outcome. Each family is stored as ``<family>.jsonl.xz``:
 xz because the JSON repeats itself (about 25x smaller than plain text), so the corpus stays at a
 few MB in git; ``MANIFEST.json`` records counts and the SHA-256 of each uncompressed file.
 Generation is deterministic: the same code and core give byte-identical text, which is how
@@ -31,6 +33,10 @@ from reserve_occupy.trace import SCHEMA_VERSION, dumps, header
 from .workload import Profile, Step, drive, play
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "spec" / "conformance"
+SPEC_SCENARIOS = CORPUS_DIR.parent / "scenarios"
+# Scenario steps that are not controller operations: Group bookkeeping, and steps whose expected
+# outcome is an exception (an interface error, not a protocol outcome a trace can record).
+_CONTROLLER_OPS = {"reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck"}
 GENERATOR = "runtime.porting.vectors/1"
 
 
@@ -162,8 +168,26 @@ def _vector(vid: str, family: str, config: Config, events: list[dict[str, Any]],
                   "config": header(config)["config"], "events": records})
 
 
+def spec_scenario(path: Path) -> tuple[Config, list[Step], dict[str, Any]]:
+    """A spec/scenarios file as a config and the script of its controller operations."""
+    data = json.loads(path.read_text())
+    c = data["config"]
+    config = Config(c["max_staleness"], c["batch_size"], c.get("capacity"),
+                    c.get("max_concurrency"))
+    script = [(s["op"], s["unit"]) if "unit" in s else (s["op"],) for s in data["steps"]
+              if s["op"] in _CONTROLLER_OPS and "error" not in s]
+    return config, script, data
+
+
 def generate(family: str, count: int | None = None) -> Iterator[str]:
     """The family's vectors as JSON lines (deterministic)."""
+    if family == "spec":
+        for path in sorted(SPEC_SCENARIOS.glob("*.json")):
+            config, script, data = spec_scenario(path)
+            rec = play(StalenessController(config), script)
+            yield _vector(f"spec/{path.stem}", "spec", config, rec.records,
+                          source=data.get("source", ""))
+        return
     if family == "scenarios":
         for name, (config, script, shows) in SCENARIOS.items():
             rec = play(StalenessController(config), _letters(script))
@@ -177,7 +201,7 @@ def generate(family: str, count: int | None = None) -> Iterator[str]:
 
 
 def family_names() -> list[str]:
-    return ["scenarios", *FAMILIES]
+    return ["spec", "scenarios", *FAMILIES]
 
 
 def family_text(family: str) -> bytes:

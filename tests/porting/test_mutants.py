@@ -3,8 +3,8 @@ mode with a difference in the field its broken rule decides; the mutants that br
 invariant are also rejected in lenient mode, naming that invariant, and the others -- which place
 differently, or only stall -- pass lenient mode, as a legal-but-different port should.
 
-Traces come from driving each mutant with the spec scenarios and the first seeds of every
-conformance family (``runtime.porting.workload``); the mutant's own event log is the trace.
+Traces come from driving each mutant with the rule scenarios, spec/scenarios and the first seeds
+of every conformance family (``runtime.porting.workload``); the mutant's own event log is the trace.
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from proofs.mutants import MUTANTS
 from reserve_occupy.trace import dumps
 from runtime.porting.checker import check
 from runtime.porting.runner import ReferenceAdapter, run
-from runtime.porting.vectors import FAMILIES, SCENARIOS, _letters, load
+from runtime.porting.vectors import (
+    FAMILIES,
+    SCENARIOS,
+    SPEC_SCENARIOS,
+    _letters,
+    load,
+    spec_scenario,
+)
 from runtime.porting.workload import drive, play
 
 SEEDS_PER_FAMILY = 8
@@ -75,6 +82,10 @@ def traces(name: str) -> list[tuple[str, list[str]]]:
     for scenario, (config, script, _) in SCENARIOS.items():
         rec = play(mutant.make(config), _letters(script), reraise=False)
         out.append((f"scenarios/{scenario}", [dumps(r) for r in rec.lines()]))
+    for path in sorted(SPEC_SCENARIOS.glob("*.json")):
+        config, script, _ = spec_scenario(path)
+        rec = play(mutant.make(config), script, reraise=False)
+        out.append((f"spec/{path.stem}", [dumps(r) for r in rec.lines()]))
     for family, fam in FAMILIES.items():
         for seed in range(SEEDS_PER_FAMILY):
             config, profile = fam.pick(random.Random(f"{family}/{seed}"))
