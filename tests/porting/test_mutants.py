@@ -62,15 +62,17 @@ STRICT: dict[str, set[tuple[str, str]]] = {
 # filter_without_refill, donor_first_occupied) or only admits or releases less than it could
 # (abort_keeps_slot, publish_keeps_window, release_stuck_one: liveness bugs), so lenient mode must
 # accept all of its traces and only strict mode can tell it from the reference.
-SAFETY: dict[str, str] = {
-    "staleness_off_by_one": "staleness",
-    "reserve_into_ready": "capacity",
-    "place_into_ready": "capacity",
-    "ready_not_closed": "capacity",
-    "close_aborts_silently": "capacity",
-    "ready_one_early": "batch",
-    "consume_before_ready": "batch",
-    "concurrency_unchecked": "concurrency",
+SAFETY: dict[str, set[str]] = {
+    "staleness_off_by_one": {"staleness"},
+    "reserve_into_ready": {"capacity"},
+    "place_into_ready": {"capacity"},
+    # a reservation left in (or silently dropped from) a READY buffer: either too many live
+    # units for the open slots, or, once that buffer is consumed, a unit that can never train
+    "ready_not_closed": {"capacity", "staleness"},
+    "close_aborts_silently": {"capacity", "staleness"},
+    "ready_one_early": {"batch"},
+    "consume_before_ready": {"batch"},
+    "concurrency_unchecked": {"concurrency"},
 }
 
 
@@ -125,7 +127,7 @@ def test_lenient_mode_rejects_exactly_the_unsafe_mutants(name: str) -> None:
     if name in SAFETY:
         assert rejected is not None, f"lenient mode missed unsafe mutant {name}"
         workload, p = rejected
-        assert p.violation.invariant == SAFETY[name], (name, workload, p.violation)
+        assert p.violation.invariant in SAFETY[name], (name, workload, p.violation)
     else:
         assert rejected is None, f"lenient mode rejected safe mutant {name}: {rejected}"
 
