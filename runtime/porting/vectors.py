@@ -117,39 +117,39 @@ def _letters(s: str) -> list[Step]:
 # abort).
 SCENARIOS: dict[str, tuple[Config, str, str]] = {
     "seed-example": (Config(1, 4, max_concurrency=6),
-                     "reserve A B C D E F G; occupy A; reserve G; occupy D; reserve H; occupy C; "
+                     ("reserve A B C D E F G; occupy A; reserve G; occupy D; reserve H; occupy C; "
                      "reserve I; occupy E; consume; occupy F G; publish; reserve I J K L; "
-                     "occupy J H K B; consume; occupy L I; publish; consume; publish",
+                     "occupy J H K B; consume; occupy L I; publish; consume; publish"),
                      "batches A,C,D,E / B,F,G,H / I,J,K,L with staleness 0, 1, 1"),
-    "sync": (Config(0, 2), "reserve A B C; occupy B A; consume; reserve C; publish; reserve C D; "
-                           "occupy C D; consume; publish", "refused: reserve"),
+    "sync": (Config(0, 2), ("reserve A B C; occupy B A; consume; reserve C; publish; reserve C D; "
+                           "occupy C D; consume; publish"), "refused: reserve"),
     "shift": (Config(1, 2), "reserve A B C D; occupy A; occupy D", "move: shift"),
-    "relabel": (Config(3, 2), "reserve A B; occupy A; reserve C; occupy C; reserve D; consume; "
-                              "publish; reserve E F G; occupy B; occupy E", "move: relabel"),
+    "relabel": (Config(3, 2), ("reserve A B; occupy A; reserve C; occupy C; reserve D; consume; "
+                              "publish; reserve E F G; occupy B; occupy E"), "move: relabel"),
     "relabel-first-of-run": (Config(2, 3),
-                             "reserve A B C; occupy A; reserve D; occupy B C D; reserve E F G; "
-                             "consume; publish; reserve H I J K; occupy E; abort I",
+                             ("reserve A B C; occupy A; reserve D; occupy B C D; reserve E F G; "
+                             "consume; publish; reserve H I J K; occupy E; abort I"),
                              "move: relabel"),
     "abort-shift": (Config(1, 2), "reserve A B C D; abort A; reserve E; occupy E",
                     "move: shift"),
-    "filter-fill": (Config(1, 2), "reserve A; occupy A; reserve B; occupy B; filter A; "
-                                  "reserve C; occupy C; consume", "move: fill"),
-    "release-stuck": (Config(1, 2), "reserve A B C D; occupy D B A; reserve E; consume; "
-                                    "publish; reserve E; occupy E; release_stuck",
+    "filter-fill": (Config(1, 2), ("reserve A; occupy A; reserve B; occupy B; filter A; "
+                                  "reserve C; occupy C; consume"), "move: fill"),
+    "release-stuck": (Config(1, 2), ("reserve A B C D; occupy D B A; reserve E; consume; "
+                                    "publish; reserve E; occupy E; release_stuck"),
                       "released: C"),
     "release-stuck-all": (Config(2, 3),
-                          "reserve A; occupy A; reserve B C; occupy C; reserve D E F G; "
+                          ("reserve A; occupy A; reserve B C; occupy C; reserve D E F G; "
                           "occupy F B; reserve H; occupy H; reserve I; consume; publish; "
-                          "occupy D; consume; publish; release_stuck", "released: E I G"),
+                          "occupy D; consume; publish; release_stuck"), "released: E I G"),
     "consume-waits": (Config(1, 2), "reserve A; occupy A; consume", "refused: consume"),
     "fill-takes-last": (Config(1, 3),
-                        "reserve A; occupy A; reserve B; occupy B; reserve C D; occupy C D; "
+                        ("reserve A; occupy A; reserve B; occupy B; reserve C D; occupy C D; "
                         "reserve E; consume; reserve F; publish; reserve G; occupy G; "
-                        "reserve H; occupy H; filter D", "move: fill"),
+                        "reserve H; occupy H; filter D"), "move: fill"),
     "oversampling-close": (Config(2, 2, capacity=3),
-                           "reserve A; occupy A; reserve B C; occupy B; reserve D E; filter A; "
+                           ("reserve A; occupy A; reserve B C; occupy B; reserve D E; filter A; "
                            "occupy D; reserve F G H; consume; publish; abort F; "
-                           "reserve I J K L; occupy C; occupy K", "move: close"),
+                           "reserve I J K L; occupy C; occupy K"), "move: close"),
     "oversampling-ready-is-closed": (Config(1, 2, capacity=3),
                                      "reserve A B; occupy B; reserve C D E; occupy E; reserve F",
                                      "refused: reserve"),

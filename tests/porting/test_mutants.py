@@ -10,7 +10,7 @@ of every conformance family (``runtime.porting.workload``); the mutant's own eve
 from __future__ import annotations
 
 import random
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -76,7 +76,7 @@ SAFETY: dict[str, set[str]] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def traces(name: str) -> list[tuple[str, list[str]]]:
     """(workload id, trace lines) for every workload run on the mutant, in a fixed order."""
     mutant = MUTANTS[name]
@@ -103,12 +103,11 @@ def test_catalogue_is_covered() -> None:
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_strict_mode_rejects_the_mutant(name: str) -> None:
-    for workload, lines in traces(name):
-        report = check(lines)
-        if not report.ok:
-            break
-    else:
+    rejected = [(workload, report) for workload, lines in traces(name)
+                if not (report := check(lines)).ok]
+    if not rejected:
         pytest.fail(f"strict mode accepted every trace of mutant {name}")
+    workload, report = rejected[0]
     p = report.problem
     assert p.differences, f"{name} ({workload}): a violation without a divergence: {p.violation}"
     field = p.differences[0].field.split("[")[0].split(".")[0]

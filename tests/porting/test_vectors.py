@@ -114,7 +114,7 @@ def test_spec_vectors_match_the_hand_written_scenarios() -> None:
                  and "error" not in s]
         events = vecs[f"spec/{path.stem}"]["events"]
         assert len(steps) == len(events), path.name
-        for step, event in zip(steps, events):
+        for step, event in zip(steps, events, strict=False):
             assert (step["op"], step.get("unit")) == (event["op"], event.get("unit"))
             assert bool(step.get("refused")) == bool(event.get("refused")), (path.name, step)
             if "slot" in step:
