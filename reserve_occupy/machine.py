@@ -177,8 +177,17 @@ class StalenessController:
 
     @property
     def events(self) -> tuple[Event, ...]:
-        """The append-only event log; ``replay(config, events)`` rebuilds this state."""
+        """The append-only event log (a copy); ``replay(config, events)`` rebuilds this state."""
         return tuple(self._events)
+
+    @property
+    def last_event(self) -> Event | None:
+        """The newest event in O(1) (a recorder streaming the log calls this per operation)."""
+        return self._events[-1] if self._events else None
+
+    @property
+    def event_count(self) -> int:
+        return len(self._events)
 
     def unit_state(self, unit_id: UnitId) -> UnitState:
         self._check_id("unit_state", unit_id)

@@ -199,14 +199,15 @@ def _moves(line: int, value: object) -> tuple[Move, ...]:
         m = _obj(line, f, item)
         extra = set(m) - {"unit", "from", "to", "reason"}
         if extra:
-            raise TraceFormatError(line, f, f"unknown field {sorted(extra)[0]!r}")
+            raise TraceFormatError(line, f, f"unknown field {min(extra)!r}")
         for key in ("unit", "from", "to", "reason"):
             if key not in m:
                 raise TraceFormatError(line, f, f"missing {key!r}")
         if not isinstance(m["reason"], str) or m["reason"] not in _REASONS:
             raise TraceFormatError(line, f + ".reason",
                                    f"must be one of {sorted(_REASONS)}, got {m['reason']!r}")
-        out.append(Move(_unit(line, f + ".unit", m["unit"]), _slot_ref(line, f + ".from", m["from"]),
+        out.append(Move(_unit(line, f + ".unit", m["unit"]),
+                        _slot_ref(line, f + ".from", m["from"]),
                         _slot_ref(line, f + ".to", m["to"]), _REASONS[m["reason"]]))
     return tuple(out)
 
@@ -215,7 +216,7 @@ def _batch(line: int, value: object) -> Batch:
     b = _obj(line, "batch", value)
     extra = set(b) - {"version", "units"}
     if extra:
-        raise TraceFormatError(line, "batch", f"unknown field {sorted(extra)[0]!r}")
+        raise TraceFormatError(line, "batch", f"unknown field {min(extra)!r}")
     if "version" not in b:
         raise TraceFormatError(line, "batch.version", "missing (the version this batch trains "
                                                       "from: 0 for the first batch)")
@@ -228,7 +229,7 @@ def _batch(line: int, value: object) -> Batch:
         u = _obj(line, f, item)
         extra = set(u) - {"unit", "v_traj", "staleness"}
         if extra:
-            raise TraceFormatError(line, f, f"unknown field {sorted(extra)[0]!r}")
+            raise TraceFormatError(line, f, f"unknown field {min(extra)!r}")
         if "unit" not in u:
             raise TraceFormatError(line, f + ".unit", "missing")
         v_traj = _int(line, f + ".v_traj", u["v_traj"]) if "v_traj" in u else None
@@ -285,11 +286,11 @@ def parse_header(obj: object, line: int = 1) -> TraceHeader:
                       "t", "meta"}
     extra = {k for k in extra if not k.startswith("x_")}
     if extra:
-        raise TraceFormatError(line, sorted(extra)[0], "unknown header field")
+        raise TraceFormatError(line, min(extra), "unknown header field")
     c = _obj(line, "config", h.get("config"))
     unknown = set(c) - set(_CONFIG_FIELDS)
     if unknown:
-        raise TraceFormatError(line, "config." + sorted(unknown)[0], "unknown config field")
+        raise TraceFormatError(line, "config." + min(unknown), "unknown config field")
     for name in ("max_staleness", "batch_size"):
         if name not in c:
             raise TraceFormatError(line, "config." + name, "missing")

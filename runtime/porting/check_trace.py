@@ -46,9 +46,9 @@ def read_lines(path: str) -> Iterator[str]:
         if path == "-":
             raw = sys.stdin.buffer
         elif path.endswith(".gz"):
-            raw = gzip.open(path, "rb")
+            raw = gzip.open(path, "rb")  # noqa: SIM115 -- closed by the `with` below
         else:
-            raw = open(path, "rb")
+            raw = open(path, "rb")  # noqa: SIM115 -- closed by the `with` below
     except OSError as exc:
         raise UnreadableTrace(f"cannot open {path}: {exc.strerror or exc}") from None
     number = 0

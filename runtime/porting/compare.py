@@ -147,11 +147,11 @@ def differences(expected: Event, entry: TraceEntry, coarse: bool = False) -> lis
                                       _slot(got) if name == "slot" else got, rule_for(op, name)))
     if moved is not None and not early:
         out.append(moved)
-    if op in ("occupy", "abort", "filter", "release_stuck"):
-        if set(expected.aborted) != set(actual.aborted) or \
-                len(actual.aborted) != len(set(actual.aborted)):
-            out.append(Difference("aborted", _unit_set(expected.aborted), list(actual.aborted),
-                                  rule_for(op, "aborted")))
+    if op in ("occupy", "abort", "filter", "release_stuck") and (
+            set(expected.aborted) != set(actual.aborted)
+            or len(actual.aborted) != len(set(actual.aborted))):
+        out.append(Difference("aborted", _unit_set(expected.aborted), list(actual.aborted),
+                              rule_for(op, "aborted")))
     if op == "consume":
         out.extend(_compare_batch(expected.batch, actual.batch))
     return out

@@ -194,8 +194,9 @@ def run_command(args: argparse.Namespace) -> int:
             return _compare_corpus(args, write=args.regenerate)
         if args.list:
             for v in vec.family_names():
-                desc = vec.FAMILIES[v].description if v in vec.FAMILIES else "the spec's " \
-                    "worked examples, one per rule"
+                desc = (vec.FAMILIES[v].description if v in vec.FAMILIES else
+                        "the worked examples of spec/scenarios" if v == "spec" else
+                        "the shortest run in which each rule decides an outcome")
                 print(f"{v:<13} {desc}")
             return EXIT_OK
         if args.export:

@@ -50,7 +50,7 @@ def described_after(before: Snapshot, entry: TraceEntry) -> dict[int, list[list[
     """Apply what the trace says happened to the reference's before-table. None when the trace
     does not log enough (no slot) or its moves do not fit the table."""
     e, table = entry.event, _table(before)
-    if entry.refused or "slot" not in entry.logged and e.op != "consume":
+    if entry.refused or ("slot" not in entry.logged and e.op != "consume"):
         return None
     refs = [e.slot] + [m.src for m in e.moves] + [m.dst for m in e.moves]
     if any(r is not None and r.index is None for r in refs):
@@ -149,11 +149,12 @@ def render_text(report: Report, name: str) -> str:
     params = (f"eta={c.max_staleness} batch_size={c.batch_size} capacity={c.capacity} "
               f"max_concurrency={c.max_concurrency}")
     if report.ok:
-        lines = [f"{name}: CONFORMING ({report.mode}) -- {report.events} events, "
-                 f"{report.units} units, {report.batches} batches, {params}",
-                 f"  largest staleness trained: {max(report.max_staleness, 0)} (eta "
+        verdict = (f"{name}: CONFORMING ({report.mode}) -- {report.events} events, "
+                   f"{report.units} units, {report.batches} batches, {params}")
+        stats = (f"  largest staleness trained: {max(report.max_staleness, 0)} (eta "
                  f"{c.max_staleness}); most units in flight: {report.max_in_flight}; "
-                 f"live at the end: {report.live_at_end}"]
+                 f"live at the end: {report.live_at_end}")
+        lines = [verdict, stats]
         missing = report.not_logged()
         if missing and report.mode == "strict":
             lines.append(f"  not logged, so not compared: {', '.join(missing)}")

@@ -267,7 +267,7 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
         except TraceFormatError as exc:
             failure = f"the adapter's answer is not a valid record: {exc.reason} " \
                       f"(field {exc.field})"
-        except Exception as exc:  # the port raised: that is its answer
+        except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer
             failure = f"the adapter raised {type(exc).__name__}: {exc}"
             if mode == "strict" and not expected.get("refused"):
                 failure += f" (reference: {_describe(expected)})"

@@ -261,8 +261,8 @@ class SafetyTracker:
     def describe(self) -> str:
         """The tracked state, for a report (lenient mode has no slot table)."""
         phase = "TRAINING" if self.training else "IDLE"
-        lines = [f"version={self.version} head={self.head} phase={phase} "
-                 f"in_flight={self.in_flight}"]
+        lines = [(f"version={self.version} head={self.head} phase={phase} "
+                 f"in_flight={self.in_flight}")]
         by_v: dict[int, list[str]] = {}
         for u, (s, v) in self.units.items():
             if s != ENDED:

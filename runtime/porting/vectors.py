@@ -6,8 +6,10 @@ asks a port to do -- and that input's expected outcome. One JSON object per line
 
     {"id": "basic/00017", "family": "basic", "seed": 17, "config": {...}, "events": [...]}
 
-Families (``FAMILIES``) draw a config and a runtime profile from their seed; ``scenarios`` are
-the spec's worked examples, one per rule. Each family is stored as ``<family>.jsonl.xz``:
+Families (``FAMILIES``) draw a config and a runtime profile from their seed; ``spec`` replays the
+worked examples of spec/scenarios (their controller operations; the expected outcomes here are
+the reference's, which tests/core checks against the hand-written ones); ``scenarios`` holds the
+shortest run in which each rule decides an outcome. Each family is stored as ``<family>.jsonl.xz``:
 xz because the JSON repeats itself (about 25x smaller than plain text), so the corpus stays at a
 few MB in git; ``MANIFEST.json`` records counts and the SHA-256 of each uncompressed file.
 Generation is deterministic: the same code and core give byte-identical text, which is how
@@ -31,6 +33,10 @@ from reserve_occupy.trace import SCHEMA_VERSION, dumps, header
 from .workload import Profile, Step, drive, play
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "spec" / "conformance"
+SPEC_SCENARIOS = CORPUS_DIR.parent / "scenarios"
+# Scenario steps that are not controller operations: Group bookkeeping, and steps whose expected
+# outcome is an exception (an interface error, not a protocol outcome a trace can record).
+_CONTROLLER_OPS = {"reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck"}
 GENERATOR = "runtime.porting.vectors/1"
 
 
@@ -111,39 +117,39 @@ def _letters(s: str) -> list[Step]:
 # abort).
 SCENARIOS: dict[str, tuple[Config, str, str]] = {
     "seed-example": (Config(1, 4, max_concurrency=6),
-                     "reserve A B C D E F G; occupy A; reserve G; occupy D; reserve H; occupy C; "
+                     ("reserve A B C D E F G; occupy A; reserve G; occupy D; reserve H; occupy C; "
                      "reserve I; occupy E; consume; occupy F G; publish; reserve I J K L; "
-                     "occupy J H K B; consume; occupy L I; publish; consume; publish",
+                     "occupy J H K B; consume; occupy L I; publish; consume; publish"),
                      "batches A,C,D,E / B,F,G,H / I,J,K,L with staleness 0, 1, 1"),
-    "sync": (Config(0, 2), "reserve A B C; occupy B A; consume; reserve C; publish; reserve C D; "
-                           "occupy C D; consume; publish", "refused: reserve"),
+    "sync": (Config(0, 2), ("reserve A B C; occupy B A; consume; reserve C; publish; reserve C D; "
+                           "occupy C D; consume; publish"), "refused: reserve"),
     "shift": (Config(1, 2), "reserve A B C D; occupy A; occupy D", "move: shift"),
-    "relabel": (Config(3, 2), "reserve A B; occupy A; reserve C; occupy C; reserve D; consume; "
-                              "publish; reserve E F G; occupy B; occupy E", "move: relabel"),
+    "relabel": (Config(3, 2), ("reserve A B; occupy A; reserve C; occupy C; reserve D; consume; "
+                              "publish; reserve E F G; occupy B; occupy E"), "move: relabel"),
     "relabel-first-of-run": (Config(2, 3),
-                             "reserve A B C; occupy A; reserve D; occupy B C D; reserve E F G; "
-                             "consume; publish; reserve H I J K; occupy E; abort I",
+                             ("reserve A B C; occupy A; reserve D; occupy B C D; reserve E F G; "
+                             "consume; publish; reserve H I J K; occupy E; abort I"),
                              "move: relabel"),
     "abort-shift": (Config(1, 2), "reserve A B C D; abort A; reserve E; occupy E",
                     "move: shift"),
-    "filter-fill": (Config(1, 2), "reserve A; occupy A; reserve B; occupy B; filter A; "
-                                  "reserve C; occupy C; consume", "move: fill"),
-    "release-stuck": (Config(1, 2), "reserve A B C D; occupy D B A; reserve E; consume; "
-                                    "publish; reserve E; occupy E; release_stuck",
+    "filter-fill": (Config(1, 2), ("reserve A; occupy A; reserve B; occupy B; filter A; "
+                                  "reserve C; occupy C; consume"), "move: fill"),
+    "release-stuck": (Config(1, 2), ("reserve A B C D; occupy D B A; reserve E; consume; "
+                                    "publish; reserve E; occupy E; release_stuck"),
                       "released: C"),
     "release-stuck-all": (Config(2, 3),
-                          "reserve A; occupy A; reserve B C; occupy C; reserve D E F G; "
+                          ("reserve A; occupy A; reserve B C; occupy C; reserve D E F G; "
                           "occupy F B; reserve H; occupy H; reserve I; consume; publish; "
-                          "occupy D; consume; publish; release_stuck", "released: E I G"),
+                          "occupy D; consume; publish; release_stuck"), "released: E I G"),
     "consume-waits": (Config(1, 2), "reserve A; occupy A; consume", "refused: consume"),
     "fill-takes-last": (Config(1, 3),
-                        "reserve A; occupy A; reserve B; occupy B; reserve C D; occupy C D; "
+                        ("reserve A; occupy A; reserve B; occupy B; reserve C D; occupy C D; "
                         "reserve E; consume; reserve F; publish; reserve G; occupy G; "
-                        "reserve H; occupy H; filter D", "move: fill"),
+                        "reserve H; occupy H; filter D"), "move: fill"),
     "oversampling-close": (Config(2, 2, capacity=3),
-                           "reserve A; occupy A; reserve B C; occupy B; reserve D E; filter A; "
+                           ("reserve A; occupy A; reserve B C; occupy B; reserve D E; filter A; "
                            "occupy D; reserve F G H; consume; publish; abort F; "
-                           "reserve I J K L; occupy C; occupy K", "move: close"),
+                           "reserve I J K L; occupy C; occupy K"), "move: close"),
     "oversampling-ready-is-closed": (Config(1, 2, capacity=3),
                                      "reserve A B; occupy B; reserve C D E; occupy E; reserve F",
                                      "refused: reserve"),
@@ -162,8 +168,26 @@ def _vector(vid: str, family: str, config: Config, events: list[dict[str, Any]],
                   "config": header(config)["config"], "events": records})
 
 
+def spec_scenario(path: Path) -> tuple[Config, list[Step], dict[str, Any]]:
+    """A spec/scenarios file as a config and the script of its controller operations."""
+    data = json.loads(path.read_text())
+    c = data["config"]
+    config = Config(c["max_staleness"], c["batch_size"], c.get("capacity"),
+                    c.get("max_concurrency"))
+    script = [(s["op"], s["unit"]) if "unit" in s else (s["op"],) for s in data["steps"]
+              if s["op"] in _CONTROLLER_OPS and "error" not in s]
+    return config, script, data
+
+
 def generate(family: str, count: int | None = None) -> Iterator[str]:
     """The family's vectors as JSON lines (deterministic)."""
+    if family == "spec":
+        for path in sorted(SPEC_SCENARIOS.glob("*.json")):
+            config, script, data = spec_scenario(path)
+            rec = play(StalenessController(config), script)
+            yield _vector(f"spec/{path.stem}", "spec", config, rec.records,
+                          source=data.get("source", ""))
+        return
     if family == "scenarios":
         for name, (config, script, shows) in SCENARIOS.items():
             rec = play(StalenessController(config), _letters(script))
@@ -177,7 +201,7 @@ def generate(family: str, count: int | None = None) -> Iterator[str]:
 
 
 def family_names() -> list[str]:
-    return ["scenarios", *FAMILIES]
+    return ["spec", "scenarios", *FAMILIES]
 
 
 def family_text(family: str) -> bytes:

@@ -61,7 +61,7 @@ class _Recorder:
     def _took(self) -> None:
         # One new event per successful operation; reading only the newest keeps this O(1)
         # amortised instead of copying the whole log every step.
-        event = self.c._events[-1]  # noqa: SLF001 -- the documented log, read without copying
+        event = self.c.last_event
         self.out.records.append(event_to_record(event))
         self.logged += 1
 

@@ -96,3 +96,11 @@ def test_events_are_append_only_copies():
     c.occupy("a")
     assert len(log) == 1 and len(c.events) == 2
     assert [e.seq for e in c.events] == [0, 1]
+
+
+def test_last_event_and_count_track_the_log():
+    c = StalenessController(Config(1, 1))
+    assert c.last_event is None and c.event_count == 0
+    c.reserve("a")
+    c.reserve("b")
+    assert c.event_count == 2 and c.last_event == c.events[-1] and c.last_event.unit_id == "b"

@@ -18,7 +18,7 @@ from .conftest import CONFIGS, lines_of, records, reference_lines
 def _strip(recs: list[dict], keep: set[str]) -> list[dict]:
     out = [recs[0]]
     for r in recs[1:]:
-        out.append({k: v for k, v in r.items() if k in keep or k == "aborted" and v})
+        out.append({k: v for k, v in r.items() if k in keep or (k == "aborted" and v)})
     return out
 
 

@@ -110,9 +110,11 @@ def test_no_traceback_from_a_real_process(good: Path, tmp_path: Path) -> None:
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(good.read_bytes()[:500])
     proc = subprocess.run([sys.executable, "-m", "runtime", "check-trace", str(cut)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+                          check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "line " in proc.stderr and "truncated" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "runtime", "check-trace", str(good)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+                          check=False)
     assert proc.returncode == 0, proc.stderr

@@ -165,5 +165,5 @@ def test_parse_lines_errors_name_the_line() -> None:
         list(parse_lines(good + [json.dumps({"op": "reserve", "unit": "b", "seq": 3})])[1])
     with pytest.raises(TraceFormatError, match="empty trace"):
         parse_lines(["", "  "])
-    head, entries = parse_lines(good)
+    _head, entries = parse_lines(good)
     assert [e.line for e in entries] == [3]  # blank lines are skipped but counted

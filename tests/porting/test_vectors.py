@@ -101,6 +101,37 @@ def test_scenarios_show_their_rule() -> None:
     assert batches == [list("ACDE"), list("BFGH"), list("IJKL")] and stale == [{0}, {1}, {1}]
 
 
+def test_spec_vectors_match_the_hand_written_scenarios() -> None:
+    """The ``spec`` family is spec/scenarios replayed; its records agree with every outcome the
+    scenario files state by hand (slots, refusals, moves, aborts, batches)."""
+    vecs = {v["id"]: v for v in load(["spec"])}
+    paths = sorted(vectors.SPEC_SCENARIOS.glob("*.json"))
+    assert paths and set(vecs) == {f"spec/{p.stem}" for p in paths}
+    checked = 0
+    for path in paths:
+        _, _, data = vectors.spec_scenario(path)
+        steps = [s for s in data["steps"] if s["op"] in vectors._CONTROLLER_OPS
+                 and "error" not in s]
+        events = vecs[f"spec/{path.stem}"]["events"]
+        assert len(steps) == len(events), path.name
+        for step, event in zip(steps, events, strict=False):
+            assert (step["op"], step.get("unit")) == (event["op"], event.get("unit"))
+            assert bool(step.get("refused")) == bool(event.get("refused")), (path.name, step)
+            if "slot" in step:
+                assert event["slot"] == step["slot"], (path.name, step)
+            if "moves" in step:
+                assert [[m["unit"], m["from"], m["to"], m["reason"]] for m in event["moves"]] \
+                    == step["moves"], (path.name, step)
+            if step["op"] in ("occupy", "abort", "filter", "release_stuck") and \
+                    not step.get("refused"):
+                assert sorted(event.get("aborted", [])) == sorted(step.get("aborted", []))
+            if "batch" in step:
+                assert [[u["unit"], u["staleness"]] for u in event["batch"]["units"]] \
+                    == step["batch"], (path.name, step)
+            checked += 1
+    assert checked > 80
+
+
 def test_vectors_round_trip_through_check_trace(sample: list[dict], capsys) -> None:
     for v in sample[::40]:
         assert conformance.main(["--export", v["id"]]) == 0
