@@ -181,7 +181,7 @@ def check_staleness(ev: Evidence) -> tuple[list[str], int]:
                 out.append(f"batch {batch.version}: {g.unit_id!r} staleness {g.staleness} "
                            f"outside [0, {ev.eta}]")
             for s in g.samples:
-                for v, lp in zip(s.versions, s.logprobs):
+                for v, lp in zip(s.versions, s.logprobs, strict=True):
                     n += 1
                     if not g.v_traj <= v <= batch.version or batch.version - v > ev.eta:
                         out.append(f"batch {batch.version}: {g.unit_id!r} has a token of version "

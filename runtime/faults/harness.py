@@ -149,7 +149,8 @@ class Run:
             return CrashPoint(0, set(), set())
         ctl = rebuild(contents, contents.config)
         units = ctl.snapshot().units
-        cp = CrashPoint(len(contents.events), {u.unit_id for u in units if u.state is UnitState.FINISHED},
+        cp = CrashPoint(len(contents.events),
+                        {u.unit_id for u in units if u.state is UnitState.FINISHED},
                         {u.unit_id for u in units if u.state is UnitState.IN_FLIGHT})
         if self.lose and cp.finished:
             f = self.lose.pop(0)

@@ -46,7 +46,8 @@ class Fault:
     def describe(self) -> str:
         k = self.kind
         if k == "engine_crash":
-            return f"t={self.at:.2f}s engine {self.target} crashes (back {self.arg / 10:.1f}s later)"
+            back = (self.arg or 0) / 10
+            return f"t={self.at:.2f}s engine {self.target} crashes (back {back:.1f}s later)"
         if k == "hung":
             return f"g{self.target} candidate {self.arg} hangs"
         if k == "nan_reward":

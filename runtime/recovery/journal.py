@@ -142,7 +142,7 @@ class JournaledController(StalenessController):
 
     def _log(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         super()._log(*args, **kwargs)
-        event = self._events[-1]
+        event: Event = self.last_event  # type: ignore[assignment]
         meta, self._meta = self._meta, None
         if meta:
             self.metas[event.seq] = meta
