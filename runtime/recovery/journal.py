@@ -232,8 +232,8 @@ def read_log(path: Path) -> LogContents:
                         f"{exc}")
                 break
             raise LogCorrupt(f"{path}: line {number} is corrupt and is not the last line, so "
-                             f"it is not a torn write: {exc}. Refusing to resume from a damaged "
-                             f"log.") from None
+                             f"it is not a torn write ({exc}); refusing to resume from a damaged "
+                             f"log") from None
         if is_tail:  # a complete line whose newline was not written yet: keep it
             offset += len(raw)
             break
