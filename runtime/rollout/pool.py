@@ -39,6 +39,9 @@ class EnginePool:
         self._paused = False
         self._load = [0] * len(engines)
         self._where: dict[str, int] = {}
+        # requests waiting for a live engine -> aborted while waiting: an abort must reach a
+        # request before it has an engine too, or it would start later and run regardless
+        self._waiting: dict[str, bool] = {}
         self._changed = asyncio.Event()
         self._restarts: set[asyncio.Task[Any]] = set()
         self.crashes = 0
@@ -54,21 +57,27 @@ class EnginePool:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def _pick(self) -> int | None:
+    async def _pick(self, request_id: str) -> int | None:
         """The least-loaded live engine; waits while none is live (a restart is under way).
-        None: paused meanwhile (the request returns empty, as a paused engine's would)."""
-        while True:
-            if self._paused:
-                return None
-            live = self.live
-            if live:
-                return min(live, key=lambda i: (self._load[i], i))
-            if not self._restarts:
-                raise RolloutDead("every engine of the pool is dead and none can be restarted")
-            await self._changed.wait()
+        None: paused or aborted meanwhile (the request returns empty, as a paused engine's
+        would, or an engine's request aborted before it produced anything)."""
+        self._waiting[request_id] = False
+        try:
+            while True:
+                if self._paused or self._waiting[request_id]:
+                    return None
+                live = self.live
+                if live:
+                    return min(live, key=lambda i: (self._load[i], i))
+                if not self._restarts:
+                    raise RolloutDead("every engine of the pool is dead and none can be "
+                                      "restarted")
+                await self._changed.wait()
+        finally:
+            del self._waiting[request_id]
 
     async def generate(self, request: GenerationRequest) -> Segment:
-        index = await self._pick()
+        index = await self._pick(request.request_id)
         if index is None:
             return Segment(finish_reason="abort")
         engine = self.engines[index]
@@ -120,9 +129,14 @@ class EnginePool:
 
     async def abort(self, request_ids: Sequence[str]) -> None:
         by_engine: dict[int, list[str]] = {}
+        woke = False
         for rid in request_ids:
-            if rid in self._where:
+            if rid in self._waiting:
+                self._waiting[rid] = woke = True
+            elif rid in self._where:
                 by_engine.setdefault(self._where[rid], []).append(rid)
+        if woke:
+            self._wake()
         for index, ids in by_engine.items():
             engine = self.engines[index]
             if engine is not None:

@@ -76,6 +76,38 @@ def test_a_pool_with_no_engine_left_and_no_restart_is_dead():
     clock.run(main())
 
 
+def test_an_abort_reaches_a_request_still_waiting_for_an_engine():
+    # The only engine is down and its replacement is starting; a request waits for it. The
+    # driver aborts that request (its group was dropped). Found by fault schedule 11728: the
+    # abort used to miss a request without an engine, which then started on the replacement,
+    # hung, and the run could never shut down.
+    clock = VirtualClock()
+    started: list[str] = []
+
+    def script(request, version):
+        started.append(request.request_id)
+        return Plan(math.inf, [])
+
+    async def restart(i: int) -> CrashableRollout:
+        await clock.sleep(0.5)
+        return CrashableRollout(clock, script, "replacement")
+
+    async def main():
+        engine = CrashableRollout(clock, script, "e0")
+        pool = EnginePool([engine], restart)
+        pool.engine_died(0, engine)
+        waiting = asyncio.ensure_future(pool.generate(_req(7)))
+        await clock.sleep(0.1)
+        await pool.abort(["r7"])
+        segment = await waiting
+        assert segment.finish_reason == "abort" and segment.token_ids == []
+        await clock.sleep(1.0)  # the replacement is up: nothing was started on it
+        assert pool.live == [0] and started == []
+        await pool.close()
+
+    clock.run(main())
+
+
 def test_the_driver_survives_an_engine_crash_in_its_pool():
     clock = VirtualClock()
     engines = [CrashableRollout(clock, random_script(2), f"e{i}") for i in range(2)]
