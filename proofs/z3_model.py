@@ -31,6 +31,7 @@ from typing import Any
 
 import z3
 
+from .counter_model import make_solver
 from .spec_model import (
     E,
     O,
@@ -134,9 +135,7 @@ class Prover:
         self.flat = list(enumerate(shape.positions()))
 
     def _solver(self) -> z3.Solver:
-        s = z3.SolverFor("QF_UFLIA")
-        s.set("timeout", self.timeout_ms)
-        return s
+        return make_solver(self.timeout_ms)
 
     # -------------------------------------------------------------- linear forms ----------
 
@@ -213,9 +212,25 @@ class Prover:
             solver.add(*base, extra, step.guard)
             goals = self.violated(step.post)
             goals.update({f"[{n}]": z3.Not(v) for n, v in step.obligations.items()})
+            if props is not None:
+                goals = {n: g for n, g in goals.items() if n in props}
+            # One query for "something fails"; unsat proves every property of this case (a
+            # disjunction is unsat iff each disjunct is). Only a sat case is split, to name the
+            # failing property and show its counterexample.
+            t = time.perf_counter()
+            solver.push()
+            solver.add(z3.Or(*goals.values()))
+            r = solver.check()
+            solver.pop()
+            dt = time.perf_counter() - t
+            if r == z3.unsat:
+                for name in goals:
+                    prior = results.get(name)
+                    if prior is None or prior.proved:
+                        results[name] = Outcome(self.shape, op, name, "unsat",
+                                                dt + (prior.seconds if prior else 0.0))
+                continue
             for name, bad in goals.items():
-                if props is not None and name not in props:
-                    continue
                 prior = results.get(name)
                 if prior is not None and not prior.proved:
                     continue
