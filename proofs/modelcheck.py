@@ -254,8 +254,8 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
             f"{sorted(map(str, reported))} were reported")
     for u, want in reported.items():
         if post._units.get(u) is not want:
-            return "edge:accounting", f"{op}: unit {u!r} reported as {want.value} is " \
-                                      f"{post._units.get(u)}"
+            return "edge:accounting", (f"{op}: unit {u!r} reported as {want.value} is "
+                                       f"{post._units.get(u)}")
     totals = (post._consumed - pre._consumed, post._aborted - pre._aborted,
               post._filtered - pre._filtered)
     want_totals = tuple(sum(1 for s in reported.values() if s is k)

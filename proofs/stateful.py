@@ -106,7 +106,7 @@ class ControllerMachine(RuleBasedStateMachine):
             result = getattr(c, op)(unit) if unit is not None else getattr(c, op)()
         except IllegalUnitState:
             raise
-        except Exception as e:  # noqa: BLE001 - a crash of the core is a finding
+        except Exception as e:
             self.failed = True
             raise Violation("crash", f"{op}({unit!r}): {type(e).__name__}: {e}") from e
         refused = result is None if op in ("reserve", "consume") else (

@@ -121,14 +121,25 @@ def test_progress_detects_a_controller_that_can_never_consume() -> None:
     assert r.violation.check in ("invariant:no_deadlock", "deadlock", "progress")
 
 
-def test_progress_cooperative_is_separate_from_progress() -> None:
-    """A controller whose finished units never count towards READY can still consume in
-    principle? No: both reachability properties fail, and the cooperative one is reported
-    for a controller that needs a timeout to progress."""
+def test_progress_cooperative_needs_a_path_without_abort_filter_or_timeout() -> None:
+    """The reachability pass itself, on a hand-made graph: state 2 reaches the consume state 0
+    only through an abort edge, so ``progress`` holds and ``progress_cooperative`` fails there;
+    with a cooperative edge added, both hold."""
+    from array import array
 
-    class OccupyNeverPlaces(StalenessController):
-        def _head_ready(self) -> bool:
-            return False
+    from .modelcheck import _OP
 
-    r = check_config(Config(0, 1), OccupyNeverPlaces)
-    assert r.violation is not None and r.violation.check in ("progress", "deadlock")
+    mc = ModelChecker(Config(0, 1))
+    goal = bytearray([1, 0, 0])
+    src, dst = array("I", [1, 2]), array("I", [0, 1])
+    ops = array("B", [_OP["occupy"], _OP["abort"]])
+    assert mc._progress(3, goal, src, dst, ops) == (
+        2, None, "progress_cooperative",
+        "no consume is reachable from here with reserve/occupy/publish/consume")
+    src.append(2)
+    dst.append(0)
+    ops.append(_OP["reserve"])
+    assert mc._progress(3, goal, src, dst, ops) is None
+    goal = bytearray([1, 0, 0])
+    assert mc._progress(3, goal, array("I", [1]), array("I", [0]), array("B", [1]))[2] == \
+        "progress"

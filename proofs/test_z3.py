@@ -22,7 +22,17 @@ import z3
 
 from . import report
 from .counter_model import CounterModel, CounterProver
-from .spec_model import E, O, Operations, Shape, distinct_ids, domain, invariants, is_hole, prefix_pairs
+from .spec_model import (
+    E,
+    O,
+    Operations,
+    Shape,
+    distinct_ids,
+    domain,
+    invariants,
+    is_hole,
+    prefix_pairs,
+)
 from .z3_model import Prover
 
 TIMEOUT_MS = 120_000

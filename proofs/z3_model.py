@@ -34,11 +34,11 @@ import z3
 from .counter_model import make_solver
 from .spec_model import (
     E,
-    O,
-    R,
     Model,
+    O,
     Operations,
     Params,
+    R,
     Shape,
     SpecState,
     domain,
@@ -55,21 +55,21 @@ class Z3Algebra:
     Implies = staticmethod(z3.Implies)
 
     @staticmethod
-    def And(*xs: Any) -> Any:  # noqa: N802
+    def And(*xs: Any) -> Any:
         xs = tuple(x for x in xs if x is not True)
         if any(x is False for x in xs):
             return z3.BoolVal(False)
         return z3.And(*xs) if xs else z3.BoolVal(True)
 
     @staticmethod
-    def Or(*xs: Any) -> Any:  # noqa: N802
+    def Or(*xs: Any) -> Any:
         xs = tuple(x for x in xs if x is not False)
         if any(x is True for x in xs):
             return z3.BoolVal(True)
         return z3.Or(*xs) if xs else z3.BoolVal(False)
 
     @staticmethod
-    def Count(conds: list) -> Any:  # noqa: N802
+    def Count(conds: list) -> Any:
         return z3.Sum([z3.If(c, 1, 0) for c in conds]) if conds else z3.IntVal(0)
 
 
@@ -266,7 +266,7 @@ class Prover:
         out.append(Outcome(self.shape, "release_stuck", "[a STUCK head holds a reservation]",
                            str(r), time.perf_counter() - t))
         worst: Outcome | None = None
-        n_res = lambda s: Z3.Count([x == R for x in s.st[0]])  # noqa: E731
+        n_res = lambda s: Z3.Count([x == R for x in s.st[0]])
         for i in range(self.shape.capacity):
             first = z3.And(pre.st[0][i] == R, *[pre.st[0][j] != R for j in range(i)])
             body = self.ops.abort(pre, 0, i)
@@ -295,8 +295,8 @@ class Prover:
             return v.as_long()
 
         p = self.params
-        lines = [f"batch_size={ev(p.batch_size)} max_concurrency="
-                 f"{ev(p.max_concurrency) if ev(p.limited) else None}",
+        lines = [(f"batch_size={ev(p.batch_size)} max_concurrency="
+                  f"{ev(p.max_concurrency) if ev(p.limited) else None}"),
                  "pre:", self.pre.render(ev), op, "post:", step.post.render(ev)]
         return "\n".join(lines)
 
