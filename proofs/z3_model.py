@@ -11,12 +11,15 @@ symbolic, so one shape covers every batch size that fits it, with and without ov
 
     domain(s) and Inv(s) and guard_op(s, args) ==> I(op(s, args))      (consecution)
 
-where ``Inv`` is the conjunction of all invariants, ``args`` (which slot's unit finishes, is
-aborted or filtered) are symbolic too, plus each obligation of ``op`` (its unrolled loops had
-finished; ``place`` found a slot) and its operation-level facts (a consumed batch has exactly
-``batch_size`` units, staleness in [0, eta]). ``initiation`` checks ``Inv(initial)``. Each
-query is one ``check()`` on an incremental solver with a timeout: ``unsat`` is a proof, ``sat``
-comes with a rendered counterexample (pre-state, arguments, post-state), ``unknown`` fails.
+where ``Inv`` is the conjunction of all invariants (plus ``aux_stamp``, a strengthening the
+induction needs), and ``args`` (the slot whose unit finishes, is aborted or filtered) range over
+every slot of the shape, one case each: a concrete slot keeps the terms small. Also proved:
+each obligation of ``op`` (its unrolled loops had finished; ``place`` found a slot) and its
+operation-level facts (a consumed batch has exactly ``batch_size`` units, staleness in [0, eta]).
+``initiation`` checks ``Inv(initial)``. Per case, one query asks whether *any* property fails
+(unsat proves them all); only a sat case is split per property. ``unsat`` is a proof, ``sat``
+comes with a rendered counterexample (pre-state, arguments, post-state), ``unknown`` (timeout)
+fails. ``release_stuck`` is proved as a loop of ``abort`` steps (see ``Prover.release_stuck``).
 
 What is proved, exactly: the invariants are inductive for the *encoding*, for every state of the
 shape, reachable or not. That it is the code's relation is checked separately
