@@ -283,10 +283,15 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
 
 
 def check_state(c: StalenessController) -> tuple[str, str] | None:
+    """Every ``INVARIANTS`` entry and the private indexes (``check_controller``), then
+    ``aux_stamp``: the strengthening the Z3 proofs assume (no unit newer than ``version``)."""
     try:
         check_controller(c)
     except InvariantViolation as e:
         return f"invariant:{e.invariant}", e.detail
+    for u, v in c._table.v_traj.items():
+        if v > c._version:
+            return "invariant:aux_stamp", f"unit {u!r} has v_traj={v} > version={c._version}"
     return None
 
 
