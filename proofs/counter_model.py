@@ -338,6 +338,17 @@ def initial_cstate(eta: int) -> CState:
                   [[zero] * n for _ in range(n)], *[zero] * len(COUNTERS))
 
 
+def make_solver(timeout_ms: int) -> z3.Solver:
+    """Linear integer arithmetic after preprocessing that solves the many definitional
+    equalities and lifts the if-then-else terms the unrolled rules produce (about 8x faster here
+    than the default QF_LIA solver)."""
+    tactic = z3.Then(z3.With("simplify", som=True), "propagate-values", "solve-eqs",
+                     "elim-term-ite", z3.With("smt", **{"arith.solver": 2}))
+    s = tactic.solver()
+    s.set("timeout", timeout_ms)
+    return s
+
+
 @dataclass
 class COutcome:
     eta: int
@@ -361,9 +372,7 @@ class CounterProver:
         self.pre = symbolic_cstate(eta)
 
     def _solver(self) -> z3.Solver:
-        s = z3.SolverFor("QF_LIA")
-        s.set("timeout", self.timeout_ms)
-        return s
+        return make_solver(self.timeout_ms)
 
     def cases(self, op: str):
         m, pre = self.m, self.pre

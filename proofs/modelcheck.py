@@ -150,6 +150,16 @@ class Violation:
             head += "\n(not reproduced when replayed from the initial state)"
         return head + "\n" + "\n".join(self.trace)
 
+    @property
+    def steps(self) -> list[str]:
+        """The operations of the trace, one line each (without the snapshots)."""
+        return [line for line in self.trace if line[:1].isdigit()]
+
+    def compact(self) -> str:
+        """Operations on one line each, then the state after the last one."""
+        last = max((n for n, line in enumerate(self.trace) if line[:1].isdigit()), default=-1)
+        return "\n".join(self.steps + self.trace[last + 1:])
+
 
 @dataclass
 class Report:
@@ -244,8 +254,8 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
             f"{sorted(map(str, reported))} were reported")
     for u, want in reported.items():
         if post._units.get(u) is not want:
-            return "edge:accounting", f"{op}: unit {u!r} reported as {want.value} is " \
-                                      f"{post._units.get(u)}"
+            return "edge:accounting", (f"{op}: unit {u!r} reported as {want.value} is "
+                                       f"{post._units.get(u)}")
     totals = (post._consumed - pre._consumed, post._aborted - pre._aborted,
               post._filtered - pre._filtered)
     want_totals = tuple(sum(1 for s in reported.values() if s is k)
@@ -273,10 +283,15 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
 
 
 def check_state(c: StalenessController) -> tuple[str, str] | None:
+    """Every ``INVARIANTS`` entry and the private indexes (``check_controller``), then
+    ``aux_stamp``: the strengthening the Z3 proofs assume (no unit newer than ``version``)."""
     try:
         check_controller(c)
     except InvariantViolation as e:
         return f"invariant:{e.invariant}", e.detail
+    for u, v in c._table.v_traj.items():
+        if v > c._version:
+            return "invariant:aux_stamp", f"unit {u!r} has v_traj={v} > version={c._version}"
     return None
 
 
@@ -287,7 +302,7 @@ class ModelChecker:
                  make: Callable[[Config], StalenessController] = StalenessController, *,
                  check_every_edge: bool = True, conformance: bool = False,
                  materialise: bool = True, liveness: bool = True,
-                 max_states: int | None = None,
+                 max_states: int | None = None, stop_on_spec: bool = True,
                  progress: Callable[[int, int, int, float], None] | None = None,
                  progress_every: int = 100_000) -> None:
         self.config = config
@@ -296,6 +311,10 @@ class ModelChecker:
         self.materialise = materialise
         self.liveness = liveness
         self.max_states = max_states
+        # False: a conformance failure is remembered but the search goes on, so that a broken
+        # controller is reported by the most specific check that notices (an invariant or an
+        # edge property) when there is one, and by ``spec`` only otherwise.
+        self.stop_on_spec = stop_on_spec
         self.progress = progress
         self.progress_every = progress_every
         self.spec_ops = None
@@ -322,6 +341,7 @@ class ModelChecker:
         exits = bytearray()  # per state: 1 if some operation leads to another state
         n_edges = 0
         violation: tuple[int, Label | None, str, str] | None = None
+        first_spec: tuple[int, Label | None, str, str] | None = None
         bad = check_state(init)
         if bad:
             violation = (0, None, *bad)
@@ -344,6 +364,9 @@ class ModelChecker:
 
                         msg = conformance(self.spec_ops, c, op, unit, d, refused)
                         bad = ("spec", msg) if msg else None
+                        if bad and not self.stop_on_spec:
+                            first_spec = first_spec or (s, lab, *bad)
+                            bad = None
                     if refused:
                         if bad:
                             violation = (s, lab, *bad)
@@ -386,6 +409,8 @@ class ModelChecker:
                     edges_op.append(lab[0])
             if not complete:
                 break
+        if violation is None and first_spec is not None:
+            violation = first_spec
         if violation is None and complete:
             terminal = exits.find(0)
             if terminal >= 0:
@@ -501,8 +526,6 @@ def replay_labels(config: Config, make: Callable[[Config], StalenessController],
 
                 msg = conformance(concrete_ops(config), pre, op, unit, c, refused)
                 bad = ("spec", msg) if msg else None
-                if msg:
-                    lines.append("     " + msg.replace("\n", "\n     "))
     return lines, bad
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from reserve_occupy import Config, StalenessController, UnitState
 from reserve_occupy.table import EMPTY, OCCUPIED
 
-from .spec_model import CONCRETE, E, O, R, Model, Operations, Params, Shape, SpecState
+from .spec_model import CONCRETE, E, Model, O, Operations, Params, R, Shape, SpecState
 
 _KIND = {EMPTY: E, OCCUPIED: O}
 

@@ -45,27 +45,27 @@ class ConcreteAlgebra:
     symbolic = False
 
     @staticmethod
-    def If(c: Any, a: Any, b: Any) -> Any:  # noqa: N802 - mirrors z3.If
+    def If(c: Any, a: Any, b: Any) -> Any:
         return a if c else b
 
     @staticmethod
-    def And(*xs: Any) -> bool:  # noqa: N802
+    def And(*xs: Any) -> bool:
         return all(xs)
 
     @staticmethod
-    def Or(*xs: Any) -> bool:  # noqa: N802
+    def Or(*xs: Any) -> bool:
         return any(xs)
 
     @staticmethod
-    def Not(x: Any) -> bool:  # noqa: N802
+    def Not(x: Any) -> bool:
         return not x
 
     @staticmethod
-    def Implies(a: Any, b: Any) -> bool:  # noqa: N802
+    def Implies(a: Any, b: Any) -> bool:
         return (not a) or bool(b)
 
     @staticmethod
-    def Count(conds: list) -> int:  # noqa: N802
+    def Count(conds: list) -> int:
         return sum(1 for c in conds if c)
 
 

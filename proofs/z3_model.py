@@ -11,12 +11,15 @@ symbolic, so one shape covers every batch size that fits it, with and without ov
 
     domain(s) and Inv(s) and guard_op(s, args) ==> I(op(s, args))      (consecution)
 
-where ``Inv`` is the conjunction of all invariants, ``args`` (which slot's unit finishes, is
-aborted or filtered) are symbolic too, plus each obligation of ``op`` (its unrolled loops had
-finished; ``place`` found a slot) and its operation-level facts (a consumed batch has exactly
-``batch_size`` units, staleness in [0, eta]). ``initiation`` checks ``Inv(initial)``. Each
-query is one ``check()`` on an incremental solver with a timeout: ``unsat`` is a proof, ``sat``
-comes with a rendered counterexample (pre-state, arguments, post-state), ``unknown`` fails.
+where ``Inv`` is the conjunction of all invariants (plus ``aux_stamp``, a strengthening the
+induction needs), and ``args`` (the slot whose unit finishes, is aborted or filtered) range over
+every slot of the shape, one case each: a concrete slot keeps the terms small. Also proved:
+each obligation of ``op`` (its unrolled loops had finished; ``place`` found a slot) and its
+operation-level facts (a consumed batch has exactly ``batch_size`` units, staleness in [0, eta]).
+``initiation`` checks ``Inv(initial)``. Per case, one query asks whether *any* property fails
+(unsat proves them all); only a sat case is split per property. ``unsat`` is a proof, ``sat``
+comes with a rendered counterexample (pre-state, arguments, post-state), ``unknown`` (timeout)
+fails. ``release_stuck`` is proved as a loop of ``abort`` steps (see ``Prover.release_stuck``).
 
 What is proved, exactly: the invariants are inductive for the *encoding*, for every state of the
 shape, reachable or not. That it is the code's relation is checked separately
@@ -31,13 +34,14 @@ from typing import Any
 
 import z3
 
+from .counter_model import make_solver
 from .spec_model import (
     E,
-    O,
-    R,
     Model,
+    O,
     Operations,
     Params,
+    R,
     Shape,
     SpecState,
     domain,
@@ -54,21 +58,21 @@ class Z3Algebra:
     Implies = staticmethod(z3.Implies)
 
     @staticmethod
-    def And(*xs: Any) -> Any:  # noqa: N802
+    def And(*xs: Any) -> Any:
         xs = tuple(x for x in xs if x is not True)
         if any(x is False for x in xs):
             return z3.BoolVal(False)
         return z3.And(*xs) if xs else z3.BoolVal(True)
 
     @staticmethod
-    def Or(*xs: Any) -> Any:  # noqa: N802
+    def Or(*xs: Any) -> Any:
         xs = tuple(x for x in xs if x is not False)
         if any(x is True for x in xs):
             return z3.BoolVal(True)
         return z3.Or(*xs) if xs else z3.BoolVal(False)
 
     @staticmethod
-    def Count(conds: list) -> Any:  # noqa: N802
+    def Count(conds: list) -> Any:
         return z3.Sum([z3.If(c, 1, 0) for c in conds]) if conds else z3.IntVal(0)
 
 
@@ -134,9 +138,7 @@ class Prover:
         self.flat = list(enumerate(shape.positions()))
 
     def _solver(self) -> z3.Solver:
-        s = z3.SolverFor("QF_UFLIA")
-        s.set("timeout", self.timeout_ms)
-        return s
+        return make_solver(self.timeout_ms)
 
     # -------------------------------------------------------------- linear forms ----------
 
@@ -213,9 +215,25 @@ class Prover:
             solver.add(*base, extra, step.guard)
             goals = self.violated(step.post)
             goals.update({f"[{n}]": z3.Not(v) for n, v in step.obligations.items()})
+            if props is not None:
+                goals = {n: g for n, g in goals.items() if n in props}
+            # One query for "something fails"; unsat proves every property of this case (a
+            # disjunction is unsat iff each disjunct is). Only a sat case is split, to name the
+            # failing property and show its counterexample.
+            t = time.perf_counter()
+            solver.push()
+            solver.add(z3.Or(*goals.values()))
+            r = solver.check()
+            solver.pop()
+            dt = time.perf_counter() - t
+            if r == z3.unsat:
+                for name in goals:
+                    prior = results.get(name)
+                    if prior is None or prior.proved:
+                        results[name] = Outcome(self.shape, op, name, "unsat",
+                                                dt + (prior.seconds if prior else 0.0))
+                continue
             for name, bad in goals.items():
-                if props is not None and name not in props:
-                    continue
                 prior = results.get(name)
                 if prior is not None and not prior.proved:
                     continue
@@ -251,7 +269,7 @@ class Prover:
         out.append(Outcome(self.shape, "release_stuck", "[a STUCK head holds a reservation]",
                            str(r), time.perf_counter() - t))
         worst: Outcome | None = None
-        n_res = lambda s: Z3.Count([x == R for x in s.st[0]])  # noqa: E731
+        n_res = lambda s: Z3.Count([x == R for x in s.st[0]])
         for i in range(self.shape.capacity):
             first = z3.And(pre.st[0][i] == R, *[pre.st[0][j] != R for j in range(i)])
             body = self.ops.abort(pre, 0, i)
@@ -280,8 +298,8 @@ class Prover:
             return v.as_long()
 
         p = self.params
-        lines = [f"batch_size={ev(p.batch_size)} max_concurrency="
-                 f"{ev(p.max_concurrency) if ev(p.limited) else None}",
+        lines = [(f"batch_size={ev(p.batch_size)} max_concurrency="
+                  f"{ev(p.max_concurrency) if ev(p.limited) else None}"),
                  "pre:", self.pre.render(ev), op, "post:", step.post.render(ev)]
         return "\n".join(lines)
 
