@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -349,6 +350,47 @@ def make_solver(timeout_ms: int) -> z3.Solver:
     return s
 
 
+def discharge(solver: z3.Solver, goals: dict[str, Any], results: dict[str, Any], case: str,
+              outcome: Callable[[str, str, float, str | None], Any],
+              render: Callable[[z3.ModelRef], str]) -> None:
+    """Discharge one case's goals (each the negation of a property) into ``results``.
+
+    One query for "something fails"; unsat proves every property of the case (a disjunction is
+    unsat iff each disjunct is). Only a sat case is split per goal, to name the failing property
+    and show its counterexample. A property already failed by an earlier case keeps that
+    failure; a proved one accumulates time over the cases. ``outcome(name, result, seconds,
+    counterexample)`` builds the caller's outcome record."""
+    t = time.perf_counter()
+    solver.push()
+    solver.add(z3.Or(*goals.values()))
+    r = solver.check()
+    solver.pop()
+    dt = time.perf_counter() - t
+    if r == z3.unsat:
+        for name in goals:
+            prior = results.get(name)
+            if prior is None or prior.proved:
+                results[name] = outcome(name, "unsat", dt + (prior.seconds if prior else 0.0),
+                                        None)
+        return
+    for name, bad in goals.items():
+        prior = results.get(name)
+        if prior is not None and not prior.proved:
+            continue
+        solver.push()
+        solver.add(bad)
+        t = time.perf_counter()
+        r = solver.check()
+        dt = time.perf_counter() - t + (prior.seconds if prior else 0.0)
+        cex = None
+        if r == z3.sat:
+            cex = f"case {case}\n" + render(solver.model())
+        elif r == z3.unknown:
+            cex = f"case {case}: unknown ({solver.reason_unknown()})"
+        results[name] = outcome(name, str(r), dt, cex)
+        solver.pop()
+
+
 @dataclass
 class COutcome:
     eta: int
@@ -408,35 +450,9 @@ class CounterProver:
             solver.add(*base, step.guard, *step.constraints)
             goals = {n: z3.Not(v) for n, v in invariants(self.m, step.post).items()}
             goals.update({f"[{n}]": z3.Not(v) for n, v in step.obligations.items()})
-            t = time.perf_counter()
-            solver.push()
-            solver.add(z3.Or(*goals.values()))
-            r = solver.check()
-            solver.pop()
-            dt = time.perf_counter() - t
-            if r == z3.unsat:
-                for name in goals:
-                    prior = results.get(name)
-                    if prior is None or prior.proved:
-                        results[name] = COutcome(self.eta, op, name, "unsat",
-                                                 dt + (prior.seconds if prior else 0.0))
-                continue
-            for name, bad in goals.items():
-                prior = results.get(name)
-                if prior is not None and not prior.proved:
-                    continue
-                solver.push()
-                solver.add(bad)
-                t = time.perf_counter()
-                r = solver.check()
-                dt = time.perf_counter() - t + (prior.seconds if prior else 0.0)
-                cex = None
-                if r == z3.sat:
-                    cex = f"case {case}\n" + self.render(solver.model(), step)
-                elif r == z3.unknown:
-                    cex = f"case {case}: unknown ({solver.reason_unknown()})"
-                results[name] = COutcome(self.eta, op, name, str(r), dt, cex)
-                solver.pop()
+            discharge(solver, goals, results, case,
+                      lambda name, r, dt, cex: COutcome(self.eta, op, name, r, dt, cex),
+                      lambda model, step=step: self.render(model, step))
         return list(results.values())
 
     def release_stuck(self) -> list[COutcome]:

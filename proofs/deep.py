@@ -48,38 +48,36 @@ def model_check(config: Config, min_states: int) -> bool:
     return True
 
 
+def _prove_all(prover, label: str) -> bool:
+    """Initiation and every operation's consecution for one prover; prints one line and the
+    counterexample of each obligation not proved."""
+    from .spec_model import Operations
+
+    t = time.perf_counter()
+    outs = prover.initiation()
+    for op in Operations.NAMES:
+        outs += prover.consecution(op)
+    bad = [o for o in outs if not o.proved]
+    print(f"Z3 {label}: {len(outs)} obligations, "
+          f"{'all proved' if not bad else f'{len(bad)} NOT PROVED'} in "
+          f"{time.perf_counter() - t:.0f}s", flush=True)
+    for o in bad:
+        print(f"  {o.op} / {o.prop}: {o.result}\n{o.counterexample}")
+    return not bad
+
+
 def z3_proofs(max_eta: int) -> bool:
     from .counter_model import CounterProver
-    from .spec_model import Operations, Shape
+    from .spec_model import Shape
     from .z3_model import Prover
 
     ok = True
     for eta in range(max_eta + 1):
-        t = time.perf_counter()
-        p = CounterProver(eta, timeout_ms=1_800_000)
-        outs = p.initiation()
-        for op in Operations.NAMES:
-            outs += p.consecution(op)
-        bad = [o for o in outs if not o.proved]
-        ok &= not bad
-        print(f"Z3 counter model eta={eta}, every C >= B >= 1: {len(outs)} obligations, "
-              f"{'all proved' if not bad else f'{len(bad)} NOT PROVED'} in "
-              f"{time.perf_counter() - t:.0f}s", flush=True)
-        for o in bad:
-            print(f"  {o.op} / {o.prop}: {o.result}\n{o.counterexample}")
+        ok &= _prove_all(CounterProver(eta, timeout_ms=1_800_000),
+                         f"counter model eta={eta}, every C >= B >= 1")
     for eta, cap in DEEP_SLOT_SHAPES:
-        t = time.perf_counter()
-        sp = Prover(Shape(eta, cap), timeout_ms=1_800_000)
-        outs2 = sp.initiation()
-        for op in Operations.NAMES:
-            outs2 += sp.consecution(op)
-        bad2 = [o for o in outs2 if not o.proved]
-        ok &= not bad2
-        print(f"Z3 slot model eta={eta} C={cap}, every B <= C: {len(outs2)} obligations, "
-              f"{'all proved' if not bad2 else f'{len(bad2)} NOT PROVED'} in "
-              f"{time.perf_counter() - t:.0f}s", flush=True)
-        for o in bad2:
-            print(f"  {o.op} / {o.prop}: {o.result}\n{o.counterexample}")
+        ok &= _prove_all(Prover(Shape(eta, cap), timeout_ms=1_800_000),
+                         f"slot model eta={eta} C={cap}, every B <= C")
     return ok
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import z3
 
-from .counter_model import make_solver
+from .counter_model import discharge, make_solver
 from .spec_model import (
     E,
     Model,
@@ -203,7 +203,8 @@ class Prover:
 
     def consecution(self, op: str, props: list[str] | None = None) -> list[Outcome]:
         """Every invariant after ``op`` (all invariants assumed before) and every obligation of
-        ``op``; one Outcome per property, the slowest case's time, the first counterexample."""
+        ``op``; one Outcome per property, its time summed over the cases, the first
+        counterexample."""
         if op == "release_stuck":
             return self.release_stuck()
         m = self.model
@@ -217,39 +218,9 @@ class Prover:
             goals.update({f"[{n}]": z3.Not(v) for n, v in step.obligations.items()})
             if props is not None:
                 goals = {n: g for n, g in goals.items() if n in props}
-            # One query for "something fails"; unsat proves every property of this case (a
-            # disjunction is unsat iff each disjunct is). Only a sat case is split, to name the
-            # failing property and show its counterexample.
-            t = time.perf_counter()
-            solver.push()
-            solver.add(z3.Or(*goals.values()))
-            r = solver.check()
-            solver.pop()
-            dt = time.perf_counter() - t
-            if r == z3.unsat:
-                for name in goals:
-                    prior = results.get(name)
-                    if prior is None or prior.proved:
-                        results[name] = Outcome(self.shape, op, name, "unsat",
-                                                dt + (prior.seconds if prior else 0.0))
-                continue
-            for name, bad in goals.items():
-                prior = results.get(name)
-                if prior is not None and not prior.proved:
-                    continue
-                solver.push()
-                solver.add(bad)
-                t = time.perf_counter()
-                r = solver.check()
-                dt = time.perf_counter() - t
-                cex = None
-                if r == z3.sat:
-                    cex = f"case {case}\n" + self._render(solver.model(), op, step)
-                elif r == z3.unknown:
-                    cex = f"case {case}: unknown ({solver.reason_unknown()})"
-                total = dt + (prior.seconds if prior else 0.0)
-                results[name] = Outcome(self.shape, op, name, str(r), total, cex)
-                solver.pop()
+            discharge(solver, goals, results, case,
+                      lambda name, r, dt, cex: Outcome(self.shape, op, name, r, dt, cex),
+                      lambda model, step=step: self._render(model, op, step))
         return list(results.values())
 
     def release_stuck(self) -> list[Outcome]:
