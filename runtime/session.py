@@ -231,7 +231,7 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
             await driver.run()
         finally:
             sink.close()
-            _write_outputs(cfg, driver, out_dir)
+            _write_outputs(cfg, driver, out_dir, streamed=persist is not None)
         after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
         await trainer.save_checkpoint(out_dir / "checkpoint")
         summary = summarize(sink.rows)
@@ -254,13 +254,23 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
                 await rollout.close()
 
 
-def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path) -> None:
+def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool) -> None:
+    """config.json, and with ``run.trace`` the driver's trace and the controller's event log.
+    The event log is ``events.jsonl`` in the trace format either way: crash recovery
+    (``streamed``) already wrote it line by line, else it is written here, once."""
     (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
     if not cfg.run.trace:
         return
-    with (out_dir / "controller_events.jsonl").open("w") as f:
-        for e in driver.controller.events:
-            f.write(json.dumps(e._asdict(), default=_jsonable) + "\n")
+    if not streamed:
+        from reserve_occupy.trace import dumps, trace_records
+
+        from .recovery.durable import LOG_NAME
+        from .recovery.journal import PRODUCER
+
+        ctl = driver.controller
+        with (out_dir / LOG_NAME).open("w") as f:
+            for record in trace_records(ctl.config, ctl.events, producer=PRODUCER):
+                f.write(dumps(record) + "\n")
     with (out_dir / "driver_trace.jsonl").open("w") as f:
         for row in driver.trace:
             f.write(json.dumps(row, default=_jsonable) + "\n")

@@ -19,6 +19,7 @@ import pytest
 from reserve_occupy import UnitState, replay
 from runtime.config import load_config
 from runtime.data import load_prompts
+from runtime.recovery.journal import read_log
 from runtime.rollout.base import GenerationRequest, Segment
 from runtime.session import run_training
 from runtime.tasks.arithmetic import ExactAnswerReward
@@ -38,6 +39,13 @@ async def _train(cfg, engine, tiny_model, tmp_path, reward=None, hook=None, prom
     return await run_training(cfg, tiny_model, prompts or load_prompts(),
                               reward or ExactAnswerReward(), tmp_path, rollout=engine,
                               log=lambda _: None, driver_hook=hook)
+
+
+def _log_replays(run_dir: Path, controller) -> None:
+    """The run's ``events.jsonl`` (trace format) rebuilds the controller's final state."""
+    contents = read_log(run_dir / "events.jsonl")
+    assert contents.config == controller.config and contents.torn is None
+    assert replay(contents.config, contents.events).snapshot() == controller.snapshot()
 
 
 def _record_batches(driver):
@@ -77,6 +85,7 @@ async def test_short_run_respects_eta_and_publishes_real_weights(engine, tokeniz
             assert g.v_traj <= oldest and g.staleness == batch.version - g.v_traj <= 1
     assert any(g.staleness == 1 for b in driver.seen_batches for g in b.groups)  # async
     replay(driver.controller.config, driver.controller.events)
+    _log_replays(tmp_path, driver.controller)  # streamed by crash recovery, line by line
     # The engine now runs the trained weights: greedy answers changed ...
     after = await _greedy(engine, tokenizer, probes, "probe1")
     assert after != before
@@ -183,7 +192,8 @@ class HangingRollout:
 
 async def test_hung_request_is_released_by_the_stuck_timeout(engine, tiny_model, tmp_path):
     cfg = _cfg(tmp_path, **{"staleness.eta": 0, "staleness.batch_size": 2,
-                            "staleness.group_size": 2, "run.steps": 3, "timeouts.stuck_s": 1.5})
+                            "staleness.group_size": 2, "run.steps": 3, "timeouts.stuck_s": 1.5,
+                            "recovery.enabled": False})
     hanging = HangingRollout(engine, "g1-c0-s0")
     result = await asyncio.wait_for(
         _train(cfg, hanging, tiny_model, tmp_path, reward=lambda p, c: float(len(c) % 2)), 120)
@@ -194,6 +204,7 @@ async def test_hung_request_is_released_by_the_stuck_timeout(engine, tiny_model,
     assert released[0]["t"] >= 1.5
     assert driver.controller.unit_state("g1") is UnitState.ABORTED
     assert len(result.rows) == 3  # the run went on
+    _log_replays(tmp_path, driver.controller)  # no recovery: written once, at the end
     assert engine.engine.get_num_unfinished_requests() == 0
 
 
