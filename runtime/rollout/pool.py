@@ -127,6 +127,13 @@ class EnginePool:
         self.restarts += 1
         self._wake()
 
+    async def settle(self) -> None:
+        """Wait until no replacement is being started: each has joined the pool or failed
+        (``restart_errors``). A run can end while a replacement is still loading weights; call
+        this before inspecting the pool's engines."""
+        while self._restarts:
+            await asyncio.gather(*list(self._restarts), return_exceptions=True)
+
     async def abort(self, request_ids: Sequence[str]) -> None:
         by_engine: dict[int, list[str]] = {}
         woke = False

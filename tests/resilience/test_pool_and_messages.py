@@ -59,6 +59,35 @@ def test_a_crashed_engine_fails_its_requests_and_comes_back_with_the_current_wei
     clock.run(main())
 
 
+def test_settle_waits_for_a_replacement_that_is_still_starting():
+    clock = VirtualClock()
+
+    async def restart(i: int) -> CrashableRollout:
+        await clock.sleep(5.0)  # a slow start: the run may well end before it
+        return CrashableRollout(clock, lambda r, v: Plan(1.0, [7]), f"new{i}")
+
+    async def main():
+        victim = CrashableRollout(clock, lambda r, v: Plan(1.0, [1]), "e0")
+        pool = EnginePool([victim, CrashableRollout(clock, lambda r, v: Plan(1.0, [1]), "e1")],
+                          restart)
+        await pool.pause()
+        await pool.load_weights(Weights(2, "w2"))
+        await pool.resume()
+        task = asyncio.ensure_future(pool.generate(_req(0)))
+        await clock.sleep(0.1)
+        victim.crash()
+        with pytest.raises(EngineCrashed):
+            await task
+        assert pool.engines[0] is None
+        await pool.settle()
+        assert clock.now() >= 5.0 and pool.live == [0, 1] and pool.restarts == 1
+        assert pool.engines[0].weights == Weights(2, "w2")  # type: ignore[union-attr]
+        await pool.settle()  # nothing under way: returns at once
+        await pool.close()
+
+    clock.run(main())
+
+
 def test_a_pool_with_no_engine_left_and_no_restart_is_dead():
     clock = VirtualClock()
 
