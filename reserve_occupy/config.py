@@ -1,4 +1,18 @@
-"""The protocol's parameters, validated once when the controller is built."""
+"""The protocol's parameters, validated once when the controller is built.
+
+The controller keeps ``eta + 1`` buffers of ``capacity`` slots open at all times (``table.py``
+allocates them when it opens a buffer), so a ``Config`` fixes the controller's memory. A config
+usually comes from a file someone else wrote (a trace header, a run's config), so it is bounded
+here, before anything is allocated:
+
+* ``max_staleness <= MAX_STALENESS`` (1024): asynchronous RL uses single digits;
+* ``batch_size <= capacity <= MAX_BATCH_SIZE`` (1,000,000 units per batch);
+* ``(max_staleness + 1) * capacity <= MAX_SLOTS`` (1,000,000 open slots, about 16 MB of slot
+  arrays): the product is what is allocated, so it is bounded too.
+
+``max_concurrency`` allocates nothing and has no upper bound. docs/cli.md lists these limits
+with the command-line ones.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +20,20 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
+MAX_STALENESS = 1024
+MAX_BATCH_SIZE = 1_000_000
+MAX_SLOTS = 1_000_000
 
-def _require_int(field: str, value: object, minimum: int) -> None:
+
+def _require_int(field: str, value: object, minimum: int, maximum: int | None = None) -> None:
     # bool is an int subclass; True as a batch size is a bug, not a 1.
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(field, value, f"must be an int >= {minimum}")
     if value < minimum:
         raise ConfigError(field, value, f"must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(field, value, f"must be <= {maximum:,} (the controller allocates "
+                                        f"its slots up front; see reserve_occupy/config.py)")
 
 
 @dataclass(frozen=True)
@@ -23,6 +44,7 @@ class Config:
     0 is synchronous RL. ``batch_size`` (B): units per training batch. ``capacity`` (C): slots per
     buffer, default B; C > B turns on batch-level oversampling (source 7.6). ``max_concurrency``:
     at most this many units in flight (reserved) at once; None means only the slots bound it.
+    Limits: see the module docstring (``MAX_STALENESS``, ``MAX_BATCH_SIZE``, ``MAX_SLOTS``).
     """
 
     max_staleness: int
@@ -31,16 +53,24 @@ class Config:
     max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
-        _require_int("max_staleness", self.max_staleness, 0)
-        _require_int("batch_size", self.batch_size, 1)
+        _require_int("max_staleness", self.max_staleness, 0, MAX_STALENESS)
+        _require_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
         if self.capacity is None:
             object.__setattr__(self, "capacity", self.batch_size)
         else:
-            _require_int("capacity", self.capacity, 1)
+            _require_int("capacity", self.capacity, 1, MAX_BATCH_SIZE)
             if self.capacity < self.batch_size:
                 raise ConfigError(
                     "capacity", self.capacity, f"must be >= batch_size ({self.batch_size})"
                 )
+        slots = (self.max_staleness + 1) * self.capacity  # type: ignore[operator]
+        if slots > MAX_SLOTS:
+            which = "capacity" if self.capacity != self.batch_size else "batch_size"
+            raise ConfigError(
+                which, getattr(self, which),
+                f"(max_staleness + 1) * capacity = {slots:,} open slots is more than "
+                f"{MAX_SLOTS:,} (the controller allocates them up front; see "
+                f"reserve_occupy/config.py)")
         if self.max_concurrency is not None:
             _require_int("max_concurrency", self.max_concurrency, 1)
 

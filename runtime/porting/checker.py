@@ -33,6 +33,9 @@ from .safety import SafetyTracker, Violation
 
 STRICT, LENIENT = "strict", "lenient"
 PROGRESS_EVERY = 100_000
+# A problem report draws the buffers before and after the offending event only up to this many
+# open slots: larger tables are unreadable, and snapshotting a million slots costs ~1 GB.
+TABLE_SLOTS = 4096
 
 
 @dataclass
@@ -153,7 +156,7 @@ def check(lines: Iterable[str], mode: str = STRICT,
         if diffs or violation:
             problem = Problem(entry, diffs, violation, expected or _describe(produced),
                               tracked=tracker.describe())
-            if ref is not None:
+            if ref is not None and (config.eta + 1) * config.capacity <= TABLE_SLOTS:
                 problem.before = replay(config, produced_events).snapshot()
                 problem.after = ref.snapshot()
             report.problem = problem
