@@ -11,6 +11,11 @@ A process crash is simulated by the ``Crash`` guard: the incarnation's next dura
 harness throws the incarnation's objects away. Only the run directory survives, as after a
 SIGKILL; the next incarnation starts with ``recover``. The ``Evidence`` collected on the way
 feeds ``checks``.
+
+Termination: at most ``MAX_INCARNATIONS`` incarnations, and the virtual clock (``WatchedClock``)
+ends a run still going at ``MAX_VIRTUAL_S`` simulated seconds or after ``MAX_WAKEUPS`` jumps
+(schedules need under 2 s and under 100 jumps): a driver that times out, re-admits and times out
+again forever is reported as a violation instead of hanging the harness.
 """
 
 from __future__ import annotations
@@ -42,6 +47,29 @@ from .schedule import RESTARTS, Schedule
 PROMPTS = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(40)]
 TRAIN_S = 0.05
 MAX_INCARNATIONS = 12
+MAX_VIRTUAL_S = 600.0  # a schedule still running at this virtual time makes no progress
+MAX_WAKEUPS = 1_000  # nor one whose clock jumped this often (schedules need under 100)
+
+
+class NoProgress(RuntimeError):
+    """The run passed ``MAX_VIRTUAL_S`` or ``MAX_WAKEUPS`` on the virtual clock."""
+
+
+class WatchedClock(VirtualClock):
+    """The harness's virtual clock: counts its jumps over all incarnations and raises
+    ``NoProgress`` past either bound, so a livelocked driver ends the schedule, not the harness."""
+
+    def __init__(self, start: float = 0.0, wakeups: int = 0) -> None:
+        super().__init__(start)
+        self.wakeups = wakeups
+
+    def advance(self) -> bool:
+        self.wakeups += 1
+        if self.wakeups > MAX_WAKEUPS or self._now > MAX_VIRTUAL_S:
+            raise NoProgress(f"the run was still going at {self._now:.3g} virtual seconds after "
+                             f"{self.wakeups:,} clock jumps (schedules finish in under 2 s and "
+                             f"under 100 jumps): it makes no progress")
+        return super().advance()
 
 
 def parity_reward(prompt: Prompt, completion: str) -> float:
@@ -109,6 +137,7 @@ class Run:
         self.nan_at = {f.target for f in schedule.faults if f.kind == "nan_reward"}
         self.rewards = 0
         self.now = 0.0
+        self.wakeups = 0  # virtual clock jumps over all incarnations (WatchedClock)
         self.deleted: set[Any] = set()  # trajectory files lose_trajectory removed so far
         self.crash_log: list[Crash] = []  # each incarnation's switch (its writes' kinds)
         self.reports: list[Any] = []  # each recovery's report
@@ -275,7 +304,7 @@ class Run:
         for k in range(MAX_INCARNATIONS):
             crash = self._crash_for(k)
             self.crash_log.append(crash)
-            clock = VirtualClock(start=self.now)
+            clock = WatchedClock(start=self.now, wakeups=self.wakeups)
             out.incarnations += 1
             self.controller = None
             try:
@@ -290,7 +319,7 @@ class Run:
                     out.injected["torn log line"] += 1
                 finished = False
             finally:
-                self.now = clock.now()
+                self.now, self.wakeups = clock.now(), clock.wakeups
                 self._collect()
             if finished:
                 break

@@ -26,6 +26,15 @@ which either ``filter``s it (it is never trained) or trains it anyway, as its so
 A policy may also set one timer (``set_timer``); ``on_timer`` is called when it expires (the
 Reserve–Occupy timeout of source section 7.2 uses it).
 
+Termination. Every event is a trajectory finishing, a trainer step, or the policy's timer, and a
+run ends after ``batches`` publishes. Two detectors turn a run that can no longer get there into
+``SimulationStalled`` instead of a loop: (1) the policy's timer expired ``MAX_IDLE_TIMERS`` times
+in a row with no trajectory finishing and no trainer step in between (a timeout shorter than any
+re-admitted group can finish: it aborts and re-admits forever, and the re-prefills it adds stall
+the engines); (2) more than ``max(MAX_EVENTS_PER_BATCH, 1000 * batch_size * group_size)``
+events since the last publish (a policy that keeps finishing and discarding work without ever
+forming a batch). Either detector bounds the events between two publishes, so every run ends.
+
 While time advances the loop also records *why admission is not happening* in each interval:
 engines paused for a sync, every engine slot busy (or requests queued), or an engine slot free and
 nothing queued yet the policy admitted nothing (its own gate held it: for Reserve–Occupy, no legal
@@ -51,9 +60,14 @@ class SimulationError(RuntimeError):
     """Base class of errors raised while simulating."""
 
 
+MAX_IDLE_TIMERS = 1000  # timer expiries in a row with nothing finishing: a timeout livelock
+MAX_EVENTS_PER_BATCH = 1_000_000  # events between two publishes, at the least (see docstring)
+
+
 class SimulationStalled(SimulationError):
-    """No event can ever happen again: the trainer waits for a batch the policy cannot form
-    and nothing is decoding. Carries a description of the state."""
+    """The run cannot reach its last batch: no event can ever happen again (the trainer waits
+    for a batch the policy cannot form and nothing is decoding), or the events that still happen
+    make no progress (see "Termination" above). Carries a description of the state."""
 
 
 class PolicyError(SimulationError):
@@ -236,7 +250,16 @@ class Simulator:
         self.policy.attach(self)
         self._settle()
         instances = self.instances
+        idle_timers = 0  # timer expiries since the last trajectory finished or trainer step
+        events_limit = max(MAX_EVENTS_PER_BATCH, 1000 * self.batch_size * self.group_size)
+        published, since_publish = self._published, 0
         while self._published < self.n_batches:
+            if self._published != published:
+                published, since_publish = self._published, 0
+            since_publish += 1
+            if since_publish > events_limit:
+                raise SimulationStalled(self._stall_report(
+                    f"{events_limit:,} events since the last publish without forming a batch"))
             t_next, due = self._trainer_until, None
             for inst in instances:
                 t = inst.next_event()
@@ -253,9 +276,16 @@ class Simulator:
             self.now = t_next
             self.events += 1
             if timer:
+                idle_timers += 1
+                if idle_timers > MAX_IDLE_TIMERS:
+                    raise SimulationStalled(self._stall_report(
+                        f"its timer expired {MAX_IDLE_TIMERS} times in a row and no trajectory "
+                        f"finished in between (a timeout shorter than any re-admitted group "
+                        f"can finish)"))
                 self._timer = INF
                 self.policy.on_timer()
             else:
+                idle_timers = 0
                 for inst in instances:
                     for req in inst.finish_due(inst is due):
                         self._finished(req)
@@ -368,14 +398,15 @@ class Simulator:
             return min(float(req.length), inst.progress - req.join)  # type: ignore[union-attr]
         return req.tokens if req.state != Request.QUEUED else 0.0
 
-    def _stall_report(self) -> str:
+    def _stall_report(self, why: str = "") -> str:
         gone = {t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped) \
             | set(self.ledger.filtered)
         done = sum(1 for g in self.groups
                    if g.state == Group.DONE and g.requests[0].tid not in gone)
         running = sum(i.k for i in self.instances)
         return (f"{self.policy.name} (eta={self.policy.eta}) stalled at t={self.now:.1f}s, "
-                f"version {self.version}, after {self._published} of {self.n_batches} batches: "
+                f"version {self.version}, after {self._published} of {self.n_batches} batches"
+                f"{f' (no progress: {why})' if why else ''}: "
                 f"the trainer is {self._trainer}, {running} requests running, {self._queued} "
                 f"queued, {done} finished groups not yet trained or dropped; "
                 f"policy state: {self.policy.describe_state()}")
