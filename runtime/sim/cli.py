@@ -9,8 +9,9 @@
 
 ``run`` prints one row per (eta, policy) with Reserve–Occupy's speed-up over each and writes
 ``results.json`` plus PNG figures to ``--out``. Bad input (a malformed trace line, an unknown
-cost field or policy) is reported in one line naming what is wrong, exit status 2; a policy that
-stalls or breaks a check exits with status 1.
+cost field or policy, a number outside ``LIMITS``, an unreadable file, an output directory that
+cannot be created) is reported in one line naming what is wrong, exit status 2, before anything
+runs; a policy that stalls (``SimulationStalled``) or breaks a check exits with status 1.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+from reserve_occupy import ConfigError
+from reserve_occupy.config import MAX_SLOTS, MAX_STALENESS
+
+from .. import inputs
+from ..inputs import InputError
 from .checks import CheckFailed
 from .core import PolicyError, SimulationStalled
 from .cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
@@ -32,8 +38,19 @@ from .workload import MathReasoningShape, TraceError, Workload, generate, load_t
 PROG = "reserve-occupy simulate"
 
 
-class UsageError(ValueError):
-    pass
+UsageError = InputError  # bad arguments: one line, exit status 2
+
+# option -> (lowest, highest): what a simulation can hold in memory and finish in reasonable time
+LIMITS: dict[str, tuple[int, int]] = {
+    "batches": (1, 100_000),
+    "batch_size": (1, 100_000),
+    "groups": (1, 1_000_000),
+    "instances": (1, 10_000),
+    "concurrency": (1, 100_000),
+    "seeds": (1, 1_000),
+    "seed": (0, 2**63 - 1),
+}
+MAX_STUCK_TIMEOUT_S = 1e9
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -44,7 +61,35 @@ def _int_list(text: str, what: str) -> list[int]:
             from None
     if not values or any(v < 0 for v in values):
         raise UsageError(f"--{what} must list integers >= 0, got {text!r}")
+    if what == "eta" and max(values) > MAX_STALENESS:
+        raise UsageError(f"--eta values must be <= {MAX_STALENESS}, got {max(values)}")
     return values
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Every option and input file, before any work (docs/cli.md lists these checks)."""
+    for name, (lo, hi) in LIMITS.items():
+        inputs.int_in("--" + name.replace("_", "-"), getattr(args, name), lo, hi)
+    inputs.number_in("--stuck-timeout", args.stuck_timeout, 0.0, MAX_STUCK_TIMEOUT_S,
+                     open_low=True)
+    if args.mode == "run":
+        etas = _int_list(args.eta, "eta")
+        _policies(args.policy)
+        if args.filter_rate:
+            RewardFilter(args.filter_rate, args.filter_skew, args.seed)  # validates both
+        worst = (max(etas) + 1) * args.batch_size
+        if worst > MAX_SLOTS:  # Reserve–Occupy's controller holds (eta + 1) * B slots
+            raise UsageError(f"--batch-size {args.batch_size} at eta {max(etas)} needs {worst:,} "
+                             f"slots, more than the controller's limit of {MAX_SLOTS:,}")
+    if args.trace:
+        inputs.readable_file(args.trace, "--trace")
+    if args.cost:
+        inputs.text_file(args.cost, "--cost")
+    if args.mode == "run" and args.out:
+        inputs.output_dir(args.out, "--out")
+    if args.mode in ("experiments", "regimes"):
+        inputs.output_dir(args.results_dir, "--results-dir")
+        inputs.output_dir(args.img_dir, "--img-dir")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,8 +144,6 @@ def _cost(args: argparse.Namespace) -> CostModel:
     for field in ("instances", "concurrency"):
         value = getattr(args, field)
         if value is not None:
-            if value < 1:
-                raise UsageError(f"--{field} must be >= 1, got {value}")
             model = dataclasses.replace(model, **{field: value})
     return model
 
@@ -108,8 +151,6 @@ def _cost(args: argparse.Namespace) -> CostModel:
 def _workload(args: argparse.Namespace) -> Workload:
     if args.trace:
         return load_trace(args.trace)
-    if args.groups < 1:
-        raise UsageError(f"--groups must be >= 1, got {args.groups}")
     return generate(args.seed, MathReasoningShape(groups=args.groups))
 
 
@@ -145,15 +186,11 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import RunSpec, run_grid
 
     batches = 10 if args.batches is None else args.batches
-    if batches < 1 or args.batch_size < 1:
-        raise UsageError("--batches and --batch-size must be >= 1")
     names, etas = _policies(args.policy), _int_list(args.eta, "eta")
     if "reserve_occupy" in names:  # first, so the speed-ups have their reference
         names.insert(0, names.pop(names.index("reserve_occupy")))
     cost, workload = _cost(args), _workload(args)
     filt = _filter(args)
-    if args.stuck_timeout is not None and not args.stuck_timeout > 0:
-        raise UsageError(f"--stuck-timeout must be > 0 seconds, got {args.stuck_timeout}")
     timeout = (("stuck_timeout_s", args.stuck_timeout),) if args.stuck_timeout else ()
     specs = [RunSpec(n, e, batches, args.batch_size,
                      options=timeout if n == "reserve_occupy" else (), filtering=filt)
@@ -193,10 +230,6 @@ def _experiments(args: argparse.Namespace, only: tuple[int, ...] | None = None) 
     bad = [x for x in only if x not in range(1, 7)]
     if bad:
         raise UsageError(f"--only takes experiments 1 to 6, got {bad}")
-    if args.batches is not None and args.batches < 1:
-        raise UsageError("--batches must be >= 1")
-    if args.seeds is not None and args.seeds < 1:
-        raise UsageError("--seeds must be >= 1")
     run_all(_workload(args), _cost(args), args.results_dir, args.img_dir, only=only,
             progress=not args.no_progress, seeds=args.seeds, tiny=args.tiny,
             regime_batches=args.batches)
@@ -206,6 +239,7 @@ def _experiments(args: argparse.Namespace, only: tuple[int, ...] | None = None) 
 
 def run(args: argparse.Namespace) -> int:
     try:
+        _check(args)
         if args.mode == "list":
             return _list()
         if args.mode == "experiments":
@@ -213,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         if args.mode == "regimes":
             return _experiments(args, only=(6,))
         return _run(args)
-    except (TraceError, CostError, UnknownPolicy, UsageError, FilterError) as exc:
+    except (TraceError, CostError, UnknownPolicy, UsageError, FilterError, ConfigError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except (SimulationStalled, CheckFailed, PolicyError) as exc:

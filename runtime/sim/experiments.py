@@ -252,8 +252,8 @@ def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_di
                 sweep, batches=regime_batches or sweep.batches, seeds=seeds or sweep.seeds)
         result = regimes.run_sweep(cost, sweep, progress=progress)
         summary, cells = regimes.summary_table(result), regimes.cell_table(result)
-        say(f"\nExperiment 6: the regime map ({len(result['cells'])} cells, {sweep.seeds} "
-            f"seeds, {sweep.batches} batches; {result['seconds']:.0f} s)\n{summary}")
+        say(f"\nExperiment 6: the regime map ({len(regimes.distinct_cells(result))} cells, "
+            f"{sweep.seeds} seeds, {sweep.batches} batches; {result['seconds']:.0f} s)\n{summary}")
         tables.update(exp6_regimes=summary, exp6_cells=cells)
         _dump(results_dir / "regimes.json", {"cost": cost.to_json(), **regimes.compact(result)})
         heatmaps.regime_map(result, "hardware", img_dir / "sim_regimes_hardware.png")

@@ -218,6 +218,11 @@ def compact(obj, digits: int = 5):
 
 # --------------------------------------------------------------------------- tables --------
 
+def distinct_cells(result: dict) -> list[dict]:
+    """The cells a sweep ran, each once (slices share cells; tables and counts use these)."""
+    return _unique(result)
+
+
 def _unique(result: dict) -> list[dict]:
     seen, out = set(), []
     for c in result["cells"]:
