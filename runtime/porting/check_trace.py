@@ -19,6 +19,9 @@ from .checker import LENIENT, STRICT, check
 from .report import EXIT_FAIL, EXIT_OK, EXIT_UNREADABLE, render_json, render_text
 
 FORMAT_DOC = "docs/porting/trace-format.md"
+# Longest line read: a consume of a 1,000,000-unit batch (Config's limit) takes ~40 MB. A line is
+# read whole before it is parsed, so this bounds the memory one line (or a .gz bomb) can take.
+MAX_LINE_BYTES = 64 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,17 +54,24 @@ def read_lines(path: str) -> Iterator[str]:
             raw = open(path, "rb")  # noqa: SIM115 -- closed by the `with` below
     except OSError as exc:
         raise UnreadableTrace(f"cannot open {path}: {exc.strerror or exc}") from None
-    number = 0
+    number, shown = 0, "<stdin>" if path == "-" else path
     try:
         with raw:
-            for number, data in enumerate(raw, 1):
+            while True:
+                data = raw.readline(MAX_LINE_BYTES + 1)
+                if not data:
+                    break
+                number += 1
+                if len(data) > MAX_LINE_BYTES:
+                    raise UnreadableTrace(f"{shown}: line {number} is longer than "
+                                          f"{MAX_LINE_BYTES >> 20} MB: not a trace line")
                 try:
                     yield data.decode("utf-8-sig" if number == 1 else "utf-8")
                 except UnicodeDecodeError:
-                    raise UnreadableTrace(f"line {number}: not UTF-8 text (is this a binary or "
-                                          f"compressed file? name it .gz)") from None
+                    raise UnreadableTrace(f"{shown}: line {number}: not UTF-8 text (is this a "
+                                          f"binary or compressed file? name it .gz)") from None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise UnreadableTrace(f"{path}: read failed after line {number}: {exc} (truncated or "
+        raise UnreadableTrace(f"{shown}: read failed after line {number}: {exc} (truncated or "
                               f"corrupted file?)") from None
 
 

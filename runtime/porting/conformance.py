@@ -8,7 +8,9 @@
     python -m runtime.porting.conformance --regenerate   # rewrite it (what `make conformance` runs)
 
 Exit codes: 0 all vectors pass / corpus up to date; 1 a vector failed / the corpus was stale
-(``--regenerate`` rewrote it: review and commit); 2 bad arguments or an unreadable corpus.
+(``--regenerate`` rewrote it: review and commit); 2 bad arguments, an unreadable corpus, or an
+adapter that cannot be loaded or started, or stops answering (checked before the first vector
+where possible; docs/cli.md lists every check).
 """
 
 from __future__ import annotations
@@ -24,15 +26,19 @@ from typing import Any
 
 from reserve_occupy.trace import dumps, header, parse_config
 
+from .. import inputs
+from ..inputs import InputError
 from . import vectors as vec
-from .runner import Failure, ReferenceAdapter, SubprocessAdapter
+from .runner import AdapterError, Adapter, Failure, ReferenceAdapter, SubprocessAdapter
 from .runner import run as run_vectors
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
-    """Bad arguments: reported in one line, exit code 2."""
+UsageError = InputError  # bad arguments: reported in one line, exit code 2
+MAX_STRIDE = 1_000_000
+MAX_ADAPTER_TIMEOUT_S = 3600.0
+ADAPTER_METHODS = tuple(name for name in Adapter.__dict__ if not name.startswith("_"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +69,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(check it with check-trace for the buffer tables)")
     parser.add_argument("--dir", type=Path, default=vec.CORPUS_DIR,
                         help="the corpus directory (default: spec/conformance of this checkout)")
+    parser.add_argument("--adapter-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="--adapter-cmd: give up when the port does not answer a request "
+                             "within this long (60)")
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Options and paths, before any vector runs."""
+    inputs.int_in("--stride", args.stride, 1, MAX_STRIDE)
+    inputs.number_in("--adapter-timeout", args.adapter_timeout, 0.0, MAX_ADAPTER_TIMEOUT_S,
+                     open_low=True)
+    _families(args)
+    if args.regenerate:
+        inputs.output_dir(args.dir, "--dir")
+    elif not args.dir.is_dir():
+        raise UsageError(f"--dir {args.dir}: {'not a directory' if args.dir.exists() else 'does not exist'}")
+    if args.save_failures is not None:
+        inputs.output_dir(args.save_failures, "--save-failures")
 
 
 def _families(args: argparse.Namespace) -> list[str]:
@@ -75,16 +98,28 @@ def _families(args: argparse.Namespace) -> list[str]:
 
 
 def _load_adapter(args: argparse.Namespace) -> Any:
-    if args.adapter_cmd:
-        return SubprocessAdapter(args.adapter_cmd)
+    if args.adapter_cmd is not None:
+        if not args.adapter_cmd.strip():
+            raise UsageError("--adapter-cmd is empty")
+        return SubprocessAdapter(args.adapter_cmd, args.adapter_timeout)
     if not args.adapter:
         return ReferenceAdapter()
     module_name, _, attr = args.adapter.partition(":")
     try:
         obj = getattr(importlib.import_module(module_name), attr or "Adapter")
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, ValueError) as exc:
         raise UsageError(f"cannot load adapter {args.adapter!r}: {exc}") from None
-    return obj() if isinstance(obj, type) else obj
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except Exception as exc:  # noqa: BLE001 -- the port's constructor: report, don't crash
+            raise UsageError(f"adapter {args.adapter!r}: its constructor raised "
+                             f"{type(exc).__name__}: {exc}") from None
+    missing = [m for m in ADAPTER_METHODS if not callable(getattr(obj, m, None))]
+    if missing:
+        raise UsageError(f"adapter {args.adapter!r} is not an adapter: it lacks "
+                         f"{', '.join(missing)} (see runtime.porting.runner.Adapter)")
+    return obj
 
 
 def _compare_corpus(args: argparse.Namespace, write: bool) -> int:
@@ -165,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
 
     def selected() -> Any:
         for k, v in enumerate(vec.load(_families(args), args.dir)):
-            if k % max(args.stride, 1) == 0:
+            if k % args.stride == 0:
                 configs[v["id"]] = v["config"]
                 yield v
 
@@ -190,6 +225,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     try:
+        _check(args)
         if args.check or args.regenerate:
             return _compare_corpus(args, write=args.regenerate)
         if args.list:
@@ -202,7 +238,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.export:
             return _export(args)
         return _run(args)
-    except UsageError as exc:
+    except (UsageError, AdapterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except FileNotFoundError as exc:

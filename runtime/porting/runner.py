@@ -12,14 +12,19 @@ A port in another language runs as a subprocess speaking JSON Lines (``Subproces
 reads a header line, then one request per line (``{"op": "reserve", "unit": "u3"}``), and
 answers each with one line -- the trace record it would log (``{"refused": true}`` for a
 refusal). A header line starts a fresh controller (one process serves every vector); it gets
-any one-line answer.
+any one-line answer. An adapter process that cannot be started, exits, or stays silent for
+``answer_timeout_s`` raises ``AdapterError`` (the command line: one line, exit status 2): that
+is not a verdict on any vector.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import shlex
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -96,37 +101,96 @@ class ReferenceAdapter:
         return self.c.release_stuck()
 
 
+class AdapterError(Exception):
+    """The adapter process cannot be started or stopped answering: no verdict is possible."""
+
+
+MAX_ANSWER_BYTES = 64 << 20  # one answer line; a longer one is a runaway port, not a record
+
+
 class SubprocessAdapter:
     """A port in any language, run as ``command`` and spoken to in JSON Lines (module doc)."""
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, answer_timeout_s: float = 60.0) -> None:
         self.command = command
+        self.answer_timeout_s = answer_timeout_s
         self.proc: subprocess.Popen | None = None
+        self._pending = b""  # bytes read past the last answer line
+
+    def _gone(self, what: str) -> AdapterError:
+        code = None
+        if self.proc is not None:
+            try:  # a port that closed its output is usually exiting: report how
+                code = self.proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        status = f"exit status {code}" if code is not None else "still running"
+        return AdapterError(f"adapter command {self.command!r} {what} ({status})")
+
+    def _readline(self) -> bytes:
+        """One answer line, waiting at most ``answer_timeout_s`` (a silent port must not hang
+        the runner)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + self.answer_timeout_s
+        while b"\n" not in self._pending:
+            if len(self._pending) > MAX_ANSWER_BYTES:
+                raise self._gone(f"sent an answer longer than {MAX_ANSWER_BYTES >> 20} MB")
+            left = deadline - time.monotonic()
+            ready = select.select([fd], [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready:
+                raise self._gone(f"gave no answer within {self.answer_timeout_s:g} s")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise self._gone("closed its output")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
+
+    def _send(self, request: dict[str, Any]) -> bytes:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:  # BrokenPipeError: it exited before reading
+            raise self._gone("exited before reading its input") from None
+        return self._readline()
 
     def _ask(self, request: dict[str, Any]) -> Any:
-        assert self.proc is not None and self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(dumps(request) + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline()
-        if not answer:
-            raise RuntimeError(f"adapter process {self.command!r} closed its output "
-                               f"(exit code {self.proc.poll()})")
+        answer = self._send(request)
         try:
             return json.loads(answer)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             raise RuntimeError(f"adapter answered {answer.strip()[:200]!r}, not JSON") from None
 
     def start(self, config: Config) -> None:
         # One process for the whole run: each header line starts a fresh controller.
         if self.proc is None:
-            self.proc = subprocess.Popen(shlex.split(self.command), stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, bufsize=1)
-        self._ask(header(config))
+            try:
+                argv = shlex.split(self.command)
+            except ValueError as exc:
+                raise AdapterError(f"adapter command {self.command!r}: {exc}") from None
+            if not argv:
+                raise AdapterError("the adapter command is empty")
+            try:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, bufsize=0)
+            except OSError as exc:
+                raise AdapterError(f"adapter command {self.command!r} cannot be started: "
+                                   f"{exc.strerror or exc}") from None
+        self._send(header(config))  # any one-line answer acknowledges the header
 
     def close(self) -> None:
         if self.proc is not None:
-            self.proc.stdin.close()  # type: ignore[union-attr]
-            self.proc.wait(timeout=10)
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
             self.proc = None
 
     def __getattr__(self, op: str) -> Any:
@@ -267,6 +331,8 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
         except TraceFormatError as exc:
             failure = f"the adapter's answer is not a valid record: {exc.reason} " \
                       f"(field {exc.field})"
+        except AdapterError:
+            raise  # no answer at all: not a verdict on this vector
         except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer
             failure = f"the adapter raised {type(exc).__name__}: {exc}"
             if mode == "strict" and not expected.get("refused"):
@@ -307,12 +373,20 @@ def run(adapter: Any, vectors: Iterable[dict[str, Any]], mode: str = "strict",
         progress: Any = None) -> Result:
     """Run every vector; ``progress(n_done)`` is called now and then for long runs."""
     result = Result(mode)
-    for n, vector in enumerate(vectors, 1):
-        result.vectors += 1
-        run_vector(adapter, vector, mode, result)
-        if progress is not None and n % 500 == 0:
-            progress(n)
-    close = getattr(adapter, "close", None)
-    if close is not None:
-        close()
+    try:
+        for n, vector in enumerate(vectors, 1):
+            result.vectors += 1
+            try:
+                run_vector(adapter, vector, mode, result)
+            except AdapterError as exc:
+                raise AdapterError(f"vector {vector['id']}: {exc}") from None
+            if progress is not None and n % 500 == 0:
+                progress(n)
+    finally:
+        try:  # looked up after start: some adapters delegate every lookup to their port
+            close = getattr(adapter, "close", None)
+        except Exception:  # noqa: BLE001 -- no port to delegate to (start failed): no close
+            close = None
+        if close is not None:
+            close()
     return result
