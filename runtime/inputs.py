@@ -82,7 +82,8 @@ def output_file(path: str | os.PathLike[str], option: str) -> Path:
         raise InputError(f"{option} {path}: is a directory, not a file")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise InputError(f"{option} {path}: the directory {parent} does not exist")
+        why = "is not a directory" if parent.exists() else "does not exist"
+        raise InputError(f"{option} {path}: {parent} {why}")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise InputError(f"{option} {path}: not writable")
     return p

@@ -5,7 +5,7 @@ Schedules ``seed .. seed + N - 1``; a share (``--sim-share``, default 0.2) runs 
 simulator, the rest against the driver, durability and recovery code (``harness``). Every
 violation is printed with its seed and the minimal schedule that still shows it. Exit status:
 0 no violation, 1 violations (with ``--variant``: 0 when the broken variant was caught, 1 when
-it was not), 2 bad arguments.
+it was not), 2 bad arguments (checked before any schedule runs: docs/cli.md).
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ import time
 from collections import Counter
 from typing import Any
 
+from .. import inputs
+from ..inputs import InputError
 from .harness import run_schedule
 from .schedule import generate, minimize
 from .sim import SIM_VARIANTS, FaultyReserveOccupy, generate_sim, run_sim_schedule
 
 SHOW = 5  # failing schedules printed in full
+MAX_SCHEDULES = 1_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,12 +53,14 @@ def _variant(name: str | None) -> tuple[Any, type[FaultyReserveOccupy] | None, s
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.schedules < 1 or not 0.0 <= args.sim_share <= 1.0:
-        print("faults: --schedules must be >= 1 and --sim-share in [0, 1]", file=sys.stderr)
-        return 2
     try:
+        inputs.int_in("--schedules", args.schedules, 1, MAX_SCHEDULES)
+        inputs.int_in("--seed", args.seed, 0, 2**63 - 1)
+        inputs.number_in("--sim-share", args.sim_share, 0.0, 1.0)
+        if args.json:
+            inputs.output_file(args.json, "--json")
         variant, policy, side = _variant(args.variant)
-    except ValueError as exc:
+    except ValueError as exc:  # InputError too
         print(f"faults: {exc}", file=sys.stderr)
         return 2
     n_sim = 0 if side == "driver" else args.schedules if side == "sim" \

@@ -3,7 +3,7 @@
 Source: inclusionAI/AReaL @ 4aef98d8d818af55b43621aaadba047ae10f4e77,
 ``areal/infra/staleness_manager.py`` (``StalenessManager.get_capacity``) and
 ``areal/infra/workflow_executor.py`` (``wait_results``: keep the ``batch_size`` results with the
-oldest ``create_time``, return the rest). Cited in /work/shared/BASELINES.md ("Extra anchors").
+oldest ``create_time``, return the rest). See docs/simulator.md's policy table.
 
 * L1: submit while ``min(C - running, (eta + v + 1) * B - (accepted + running)) > 0``, where
   ``v`` is the rollout's weight version, ``accepted`` counts every accepted (finished) rollout

@@ -5,7 +5,7 @@ Source: alibaba/ROLL @ 8eb27cc2dc34c4d1310b169d9b86d339004d811a,
 ``_check_send_new_request``, ``begin``, ``commit``, ``abort``, ``get_batch``, ``gc``;
 ``DynamicSamplingScheduler.pause_sampling``) and ``roll/pipeline/rlvr/rlvr_pipeline.py`` (each
 step: ``pause_sampling`` -> ``model_update`` -> ``get_batch`` -> train, with generation resumed
-during training). Cited in /work/shared/BASELINES.md.
+during training). Summarised in docs/simulator.md's policy table.
 
 With ``r = async_generation_ratio`` and ``R = ceil(r)``:
 

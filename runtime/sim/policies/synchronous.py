@@ -1,8 +1,8 @@
 """Synchronous RL (eta = 0): generate one batch with the current weights, train, repeat.
 
 Source: the on-policy loop every framework runs with asynchrony off (verl's sync trainer, ROLL
-with ``async_generation_ratio=0``, AReaL with ``max_head_offpolicyness=0``; see
-/work/shared/BASELINES.md). Written independently of the controller: while the trainer is idle
+with ``async_generation_ratio=0``, AReaL with ``max_head_offpolicyness=0``; see the policy
+table of docs/simulator.md). Written independently of the controller: while the trainer is idle
 and fewer than ``batch_size`` groups were admitted at the current version, admit on a free slot;
 when all of them finished, train them. Rollout idles during training. With the same inputs it
 must give exactly the same schedule as Reserve–Occupy at eta = 0 (a test checks this). With

@@ -1,7 +1,7 @@
 """Unbounded staleness: the throughput ceiling of the comparison (not a real framework).
 
-Source: none; it is the limit every staleness control gives up throughput against (the row
-"no staleness control" in /work/shared/BASELINES.md's terms). L1 admits whenever an engine slot
+Source: none; it is the limit every staleness control gives up throughput against ("no
+staleness control"). L1 admits whenever an engine slot
 is free, there is no L2, and L3 trains the first ``batch_size`` groups to finish, whatever their
 age. Rollout never waits for the trainer and nothing is dropped, so its effective throughput is
 what the hardware allows; its staleness grows without bound when rollout outpaces training.

@@ -5,7 +5,7 @@ Source: verl-project/verl @ 1dda039b9c6311889a9c9a26040677e1254814f9,
 ``step``), ``trainer_colocate_async.py`` / ``trainer_separate_async.py`` (``on_train_begin``
 submits ``num_warmup_batches``), ``verl/trainer/ppo/v1/replay_buffer.py``
 (``ReplayBufferAsync.wait_for_sampleable``, ``_stale_terminal_keys``, ``_select_prompt_uids``).
-Cited in /work/shared/BASELINES.md.
+Summarised in docs/simulator.md's policy table.
 
 * L1: no gate. At the start ``num_warmup_batches`` batches are submitted, then one batch of
   ``batch_size`` prompts at the start of every step; each prompt is tagged with the step it was
