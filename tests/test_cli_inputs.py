@@ -210,3 +210,41 @@ def test_regimes_tiny_counts_the_cells_it_lists(tmp_path, capsys):
     rows = [line for line in out.splitlines() if line.startswith("|") and "---" not in line][1:]
     listed = sum(int(r.split("|")[3]) for r in rows)  # the summary's "cells" column
     assert said == len(keys) == listed
+
+
+@pytest.mark.parametrize("line,needle", [
+    (b"not json", "not a JSON vector"),
+    (b'{"id": "basic/0"}', "needs 'id', 'config'"),
+    (b'{"id": "basic/0", "config": {"max_staleness": 1000000000, "batch_size": 1000000000}, '
+     b'"events": []}', "max_staleness"),
+])
+def test_conformance_rejects_an_invalid_corpus(line, needle, tmp_path, capsys):
+    import lzma
+
+    (tmp_path / "basic.jsonl.xz").write_bytes(lzma.compress(line + b"\n"))
+    _one_line_exit_2(capsys, ["conformance", "--family", "basic", "--dir", str(tmp_path)],
+                     needle)
+
+
+def test_conformance_refuses_an_xz_bomb(tmp_path, capsys, monkeypatch):
+    import lzma
+
+    import runtime.porting.vectors as vec
+
+    monkeypatch.setattr(vec, "MAX_FAMILY_BYTES", 1 << 16)
+    (tmp_path / "basic.jsonl.xz").write_bytes(lzma.compress(b"\n" * (1 << 20)))
+    _one_line_exit_2(capsys, ["conformance", "--family", "basic", "--dir", str(tmp_path)],
+                     "decompresses to more than")
+
+
+class StartRaises:
+    def start(self, config):
+        raise RuntimeError("port not ready")
+
+    reserve = occupy = abort = filter = consume = publish = release_stuck = start
+
+
+def test_an_adapter_whose_start_raises_fails_the_vectors(capsys):
+    rc = main(["conformance", "--family", "spec", "--adapter", f"{__name__}:StartRaises"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "start(config)" in out and "port not ready" in out

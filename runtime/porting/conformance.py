@@ -249,6 +249,9 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"error: the conformance corpus is corrupted ({exc}); run `make conformance`",
               file=sys.stderr)
         return EXIT_USAGE
+    except vec.CorpusError as exc:
+        print(f"error: the conformance corpus is not valid: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 run = run_command  # the CLI dispatcher calls ``run(args)``

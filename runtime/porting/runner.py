@@ -311,8 +311,20 @@ def _applies(tracker: SafetyTracker, op: str, unit_id: Any) -> bool:
 
 
 def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) -> None:
-    config = parse_config({"op": "config", "schema_version": 1, "config": vector["config"]})
-    adapter.start(config)
+    from .vectors import CorpusError
+
+    try:
+        config = parse_config({"op": "config", "schema_version": 1, "config": vector["config"]})
+    except TraceFormatError as exc:  # the corpus, not the port, is wrong
+        raise CorpusError(f"vector {vector.get('id')!r}: {exc}") from None
+    try:
+        adapter.start(config)
+    except AdapterError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer
+        result.failures.append(Failure(vector["id"], 0, "start(config)",
+                                       f"the adapter raised {type(exc).__name__}: {exc}", []))
+        return
     tracker = SafetyTracker(config)
     outcomes: list[dict[str, Any]] = []
     coarse = vector.get("granularity") == "buffer"

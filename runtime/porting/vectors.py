@@ -212,8 +212,22 @@ def path_for(family: str, directory: Path = CORPUS_DIR) -> Path:
     return directory / f"{family}.jsonl.xz"
 
 
+MAX_FAMILY_BYTES = 256 << 20  # decompressed; the largest committed family is ~12 MB
+
+
+class CorpusError(ValueError):
+    """A corpus file (``--dir`` may point anywhere) is not a valid family of vectors."""
+
+
 def read_text(path: Path) -> bytes:
-    return lzma.decompress(path.read_bytes())
+    """A family file, decompressed; at most ``MAX_FAMILY_BYTES`` (an xz bomb is refused)."""
+    decompressor = lzma.LZMADecompressor()
+    text = decompressor.decompress(path.read_bytes(), max_length=MAX_FAMILY_BYTES + 1)
+    if len(text) > MAX_FAMILY_BYTES:
+        raise CorpusError(f"{path}: decompresses to more than {MAX_FAMILY_BYTES >> 20} MB")
+    if not decompressor.eof:
+        raise lzma.LZMAError(f"{path}: compressed data ended before the end-of-stream marker")
+    return text
 
 
 def write_family(family: str, text: bytes, directory: Path = CORPUS_DIR) -> None:
@@ -240,5 +254,14 @@ def load(families: list[str] | None = None,
          directory: Path = CORPUS_DIR) -> Iterator[dict[str, Any]]:
     """The committed vectors, decoded, family by family."""
     for family in families or family_names():
-        for line in read_text(path_for(family, directory)).splitlines():
-            yield json.loads(line)
+        path = path_for(family, directory)
+        for number, line in enumerate(read_text(path).splitlines(), 1):
+            try:
+                vector = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise CorpusError(f"{path}: line {number}: not a JSON vector ({exc})") from None
+            if not isinstance(vector, dict) or not {"id", "config", "events"} <= set(vector) \
+                    or not isinstance(vector["events"], list):
+                raise CorpusError(f"{path}: line {number}: a vector needs 'id', 'config' and a "
+                                  f"list of 'events'")
+            yield vector
