@@ -83,7 +83,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.regenerate:
         inputs.output_dir(args.dir, "--dir")
     elif not args.dir.is_dir():
-        raise UsageError(f"--dir {args.dir}: {'not a directory' if args.dir.exists() else 'does not exist'}")
+        why = "not a directory" if args.dir.exists() else "does not exist"
+        raise UsageError(f"--dir {args.dir}: {why}")
     if args.save_failures is not None:
         inputs.output_dir(args.save_failures, "--save-failures")
 

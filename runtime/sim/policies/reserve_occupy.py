@@ -1,10 +1,9 @@
 """Reserve–Occupy: the project's own controller (``reserve_occupy.StalenessController``).
 
-Source: the protocol of the PSRL authors' blog post
-"异步 RL 框架的 Staleness,究竟怎么控制(三)?" (part 3), as corrected in spec/PROTOCOL.md (§7) and
-implemented in ``reserve_occupy/``. The unit is one GRPO group with one slot (source 7.4); with
-partial rollout the group keeps the version stamped at reservation (7.1), whatever versions
-later decode it.
+Source: the protocol of the PSRL authors' blog post "异步 RL 框架的 Staleness,究竟怎么控制(三)?"
+(part 3), as corrected in spec/PROTOCOL.md (§7) and implemented in ``reserve_occupy/``. The
+unit is one GRPO group with one slot (source 7.4); with partial rollout the group keeps the
+version stamped at reservation (7.1), whatever versions later decode it.
 
 This module only translates simulator events into controller calls and back; every decision
 (whether to admit, where a finished group goes, which batch is ready, what oversampling aborts)
