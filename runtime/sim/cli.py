@@ -74,11 +74,11 @@ def _check(args: argparse.Namespace) -> None:
                      open_low=True)
     if args.mode == "run":
         etas = _int_list(args.eta, "eta")
-        _policies(args.policy)
+        names = _policies(args.policy)
         if args.filter_rate:
             RewardFilter(args.filter_rate, args.filter_skew, args.seed)  # validates both
         worst = (max(etas) + 1) * args.batch_size
-        if worst > MAX_SLOTS:  # Reserve–Occupy's controller holds (eta + 1) * B slots
+        if "reserve_occupy" in names and worst > MAX_SLOTS:  # its controller's (eta + 1) * B
             raise UsageError(f"--batch-size {args.batch_size} at eta {max(etas)} needs {worst:,} "
                              f"slots, more than the controller's limit of {MAX_SLOTS:,}")
     if args.trace:
