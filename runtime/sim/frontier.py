@@ -54,6 +54,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("unbounded", "unbounded", what="no staleness bound (not bounded)"),
     Variant("areal", "areal", what="AReaL (count bound; not per-trajectory)"),
     Variant("RO", "reserve_occupy", what="Reserve–Occupy, source protocol"),
+    Variant("clairvoyant", "clairvoyant",
+            what="EDF schedule knowing every length (bound.py's reference; not realisable)"),
     Variant("RO C=20", "reserve_occupy", (("capacity", 20),),
             what="batch-level oversampling (7.6), capacity 20"),
     Variant("RO C=20 progress-close", "reserve_occupy",
@@ -82,7 +84,7 @@ def _bound(workload, cost, eta: int, batch_size: int, batches: int):
     except ImportError:
         return None
     b = clairvoyant_bound(workload, cost, eta=eta, batch_size=batch_size, batches=batches)
-    return b.upper_tok_s, b.schedule_tok_s
+    return b.upper_tok_s, b.schedule_tok_s, b.notes
 
 
 def _steady_batch_s(r: RunResult) -> float:
@@ -107,10 +109,20 @@ def run(cost: CostModel | None = None, seeds=(0, 1, 2), etas=(1, 2, 3), batches:
                 r, _ = simulate(spec, workload, cost)
                 out = r.to_json()
                 out["policy_eta"] = out.pop("eta")
+                for bulky in ("staleness_counts", "batch_sizes"):  # keep the JSON small
+                    out.pop(bulky)
                 runs.append({"seed": seed, "eta": eta, "variant": v.key,
                              "steady_batch_s": _steady_batch_s(r), **out})
     elapsed = time.perf_counter() - start
     table = _table(runs, bounds, seeds, etas, variants)
+    if any(bounds.values()):
+        lines = []
+        for eta in etas:
+            bs = [bounds[f"{s}:{eta}"] for s in seeds if bounds.get(f"{s}:{eta}")]
+            lines.append(f"η = {eta}: clairvoyant bound {np.mean([b[0] for b in bs]):.0f} "
+                         f"tok/s (upper), best constructed schedule "
+                         f"{np.mean([b[1] for b in bs]):.0f} tok/s (mean over seeds)")
+        table += "\n\n" + "\n".join(lines)
     say(f"frontier: {len(runs)} runs ({len(seeds)} seeds x {len(etas)} η x {len(variants)} "
         f"variants, {batches} batches of {batch_size}), {elapsed:.0f} s\n{table}")
     return {"cost": cost.to_json(), "seeds": list(seeds), "etas": list(etas),
