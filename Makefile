@@ -58,3 +58,8 @@ faults-deep: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+
+## Policies, oversampling modes and extension prototypes x eta on the shipped setting (~1 min):
+## the frontier table, docs/results/frontier.json and docs/img/sim_frontier.png.
+sim-frontier: $(STAMP)
+	$(PY) -m runtime.sim.frontier
