@@ -117,6 +117,7 @@ class ReserveOccupyRolloutWorker:
         self._prompts = iter(prompts)
         self._cond = threading.Condition()  # guards everything below; the controller is single-writer
         self._next_group = 0
+        self._running: set[int] = set()  # admitted groups still generating
         self._finished: dict[int, list[Any]] = {}  # occupied groups' samples, by group id
         self._serving: deque = deque()  # the consumed batch's samples not yet handed out
         self._base_version: int | None = None  # TRL model_version of protocol version 0
@@ -139,6 +140,10 @@ class ReserveOccupyRolloutWorker:
             self._stopping = True
             self._cond.notify_all()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._cond:  # generations cut short by the end of training: abort them, logged
+            for gid in sorted(self._running):
+                self.controller.abort(gid)
+            self._running.clear()
 
     def update_model_version(self, model_version: int) -> None:
         """TRL calls this after the new weights are live on the generators: ``publish``."""
@@ -188,6 +193,7 @@ class ReserveOccupyRolloutWorker:
                 self.controller.abort(gid)  # nothing left to generate
                 self._started = False
                 return
+            self._running.add(gid)
             self._pool.submit(self._run_group, gid, row, self._live_version())
 
     def _run_group(self, gid: int, row: Any, model_version: int) -> None:
@@ -201,14 +207,16 @@ class ReserveOccupyRolloutWorker:
                     f"model_version={model_version}")
         except BaseException as exc:  # noqa: BLE001 -- reported to the trainer, group aborted
             with self._cond:
+                self._running.discard(gid)
+                self.controller.abort(gid)
                 if not self._stopping:
-                    self.controller.abort(gid)
                     self._failure = exc
                 self._cond.notify_all()
             return
         with self._cond:
             if self._stopping:
-                return
+                return  # stop() aborts it
+            self._running.discard(gid)
             placement = self.controller.occupy(gid)
             self._finished[gid] = samples
             for dropped in placement.aborted:  # only with oversampling, which is not enabled
