@@ -115,7 +115,8 @@ class ReserveOccupyRolloutWorker:
         self.rollout_buffer = ControllerQueue(self)
         self.metrics_queue: queue.Queue = queue.Queue()
         self._prompts = iter(prompts)
-        self._cond = threading.Condition()  # guards everything below; the controller is single-writer
+        # Guards everything below: the controller has one writer at a time.
+        self._cond = threading.Condition()
         self._next_group = 0
         self._running: set[int] = set()  # admitted groups still generating
         self._finished: dict[int, list[Any]] = {}  # occupied groups' samples, by group id

@@ -7,7 +7,8 @@ when its first completion is created; its rows are queued once the whole group i
 ``async_grpo_trainer.py`` (``RolloutQueueDataset.__iter__``: FIFO dequeue, drop each *sample*
 with ``model_version - sample.model_version > max_staleness``; auto ``max_inflight_tasks`` =
 ``max_staleness * samples_per_step``) and ``async_grpo_config.py`` (``max_staleness`` default 4,
-``queue_maxsize`` 1024, ``weight_sync_steps`` 1). Cross-checked against trl 1.16.0 from PyPI (below).
+``queue_maxsize`` 1024, ``weight_sync_steps`` 1). Cross-checked against trl 1.16.0 from PyPI
+(below).
 
 * L1: admit while fewer than ``max_inflight_tasks`` completions are in flight (and the finished
   queue is below ``queue_maxsize``). TRL creates completions one at a time from an iterator that
