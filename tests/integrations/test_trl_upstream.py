@@ -4,9 +4,10 @@ The real side is trl 1.16.0's own ``AsyncGRPOTrainer.get_train_dataloader`` (unb
 stand-in ``self`` with the fields it reads): ``RolloutQueueDataset`` with its drop rule,
 ``FixedCountBatcher`` and accelerate's ``DataLoaderDispatcher`` from ``accelerator.prepare``, fed
 through a queue the test controls. Only the collator is replaced, by one that returns the sample
-ids. The simulated side is ``runtime.sim.policies.trl.Trl`` on a stand-in simulator. A seeded script of events drives both:
-``finish`` (a group, stamped with some recent version, is scored and queued) and ``train`` (the
-trainer is idle and wants its next batch; when it gets one, the version advances). Compared: when
+ids. The simulated side is ``runtime.sim.policies.trl.Trl`` on a stand-in simulator. A seeded
+script of events drives both: ``finish`` (a group, stamped with some recent version, is scored
+and queued) and ``train`` (the trainer is idle and wants its next batch; when it gets one, the
+version advances). Compared: when
 each batch is handed out, what it holds, and which samples are dropped, in order.
 
 ``prefetch=False`` (the policy before this check: staleness checked when the batch trains) must
