@@ -4,7 +4,7 @@
 ``metrics.steady_throughput`` (effective tokens of the batches after the warm-up, over the time
 between their publishes):
 
-* ``upper_tok_s`` -- a provable upper bound, the smallest of three terms, each a lower bound on
+* ``upper_tok_s`` -- a provable upper bound, the smallest of four terms, each a lower bound on
   the time those batches take (the argument and its assumptions are written out in
   docs/simulator.md, "The clairvoyant limit"):
 
@@ -15,7 +15,13 @@ between their publishes):
     engines are paused during every sync;
   - staleness window: the longest trajectory trained at step ``j`` started decoding after the
     publish of version ``j - eta``, so ``eta + 1`` consecutive periods hold its decode (at least
-    ``F`` per token), ``eta`` syncs, and step ``j``'s training and sync.
+    ``F`` per token), ``eta`` syncs, and step ``j``'s training and sync;
+  - in-flight: a group trains within eta steps of starting, so while batch ``v`` is collected
+    at most ``(eta+1)*B`` groups are started and untrained, and while it trains at most
+    ``eta*B``; that caps the running requests per phase (``inflight_collect_time``). On the
+    shipped setting at eta >= 1 the caps (256 and 128 requests) exceed the 80 engine slots, so
+    this term equals the smaller of the trainer and rollout terms; it is kept as the proof that
+    the concurrency lever gives nothing there.
 
   The groups are the window's own (admission order ``warmup*B .. batches*B``): a drop-free policy
   trains every admitted group within eta steps of its admission, so over a long run these are
@@ -70,6 +76,7 @@ class Bound:
     trainer_tok_s: float = math.inf
     rollout_tok_s: float = math.inf
     window_tok_s: float = math.inf
+    inflight_tok_s: float = math.inf  # the staleness in-flight limit, per phase
     schedule_policy: str = ""  # the winning schedule, with its options
     schedule_max_staleness: int = 0
     batches: int = 0
@@ -126,6 +133,94 @@ def rollout_busy(groups: list, cost: CostModel) -> float:
     return decode + r.prefill_per_token_s * prompts
 
 
+def _context_sums(groups: list) -> tuple[float, float, float]:
+    """Response tokens ``R``, context sum ``Q = sum_i (P_i*L_i + L_i^2/2)`` and prompt tokens."""
+    R = Q = prompts = 0.0
+    for g in groups:
+        for L in g.response_lens:
+            R += L
+            Q += g.prompt_len * L + 0.5 * L * L
+            prompts += g.prompt_len
+    return R, Q, prompts
+
+
+def inflight_collect_time(groups: list, cost: CostModel, *, eta: int, batch_size: int,
+                          group_size: int, train: float,
+                          decode_while_training: bool = True) -> float:
+    """A lower bound on the total *collection* time ``sum_v (C_v - T_v)`` (publish to the next
+    take, the trainer idle) of any strictly bounded drop-free schedule of ``groups``, from the
+    staleness in-flight limit.
+
+    A group that started decoding at version ``v`` trains at a step in ``v .. v+eta``. So at a
+    time in ``[T_v, C_v)`` the started, not yet taken groups go to batches ``v .. v+eta``: at most
+    ``(eta+1)*B`` of them, ``K_c = (eta+1)*B*G`` running requests; in ``[C_v, T_{v+1})`` (batch
+    ``v`` training, then the sync) batch ``v`` is taken, so at most ``eta*B`` groups,
+    ``K_t = eta*B*G`` requests. Per instance a step runs ``k <= kappa = min(C, K)`` requests and
+    costs ``max(F, a + b*k + c*ctx) >= (a/kappa + b)*k + c*ctx`` and ``>= F*k/kappa``; all
+    instances together decode at most ``K/F`` tokens a second. Decoding during training is done
+    in at most ``I * sum(train)`` engine-seconds (the sync pauses the engines); the rest of the
+    ``R`` tokens and ``Q`` context must be decoded during collection, ``I`` engines for ``A``
+    seconds, and every join stalls its engine for the prompt's prefill. The split of tokens
+    ``x`` and context between the phases is the schedule's choice: this returns the smallest
+    ``A`` over all splits (an exact minimum of a convex piecewise-linear function of ``x``, the
+    context in the training phases taken as large as the training time allows).
+
+    ``decode_while_training=False`` is *not* a bound: it pretends nothing decodes while a batch
+    trains (``K_t = 0`` at every eta); the tests show bounded policies beat it."""
+    r, I, C = cost.rollout, cost.instances, cost.concurrency
+    a, b, c, F = r.step_s, r.per_request_s, r.per_ctx_token_s, r.floor_s
+    R, Q, prompts = _context_sums(groups)
+    prefill = r.prefill_per_token_s * prompts
+    K_c, K_t = (eta + 1) * batch_size * group_size, eta * batch_size * group_size
+    if not decode_while_training:
+        K_t = 0
+    kappa_c, kappa_t = min(C, K_c), min(C, K_t)
+    u_c = a / kappa_c + b  # seconds of engine time per token, besides context, in collection
+    S = train
+
+    def need(x: float, q: float) -> float:
+        """Collection time needed when the training phases decode ``x`` tokens and ``q`` of the
+        context."""
+        u_t = a / kappa_t + b if kappa_t else 0.0
+        return max(0.0,
+                   (u_c * (R - x) + u_t * x + c * Q + prefill) / I - S,  # all engine time
+                   (u_c * (R - x) + c * (Q - q)) / I,  # collection engine time
+                   F * (R - x) / (kappa_c * I),  # steps of at most kappa_c requests
+                   F * (R - x) / K_c)  # K_c requests in flight decode <= K_c/F tokens/s
+
+    if kappa_t == 0:  # eta = 0: nothing decodes while the batch trains
+        return need(0.0, 0.0)
+    u_t = a / kappa_t + b
+    x_max = min(R, I * S / u_t, I * S * kappa_t / F, K_t * S / F)
+
+    def q_of(x: float) -> float:  # the most context the training phases can hold beside x
+        return min(Q, max(0.0, (I * S - u_t * x) / c)) if c > 0 else Q
+
+    def collect(x: float) -> float:
+        return need(x, q_of(x))
+
+    # collect(x) is convex and piecewise linear: its minimum lies at an end, at the kink of
+    # q_of, or where two of its linear pieces cross.
+    points = {0.0, x_max}
+    if c > 0 and 0.0 < (I * S - c * Q) / u_t < x_max:
+        points.add((I * S - c * Q) / u_t)
+    edges = sorted(points)
+    pieces = (lambda x: (u_c * (R - x) + u_t * x + c * Q + prefill) / I - S,
+              lambda x: (u_c * (R - x) + c * (Q - q_of(x))) / I,
+              lambda x: F * (R - x) / (kappa_c * I),
+              lambda x: F * (R - x) / K_c,
+              lambda x: 0.0)
+    for lo, hi in zip(edges, edges[1:]):
+        lines = [((f(hi) - f(lo)) / (hi - lo), f(lo)) for f in pieces]
+        for i, (s1, y1) in enumerate(lines):
+            for s2, y2 in lines[i + 1:]:
+                if s1 != s2:
+                    x = lo + (y2 - y1) / (s1 - s2)
+                    if lo < x < hi:
+                        points.add(x)
+    return min(collect(x) for x in points)
+
+
 def straggler_time(group, cost: CostModel) -> float:
     """A lower bound on the seconds from a group's first join to its last member finishing: its
     longest member's own prefill stall, then ``L`` decode steps, each at least
@@ -147,7 +242,7 @@ def straggler_time(group, cost: CostModel) -> float:
 
 def bound_terms(groups: list, cost: CostModel, *, eta: int, batch_size: int,
                 group_size: int) -> dict[str, float]:
-    """The three throughput bounds (tokens/s) for training ``groups`` in ``len(groups) /
+    """The four throughput bounds (tokens/s) for training ``groups`` in ``len(groups) /
     batch_size`` steps at staleness <= eta (see the module docstring and the docs)."""
     steps = len(groups) // batch_size
     if steps < 1 or steps * batch_size != len(groups):
@@ -166,8 +261,11 @@ def bound_terms(groups: list, cost: CostModel, *, eta: int, batch_size: int,
     d = sorted((straggler_time(g, cost) for g in groups), reverse=True)
     stragglers = sum(d[k * batch_size] for k in range(steps))
     t_window = (max(stragglers, busy) + train + steps * (eta + 1) * sync) / (eta + 1)
+    collect = inflight_collect_time(groups, cost, eta=eta, batch_size=batch_size,
+                                    group_size=group_size, train=train)
+    t_inflight = collect + train + steps * sync
     return {"trainer": tokens / t_trainer, "rollout": tokens / t_rollout,
-            "window": tokens / t_window}
+            "window": tokens / t_window, "inflight": tokens / t_inflight}
 
 
 def check_drop_free(sim: Simulator, eta: int) -> None:
@@ -229,11 +327,13 @@ def clairvoyant_bound(workload, cost, *, eta: int, batch_size: int, batches: int
             best, best_label = tok_s, _label(policy, options)
             best_stale = max((max(b.staleness) for b in sim.ledger.batches), default=0)
     notes = (f"binding: {binding} ({terms[binding]:.0f} tok/s; trainer {terms['trainer']:.0f}, "
-             f"rollout {terms['rollout']:.0f}, window {terms['window']:.0f}); best schedule: "
+             f"rollout {terms['rollout']:.0f}, window {terms['window']:.0f}, inflight "
+             f"{terms['inflight']:.0f}); best schedule: "
              f"{best_label}")
     return Bound(eta=eta, upper_tok_s=terms[binding], schedule_tok_s=best, notes=notes,
                  trainer_tok_s=terms["trainer"], rollout_tok_s=terms["rollout"],
-                 window_tok_s=terms["window"], schedule_policy=best_label,
+                 window_tok_s=terms["window"], inflight_tok_s=terms["inflight"],
+                 schedule_policy=best_label,
                  schedule_max_staleness=best_stale, batches=batches, warmup=warmup)
 
 

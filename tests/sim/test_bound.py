@@ -10,8 +10,8 @@ import pytest
 from sim_helpers import BATCH, run_policy
 
 from runtime.sim import bound as bound_mod
-from runtime.sim.bound import (Bound, BoundError, bound_terms, check_drop_free,
-                               clairvoyant_bound, window_groups)
+from runtime.sim.bound import (Bound, BoundError, _train_time, bound_terms, check_drop_free,
+                               clairvoyant_bound, inflight_collect_time, window_groups)
 from runtime.sim.checks import CheckFailed
 from runtime.sim.metrics import steady_throughput
 
@@ -46,7 +46,8 @@ def test_schedule_is_a_valid_lower_bound_under_the_upper_bound(bounds, eta):
     b = bounds[eta]
     assert 0 < b.schedule_tok_s <= b.upper_tok_s
     assert b.schedule_max_staleness <= eta
-    assert b.upper_tok_s == min(b.trainer_tok_s, b.rollout_tok_s, b.window_tok_s)
+    assert b.upper_tok_s == min(b.trainer_tok_s, b.rollout_tok_s, b.window_tok_s,
+                                b.inflight_tok_s)
     assert b.notes.startswith("binding: ")
 
 
@@ -61,6 +62,35 @@ def test_a_bound_that_forgets_overlapping_windows_is_beaten(bounds, workload, co
               if _steady(name, 2, opts, workload, cost) > too_tight]
     assert beaten, "no bounded policy beats the eta=0 window at eta=2: the check cannot fail"
     assert bounds[2].upper_tok_s > too_tight
+
+
+def test_inflight_term_is_the_combined_trainer_and_rollout_limit(workload, cost):
+    """The in-flight term never exceeds the trainer or the rollout term (it adds the collection
+    time to the training time, and its engine work includes the rollout term's), and at eta = 0,
+    where nothing may decode while a batch trains, it is far below both."""
+    groups = window_groups(workload, BATCH, BATCHES, WARMUP)
+    for eta in (0, 1, 2):
+        t = bound_terms(groups, cost, eta=eta, batch_size=BATCH, group_size=workload.group_size)
+        assert t["inflight"] <= min(t["trainer"], t["rollout"]) * (1 + 1e-12)
+    t0 = bound_terms(groups, cost, eta=0, batch_size=BATCH, group_size=workload.group_size)
+    assert t0["inflight"] < 0.7 * min(t0["trainer"], t0["rollout"])
+
+
+def test_an_inflight_bound_that_forgets_decoding_during_training_is_beaten(workload, cost):
+    """The in-flight term lets the engines decode while a batch trains (up to eta*B groups in
+    flight). A variant that forgets this (nothing decodes during training, as at eta = 0) is
+    too tight: bounded policies at eta = 2 beat it. So the in-flight argument is needed as
+    written, and the bound check above can fail."""
+    groups = window_groups(workload, BATCH, BATCHES, WARMUP)
+    steps, G = len(groups) // BATCH, workload.group_size
+    train = _train_time(groups, cost, steps, BATCH, G)
+    tokens = sum(g.prompt_len * G + sum(g.response_lens) for g in groups)
+    collect = inflight_collect_time(groups, cost, eta=2, batch_size=BATCH, group_size=G,
+                                    train=train, decode_while_training=False)
+    too_tight = tokens / (collect + train + steps * cost.train.sync_s)
+    beaten = [name for name, opts in BOUNDED_DROP_FREE
+              if _steady(name, 2, opts, workload, cost) > too_tight]
+    assert beaten, "no bounded policy decodes usefully while training: the check cannot fail"
 
 
 def test_unbounded_may_exceed_only_by_breaking_staleness(bounds, workload, cost):
