@@ -282,15 +282,16 @@ def install(owner: Any, manager: ReserveOccupyStalenessManager | None = None
             ) -> ReserveOccupyStalenessManager:
     """Put Reserve–Occupy in charge of an initialized AReaL rollout owner.
 
-    ``owner`` is a ``WorkflowExecutor``, a ``RemoteInfEngine`` (its workflow executor is used)
-    or a ``RolloutController``, after ``initialize()`` and before the first ``submit`` /
+    ``owner`` is a ``WorkflowExecutor``, a ``RemoteInfEngine`` (its workflow executor is used),
+    a ``RolloutController`` or a ``RolloutControllerV2``, after ``initialize()`` and before the
+    first ``submit`` /
     ``prepare_batch``. Without ``manager``, one is built from the manager AReaL made (so its
     data-parallel scaling of ``max_concurrent_rollouts`` and ``consumer_batch_size`` is kept).
     Returns the manager in charge.
     """
-    executor = owner
-    if hasattr(owner, "_workflow_executor"):  # RemoteInfEngine
-        executor = owner.workflow_executor
+    # RemoteInfEngine and RolloutControllerV2 hold a WorkflowExecutor; RolloutController and a
+    # bare WorkflowExecutor hold the dispatcher themselves
+    executor = getattr(owner, "_workflow_executor", None) or owner
     dispatcher = getattr(executor, "_dispatcher", None)
     old = getattr(executor, "_staleness_manager", None)
     if dispatcher is None or old is None:
@@ -301,5 +302,8 @@ def install(owner: Any, manager: ReserveOccupyStalenessManager | None = None
             old.version_provider, old.max_concurrent_rollouts, old.consumer_batch_size,
             old.max_staleness)
     manager.attach(dispatcher)
-    executor._staleness_manager = manager  # the task coroutines report through this attribute
+    # the task coroutines report through these attributes, the trainer's recovery reads them
+    for holder in (executor, owner):
+        if hasattr(holder, "_staleness_manager"):
+            holder._staleness_manager = manager
     return manager
