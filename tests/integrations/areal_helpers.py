@@ -64,7 +64,7 @@ class Run:
     trained: list[int] = field(default_factory=list)  # task indexes, in training order
     batches: list[list[int]] = field(default_factory=list)
     seconds: float = 0.0
-    live: set = field(default_factory=set)  # Reserve–Occupy: units in flight or finished at the end
+    live: set = field(default_factory=set)  # Reserve–Occupy: units in flight or finished
     events: tuple = ()  # Reserve–Occupy: the controller's event log at the end
 
     @property
