@@ -20,6 +20,9 @@ from pathlib import Path
 from .rollout.env import configure
 
 PROG = "reserve-occupy train"
+# Files a Hugging Face tokenizer is loaded from (fast, sentencepiece, or BPE vocabularies).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json",
+                   "vocab.txt")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,14 +172,24 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
         raise ValueError(f"{where}: config.json is not readable JSON ({exc})") from None
     if not isinstance(config, dict) or "model_type" not in config:
         raise ValueError(f"{where}: config.json has no model_type, so no library can load it")
+    # transformers "loads" a directory without tokenizer files as an empty tokenizer (one
+    # token, every text encodes to nothing): look for the files first
+    if not any((model_path / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"{where}: cannot load its tokenizer (none of "
+                         f"{', '.join(TOKENIZER_FILES)} is there)")
     try:
-        check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
-    except ValueError:
-        raise
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+        empty = [p.index for p in prompts if not tokenizer.encode(p.text)][:3]
     except Exception as exc:  # transformers raises many types for a broken tokenizer
         detail = " ".join(str(exc).split())[:300]
         raise ValueError(f"{where}: cannot load its tokenizer ({type(exc).__name__}: "
                          f"{detail})") from None
+    if empty:
+        raise ValueError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
+    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
+                  tokenizer=tokenizer)
     return model_path
 
 
