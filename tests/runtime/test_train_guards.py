@@ -44,7 +44,7 @@ def _one_line_error(capsys, *needles: str) -> str:
 
 # ----------------------------------------------------------------------- progress -----------
 
-def _bounded(driver, limit: int = 20_000) -> None:
+def _bounded(driver, limit: int = 3_000) -> None:
     """Turn a livelock into a failure: a driver that logs ``limit`` events has not stopped."""
     log = driver._log
 
