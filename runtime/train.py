@@ -5,10 +5,13 @@
     reserve-occupy train --set run.steps=10 --set staleness.eta=0
     reserve-occupy train --config FILE --check # validate the config and data, then exit
     reserve-occupy train --resume out/runtime/demo   # continue a crashed run where it stopped
+    reserve-occupy train --overwrite           # move the run in run.output_dir aside, start anew
     reserve-occupy train --backend ray         # engines and trainer as Ray actors
 
-Exit status: 0 done, 2 invalid input (config, data, reward, model path; one clear message
-naming what is wrong, before any engine starts), 1 the run failed.
+Exit status: 0 done, 2 invalid input (config, data, reward, model directory and tokenizer,
+trainer device, output or run directory; one clear message naming what is wrong, before any
+engine starts: docs/runtime.md, "What train validates"), 1 the run failed (including a run in
+which nothing can ever train: see "Progress guarantees" there).
 """
 
 from __future__ import annotations
