@@ -122,6 +122,7 @@ class Driver:
         # occupy resets; max_dropped_in_a_row in a row stops the run.
         self._dropped_in_a_row = 0
         self._dropped_reasons: dict[str, int] = {}
+        self._stopping = False
         self._last_error = ""
         self._waiting_since: float | None = None  # the trainer is waiting for a batch
         self._stuck_since: float | None = None  # ... and the head buffer is STUCK
@@ -172,6 +173,7 @@ class Driver:
             await self._open.wait()
 
     async def _shutdown(self) -> None:
+        self._stopping = True  # what ends now ends because the run does: not a lost group
         self._open.set()  # candidates held by an interrupted sync must see their stop
         for g in list(self.groups.values()):
             if not g.closed:
@@ -402,7 +404,7 @@ class Driver:
         self.groups.pop(g.unit_id, None)
         self._log("abort", g, reason=reason)
         self._stop_candidates(g, g.candidates, reason)
-        if reason != "shutdown":  # the run is over: nothing left to detect
+        if not self._stopping:  # once the run is over there is nothing left to detect
             self._count_dropped(reason)
 
     def _stop_candidates(self, g: GroupRun, candidates: Sequence[CandidateRun],

@@ -172,6 +172,8 @@ def summary_table(summary: dict[str, Any], extra: dict[str, Any] | None = None) 
         "released_stuck": "units released by the STUCK timeout",
     }
     rows = [(label, _fmt(summary.get(key))) for key, label in labels.items() if key in summary]
+    if summary.get("steps_with_metrics", summary.get("steps")) != summary.get("steps"):
+        rows.insert(1, ("steps with a metrics row", _fmt(summary["steps_with_metrics"])))
     reasons = summary.get("aborted_by_reason")
     if reasons:
         rows = [(a, b + " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"

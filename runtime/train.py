@@ -123,10 +123,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             held = run_files(out_dir)
             if held and not args.overwrite:
+                resume_it = f"continue it with --resume {out_dir}, or " if is_run_dir(out_dir) \
+                    else ""
                 return _fail(f"run.output_dir {out_dir} holds a run ({', '.join(held)}): "
-                             f"continue it with --resume {out_dir}, or start a new one with "
-                             f"--overwrite (moves it aside to {out_dir}.replaced-N) or another "
-                             f"--output-dir")
+                             f"{resume_it}start a new one with --overwrite (moves it aside to "
+                             f"{out_dir}.replaced-N) or another --output-dir")
             aside = held or None
         model_path = _preflight(cfg, prompts)
     except (ConfigFileError, DataError, RewardError, RunDirError, ValueError, TypeError) as exc:
