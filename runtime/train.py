@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         train_prompts, _ = split_prompts(prompts, cfg.run.eval_prompts, cfg.run.eval_holdout)
         out_dir = Path(cfg.run.output_dir)
         check_output_dir(out_dir)
+        model_path = _preflight(cfg, prompts)
         aside = None
         if continuing:
             check_resumable(out_dir, cfg.driver_settings().controller_config(),
@@ -129,7 +130,6 @@ def run(args: argparse.Namespace) -> int:
                              f"{resume_it}start a new one with --overwrite (moves it aside to "
                              f"{out_dir}.replaced-N) or another --output-dir")
             aside = held or None
-        model_path = _preflight(cfg, prompts)
     except (ConfigFileError, DataError, RewardError, RunDirError, ValueError, TypeError) as exc:
         return _fail(str(exc))
     if args.check:

@@ -101,7 +101,8 @@ def test_bad_set_values_and_unreadable_files_are_one_line(tmp_path, capsys):
     _one_line_error(capsys, str(tmp_path), "cannot read the config file")
     data = tmp_path / "d.jsonl"
     data.write_bytes(b'{"prompt": "1+1=", "answer": "\xff"}\n')
-    assert main(["train", "--set", f"data.path={data}", "--check"]) == 2
+    assert main(["train", "--set", f"data.path={data}", "--check", "--output-dir",
+                 str(tmp_path / "out")]) == 2
     _one_line_error(capsys, str(data), "not a UTF-8 text file")
 
 
@@ -136,12 +137,12 @@ def _model_dir(tmp_path, tiny_model, config: str | None, tokenizer: bool) -> Pat
     ("staleness.batch_size=1000000000", "staleness.batch_size"),
     ("staleness.eta=1000000000", "staleness.eta"),
 ])
-def test_check_refuses_what_the_run_would_die_on(setting, needle, capsys):
+def test_check_refuses_what_the_run_would_die_on(setting, needle, capsys, tmp_path):
     import torch
 
     if "cuda" in setting and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert main(["train", "--set", setting, "--check"]) == 2
+    assert main(["train", "--set", setting, "--check", "--output-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and "OK" not in err
 
@@ -153,9 +154,11 @@ def test_check_loads_the_model_directory(tmp_path, tiny_model, capsys):
     good = _model_dir(tmp_path / "c", tiny_model, config, tokenizer=True)
     for d, needle in ((bad_json, "config.json is not readable JSON"),
                       (no_tokenizer, "cannot load its tokenizer")):
-        assert main(["train", "--set", f"model.path={d}", "--check"]) == 2
+        assert main(["train", "--set", f"model.path={d}", "--check", "--output-dir",
+                     str(tmp_path / "out")]) == 2
         _one_line_error(capsys, f"model.path {d}", needle)
-    assert main(["train", "--set", f"model.path={good}", "--check"]) == 0
+    assert main(["train", "--set", f"model.path={good}", "--check", "--output-dir",
+                 str(tmp_path / "out")]) == 0
 
 
 def test_the_example_config_checks_with_its_paths_filled_in(tmp_path, tiny_model, capsys):
