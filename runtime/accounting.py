@@ -58,3 +58,113 @@ class Accounting:
             rollout_idle=idle / now if now > 0 else 0.0, counts=dict(counts))
         self.completed_rewards = []
         return record
+
+
+# ---------------------------------------------------------------- counts from the event log ---
+
+# The reason an abort line carries (``meta.reason``) when the driver filtered a group whose
+# rewards were all equal: counted as filtered, not aborted.
+NO_GRADIENT = "no_gradient"
+
+
+class LogCounts:
+    """The run's unit and step counts, derived from the controller's event log and nothing
+    else (one source of truth: ``metrics.jsonl`` rows, ``summary.json`` and the summary table
+    all take them from here). Fed trace-format records (``reserve_occupy.trace``), as written
+    to ``events.jsonl``, incrementally:
+
+    * ``steps``: ``publish`` lines (batches trained and published, recovery's included);
+    * ``admitted``: ``reserve`` lines; ``trained``: units in ``consume`` batches;
+    * ``filtered``: ``abort`` lines with ``meta.reason == "no_gradient"`` and ``filter`` lines;
+    * ``aborted``: every other unit that ended ABORTED: ``abort`` lines and the units each
+      operation's ``aborted`` list names (closing rule, STUCK release), by reason in
+      ``aborted_by_reason``;
+    * ``released_stuck``: units aborted by ``release_stuck``;
+    * ``staleness``: {staleness: units} over the consumed batches."""
+
+    FIELDS = ("steps", "admitted", "trained", "filtered", "aborted", "released_stuck")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.FIELDS, 0)
+        self.aborted_by_reason: dict[str, int] = {}
+        self.staleness: dict[int, int] = {}
+
+    def _aborted(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.counts["aborted"] += n
+            self.aborted_by_reason[reason] = self.aborted_by_reason.get(reason, 0) + n
+
+    def add(self, record: dict[str, Any]) -> None:
+        op, c = record.get("op"), self.counts
+        reason = str((record.get("meta") or {}).get("reason", "unspecified"))
+        if op == "reserve":
+            c["admitted"] += 1
+        elif op == "publish":
+            c["steps"] += 1
+        elif op == "consume":
+            units = record["batch"]["units"]
+            c["trained"] += len(units)
+            for u in units:
+                self.staleness[u["staleness"]] = self.staleness.get(u["staleness"], 0) + 1
+        elif op == "filter":
+            c["filtered"] += 1
+        elif op == "abort":
+            if reason == NO_GRADIENT:
+                c["filtered"] += 1
+            else:
+                self._aborted(reason)
+        if op == "release_stuck":
+            c["released_stuck"] += len(record.get("aborted", ()))
+            self._aborted("released_stuck", len(record.get("aborted", ())))
+        elif op in ("occupy", "abort", "filter"):
+            self._aborted("closing_rule", len(record.get("aborted", ())))
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.counts, "aborted_by_reason": dict(sorted(self.aborted_by_reason.items())),
+                "staleness": {str(k): v for k, v in sorted(self.staleness.items())}}
+
+
+class ControllerCounts:
+    """``LogCounts`` kept up to date from a live ``JournaledController``'s in-memory events
+    (the same events, in the same trace format, that its log file receives)."""
+
+    def __init__(self, controller: Any) -> None:
+        self.controller = controller
+        self.log = LogCounts()
+        self._seen = 0
+
+    def counts(self) -> dict[str, int]:
+        from reserve_occupy.trace import event_to_record
+
+        events = self.controller.events
+        metas = getattr(self.controller, "metas", {})
+        for event in events[self._seen:]:
+            record = event_to_record(event)
+            if event.seq in metas:
+                record["meta"] = metas[event.seq]
+            self.log.add(record)
+        self._seen = len(events)
+        return dict(self.log.counts)
+
+    def summary(self) -> dict[str, Any]:
+        self.counts()
+        return self.log.summary()
+
+
+def counts_from_log(path: Any) -> dict[str, Any]:
+    """``LogCounts.summary()`` of an ``events.jsonl`` file (its header line is skipped; a torn
+    last line, which recovery would drop, is ignored)."""
+    import json
+    from pathlib import Path
+
+    log = LogCounts()
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines[1:], 2):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break
+            raise
+        log.add(record)
+    return log.summary()

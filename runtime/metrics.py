@@ -114,26 +114,39 @@ def _mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
     return fmean(values) if values else None
 
 
-def summarize(rows: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
-    """The run in numbers: reward over the first and last ``window`` steps and the rest."""
+def summarize(rows: list[dict[str, Any]], log: dict[str, Any] | None = None,
+              window: int = 5) -> dict[str, Any]:
+    """The run in numbers. ``log``: ``accounting.LogCounts.summary()`` of the run's event log,
+    the one source of every unit and step count (steps, groups admitted, trained, filtered,
+    aborted by reason, released, the staleness histogram); ``rows`` (``metrics.jsonl``) give
+    what only the driver measures: rewards over the first and last ``window`` steps, tokens,
+    idle fractions, requests resumed. Without ``log`` the counts come from the last row."""
+    last = rows[-1] if rows else {}
+    out: dict[str, Any] = {}
+    if log is not None:
+        out.update(log)
+    else:
+        hist: Counter[str] = Counter()
+        for r in rows:
+            hist.update(r["staleness"])
+        out.update({"steps": len(rows), "staleness": dict(sorted(hist.items())),
+                    **{k: last[k] for k in ("admitted", "aborted", "filtered", "released_stuck")
+                       if k in last}})
+    out["steps_with_metrics"] = len(rows)  # fewer than steps: a crash lost a step's row
     if not rows:
-        return {"steps": 0}
-    last = rows[-1]
-    hist: Counter[str] = Counter()
-    for r in rows:
-        hist.update(r["staleness"])
+        return out
     w = min(window, max(1, len(rows) // 2))
-    return {
-        "steps": len(rows), "wall_s": last["time_s"],
+    out.update({
+        "wall_s": last["time_s"],
         "reward_first": _mean_of(rows[:w], "reward"), "reward_last": _mean_of(rows[-w:], "reward"),
         "reward_window": w,
-        "staleness": dict(sorted(hist.items())),
         "token_lag_max": max(r["token_lag_max"] for r in rows),
         "tokens_per_s": last["tokens_per_s_total"], "tokens_generated": last["tokens_generated"],
         "tokens_trained": last["tokens_trained"],
         "trainer_idle": last["trainer_idle"], "rollout_idle": last["rollout_idle"],
-        **{k: last[k] for k in ("admitted", "aborted", "filtered", "resumed", "released_stuck")},
-    }
+        "resumed": last.get("resumed", 0),
+    })
+    return out
 
 
 def _fmt(value: Any) -> str:
@@ -153,11 +166,18 @@ def summary_table(summary: dict[str, Any], extra: dict[str, Any] | None = None) 
         "staleness": "staleness histogram (groups)", "token_lag_max": "max token-version lag",
         "tokens_per_s": "generated tokens/s", "tokens_trained": "trained tokens",
         "trainer_idle": "trainer idle (fraction)", "rollout_idle": "rollout idle (fraction)",
-        "admitted": "groups admitted", "filtered": "groups filtered (no gradient)",
+        "admitted": "groups admitted", "trained": "groups trained",
+        "filtered": "groups filtered (no gradient)",
         "aborted": "groups aborted", "resumed": "requests resumed (partial rollout)",
         "released_stuck": "units released by the STUCK timeout",
     }
     rows = [(label, _fmt(summary.get(key))) for key, label in labels.items() if key in summary]
+    if summary.get("steps_with_metrics", summary.get("steps")) != summary.get("steps"):
+        rows.insert(1, ("steps with a metrics row", _fmt(summary["steps_with_metrics"])))
+    reasons = summary.get("aborted_by_reason")
+    if reasons:
+        rows = [(a, b + " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"
+                 if a == "groups aborted" else b) for a, b in rows]
     rows += [(k, _fmt(v)) for k, v in (extra or {}).items()]
     width = max(len(a) for a, _ in rows)
     return "\n".join(f"  {a:<{width}}  {b}" for a, b in rows)

@@ -98,7 +98,9 @@ class StepRecord:
     tokens_trained: int  # cumulative response tokens in consumed batches
     trainer_idle: float  # cumulative fractions of wall time so far
     rollout_idle: float
-    counts: dict[str, int]  # cumulative: admitted, aborted, filtered, resumed, released_stuck
+    # cumulative. From the event log (accounting.LogCounts): steps, admitted, trained,
+    # filtered, aborted, released_stuck; from the driver: resumed, rejected
+    counts: dict[str, int]
 
 
 @dataclass
