@@ -45,8 +45,9 @@ bench-runtime: $(STAMP)
 spec: $(STAMP)
 	$(PY) -m reserve_occupy.diagram > spec/state-machine.md
 
+## A second `make demo` moves the previous run aside (out/runtime/demo.replaced-N), never deletes it.
 demo: $(STAMP)
-	$(PY) -m runtime train
+	$(PY) -m runtime train --overwrite
 
 proofs-deep: $(STAMP)
 	$(PY) -m proofs.deep
