@@ -110,7 +110,7 @@ def materialise(key: bytes, make: Callable[[Config], StalenessController],
     c._phase = _PHASE_NAME[phase]
     c._version = base
     t.head, t.top = head - _BIAS + base, top - _BIAS + base
-    t.buffers, t.where, t.v_traj, t.spare = {}, {}, {}, None
+    t.buffers, t.where, t.v_traj = {}, {}, {}
     units: dict = {}
     pos = 5
     cap = config.capacity

@@ -334,11 +334,14 @@ class StalenessController:
 
         Consume ends a whole batch: the head buffer's OCCUPIED units, which are FINISHED because
         the slot table holds OCCUPIED slots only for FINISHED units (conservation, which
-        ``check`` verifies). So they are not looked up one by one: one C-level dict update moves
-        them all, instead of B ``_end`` calls on the trainer's critical path.
+        ``check`` verifies). So they are not looked up one by one: one plain store each, the
+        cheapest per-unit write a dict offers (measured: fewer passes than ``dict.fromkeys`` +
+        ``update``), instead of B ``_end`` calls on the trainer's critical path.
         """
         ((_, target),) = UNIT_LIFECYCLE[operation].items()
-        self._units.update(dict.fromkeys(unit_ids, target))
+        units = self._units
+        for u in unit_ids:
+            units[u] = target
         self._count(target, len(unit_ids))
 
     def _count(self, state: UnitState, n: int) -> None:
@@ -452,7 +455,7 @@ class StalenessController:
         head = self._table.head
         units, entries = self._table.take_head()
         self._end_all(units, "consume")
-        batch = Batch(head, tuple(entries))
+        batch = Batch(head, entries)
         self._last_batch = batch
         self._result = batch
         self._log("consume", version=self._version, head=head, batch=batch)

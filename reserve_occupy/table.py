@@ -22,10 +22,10 @@ can break exactly one rule by overriding exactly one method:
 * ``close_ready``    -- correction 2 (oversampling): a buffer that became READY closes its spare
   slots; each reservation in it moves to a legal EMPTY slot of a later buffer or is aborted.
 
-Indexes (kept in step by ``_put``/``_clear``, the only slot writers; ``invariants.check_controller``
-verifies all of them): ``where`` and ``v_traj`` cover in-flight units only; a unit in an OCCUPIED
-slot is found through its buffer's ``pos`` and carries its version in the slot. So a consumed
-buffer leaves with everything about its units, and consume touches no per-unit index entry.
+Indexes, kept in step by ``_put``/``_clear`` (the only slot writers) and all verified by
+``invariants.check_controller``: ``where`` and ``v_traj`` cover in-flight units only; a unit in
+an OCCUPIED slot is found through its buffer's ``pos`` and carries its version in the slot. So a
+consumed buffer takes everything about its units with it: consume deletes nothing unit by unit.
 
 The table knows nothing of unit lifecycles or the trainer; ``machine.StalenessController`` owns
 those and composes these rules into operations. No I/O, no clocks, no threads.
@@ -33,7 +33,6 @@ those and composes these rules into operations. No I/O, no clocks, no threads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from itertools import compress
 
 from .config import Config
@@ -85,19 +84,6 @@ class Buffer:
         self.n_occ = 0
         self.n_res = 0
 
-    def reopen(self, v: int) -> Buffer:
-        """Reuse a consumed buffer as the new buffer ``v`` (publish opens one per consume):
-        clearing its arrays in place costs less than allocating four new ones."""
-        n = len(self.state)
-        self.v = v
-        self.state[:] = bytearray([EMPTY]) * n
-        self.unit[:] = self.entry[:] = [None] * n
-        self.version[:] = [NO_VERSION] * n
-        self.pos.clear()
-        self.res_versions.clear()
-        self.n_occ = self.n_res = 0
-        return self
-
     def copy(self) -> Buffer:
         other = Buffer.__new__(Buffer)
         other.v = self.v
@@ -131,7 +117,6 @@ class SlotTable:
         self.buffers: dict[int, Buffer] = {}
         self.where: dict[UnitId, tuple[Buffer, int]] = {}  # in-flight units' RESERVED slots
         self.v_traj: dict[UnitId, int] = {}  # in-flight units' versions
-        self.spare: Buffer | None = None  # the last consumed buffer, for open_through to reuse
         self.open_through(self.eta)
 
     def copy(self) -> SlotTable:
@@ -141,16 +126,16 @@ class SlotTable:
         other.buffers = {v: b.copy() for v, b in self.buffers.items()}
         other.where = {u: (other.buffers[b.v], i) for u, (b, i) in self.where.items()}
         other.v_traj = dict(self.v_traj)
-        other.spare = None  # never shared: two tables reopening one buffer would corrupt both
         return other
 
     # ----------------------------------------------------------------- window ---------------
 
     def open_through(self, top: int) -> None:
         """Open empty buffers up to ``top`` (the window grows on publish)."""
+        # A new Buffer each time: reusing the consumed one measured no faster (what costs is
+        # releasing its references to B units, which happens either way).
         for v in range(max(self.top + 1, self.head), top + 1):
-            spare, self.spare = self.spare, None
-            self.buffers[v] = Buffer(v, self.capacity) if spare is None else spare.reopen(v)
+            self.buffers[v] = Buffer(v, self.capacity)
         self.top = max(self.top, top)
 
     def legal(self, v_buffer: int, v_traj: int) -> bool:
@@ -179,14 +164,6 @@ class SlotTable:
                 return buf, i
         raise KeyError(unit_id)
 
-    def version_of(self, unit_id: UnitId) -> int:
-        """``v_traj`` of a live unit (in flight, or placed in an OCCUPIED slot)."""
-        v = self.v_traj.get(unit_id)
-        if v is None:
-            buf, i = self.locate(unit_id)
-            v = buf.version[i]
-        return v
-
     def live_versions(self) -> dict[UnitId, int]:
         """``v_traj`` of every live unit, in one pass (snapshots read all of them)."""
         out = dict(self.v_traj)
@@ -194,10 +171,6 @@ class SlotTable:
             version = buf.version
             out.update((u, version[i]) for u, i in buf.pos.items())
         return out
-
-    def slots(self, buf: Buffer) -> Iterator[tuple[SlotState, UnitId | None, int]]:
-        """(state, unit, version) per slot of ``buf``, for checkers and encoders."""
-        return zip(buf.slot_states(), buf.unit, buf.version)
 
     # ----------------------------------------------------------------- slot writes ----------
 
@@ -253,25 +226,20 @@ class SlotTable:
     @staticmethod
     def first_reservation_from(buf: Buffer, min_version: int, end: int) -> int:
         """Index of the first RESERVED slot before ``end`` in ``buf`` whose unit was admitted at
-        ``min_version`` or later, -1 if none: the shift rule's legality test, answered from the
-        buffer's indexes instead of unit by unit (about 100 units in the way at B = 256)."""
+        ``min_version`` or later, -1 if none: the shift rule's legality test. A buffer without
+        such a reservation is skipped from its per-version counts; otherwise reservations are
+        visited by memchr-speed ``find`` hops (the first one qualifies almost always: the
+        newest reservations stand first, Reserve filling each buffer from its end)."""
         for version in buf.res_versions:
             if version >= min_version:
                 break
         else:
             return -1  # no reservation in this buffer is recent enough
-        first = buf.state.find(RESERVED, 0, end)
-        if first < 0 or buf.version[first] >= min_version:
-            return first  # the common case: the first reservation qualifies
-        # Older reservations stand first: the earliest slot holding any recent-enough version.
-        best = end
-        for version in buf.res_versions:
-            if version >= min_version:
-                try:
-                    best = buf.version.index(version, first, best)
-                except ValueError:  # none of this version before the best so far
-                    pass
-        return best if best < end else -1
+        state, versions = buf.state, buf.version
+        i = state.find(RESERVED, 0, end)
+        while i >= 0 and versions[i] < min_version:
+            i = state.find(RESERVED, i + 1, end)
+        return i
 
     # ----------------------------------------------------------------- Reserve ---------------
 
@@ -420,26 +388,25 @@ class SlotTable:
 
     # ----------------------------------------------------------------- Consume ---------------
 
-    def take_head(self) -> tuple[list[UnitId], list[BatchUnit]]:
+    def take_head(self) -> tuple[list[UnitId], tuple[BatchUnit, ...]]:
         """Remove the head buffer; return its OCCUPIED units in slot order and their entries.
 
-        Nothing here loops in Python: the units and their prebuilt entries are list slices when
-        the OCCUPIED slots form a prefix (the ordering invariant, verified by a memchr-speed
+        Nothing here loops in Python: units and prebuilt entries are list slices when the
+        OCCUPIED slots form a prefix (the ordering invariant, verified by a memchr-speed
         ``count``), else picked by ``compress`` (the proofs' mutants break the order on purpose).
-        The units' indexes leave with the buffer (``pos``), which ``open_through`` reuses.
+        The units' indexes (``pos``, versions) leave with the buffer.
         """
         buf = self.buffers.pop(self.head)
         n = buf.n_occ
-        if buf.state.count(OCCUPIED, 0, n) == n:
-            units, entries = buf.unit[:n], buf.entry[:n]
+        if n == len(buf.state) and buf.state.count(OCCUPIED) == n:  # full: no slicing
+            units, entries = buf.unit, tuple(buf.entry)  # the buffer is gone: take its list
+        elif buf.state.count(OCCUPIED, 0, n) == n:
+            units, entries = buf.unit[:n], tuple(buf.entry[:n])
         else:
             occupied = list(map(OCCUPIED.__eq__, buf.state))
-            units, entries = list(compress(buf.unit, occupied)), list(compress(buf.entry, occupied))
+            units = list(compress(buf.unit, occupied))
+            entries = tuple(compress(buf.entry, occupied))
         self.head += 1
-        # Reuse only a buffer no reservation points into (always, unless a broken core consumed
-        # a buffer that still held reservations: their stale ``where`` entries must not land in
-        # a live buffer).
-        self.spare = None if buf.n_res else buf
         return units, entries  # type: ignore[return-value]
 
     def head_buffer(self) -> Buffer | None:
