@@ -27,6 +27,9 @@ same objects in the same order and does nothing else:
    ``Machine.set_state``), runs its ``after`` callbacks by name, and the trigger returns True;
    no transition passing returns False.
 
+One visible difference: turning on the ``transitions`` logger shows nothing for these triggers.
+Nothing is lost by that: the controller's event log records every operation with its outcome.
+
 This is exactly what the stock path does for a machine configured as ``LeanMachine`` allows;
 ``LeanMachine`` refuses at construction any feature the lean path would skip (queued processing,
 ``send_event``, prepare/before callbacks, machine-level callbacks, state enter/exit callbacks,
