@@ -256,7 +256,12 @@ class LengthLog:
         """A log streamed to ``path``. ``append`` (a resumed run) keeps the records already
         there, of units in ``known`` only (a unit id the recovered event log never reserved
         belongs to lines a crash cut from the log; the new run may reuse the id)."""
-        log = cls.read(path) if append and path.exists() else cls()
+        try:
+            log = cls.read(path) if append and path.exists() else cls()
+        except ValueError as exc:
+            raise ValueError(f"{exc}; move the file aside to resume without the earlier "
+                             f"lengths (the length bias then covers the resumed part only)") \
+                from None
         if known is not None:
             keep = set(known)
             log.records = {u: r for u, r in log.records.items() if u in keep}

@@ -1,5 +1,5 @@
 """One training run end to end: engine and trainer up, held-out evaluation, the driver, the
-outputs (metrics, trace, checkpoint, summary, plot), everything closed again.
+outputs (metrics, response lengths, trace, checkpoint, summary, plot), everything closed again.
 
 ``run_training`` can borrow an engine that is already running (``rollout=``): the tests and the
 benchmark start vLLM once and reset its weights to the base model before each run.
