@@ -53,7 +53,7 @@ from reserve_occupy import (
     UnitState,
 )
 
-from .accounting import Accounting, ControllerCounts
+from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
@@ -80,12 +80,15 @@ class Driver:
                  after_step: Callable[[StepRecord], Awaitable[None]] | None = None,
                  controller: StalenessController | None = None,
                  resume: ResumePoint | None = None,
-                 persist: Persistence | None = None) -> None:
+                 persist: Persistence | None = None,
+                 lengths: LengthLog | None = None) -> None:
         """``on_step`` sees each step's record; ``after_step`` is awaited after it, in the
         trainer loop (a checkpoint save, say), so the next consume waits for it.
 
         ``controller`` (a ``JournaledController``, whose operations take ``meta``) and
-        ``resume`` continue a recovered run; ``persist`` makes the run durable."""
+        ``resume`` continue a recovered run; ``persist`` makes the run durable. ``lengths``
+        receives each unit's response lengths when its generation ends (a streamed
+        ``LengthLog``, with a resumed run's earlier records; default: in memory)."""
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
@@ -117,6 +120,8 @@ class Driver:
         # unit and step counts come from the controller's event log (one source of truth);
         # self.counts keeps what only the driver sees (requests resumed, messages rejected)
         self.log_counts = ControllerCounts(self.controller)
+        # the samples' response lengths, joined with the log's fates for the length bias
+        self.lengths = lengths if lengths is not None else LengthLog()
         # The progress detector (docs/runtime.md, "Progress guarantees"): every group that ends
         # without being placed (filtered, failed, timed out, released, closed out) counts, an
         # occupy resets; max_dropped_in_a_row in a row stops the run.
@@ -231,6 +236,11 @@ class Driver:
 
     async def _run_group(self, g: GroupRun) -> None:
         await asyncio.gather(*(self._run_candidate(g, c) for c in g.candidates))
+        # Every request of the group has returned, the aborted ones with the tokens they had
+        # decoded: the lengths are final now (the unit's fate was logged before, see LengthLog)
+        committed = g.group.committed
+        self.lengths.add(g.unit_id, [len(c.token_ids) for c in g.candidates],
+                         [c.role(committed) for c in g.candidates])
 
     async def _run_candidate(self, g: GroupRun, c: CandidateRun) -> None:
         while True:
@@ -301,7 +311,7 @@ class Driver:
     def _candidate_failed(self, g: GroupRun, c: CandidateRun, why: str) -> None:
         if g.closed:
             return
-        c.stop = why
+        c.stop, c.failed = why, True
         self._report(g, g.group.fail(c.index))
 
     def _report(self, g: GroupRun, progress: Any) -> None:
@@ -446,7 +456,8 @@ class Driver:
             t_end = self.clock.now()
             record = self.accounting.step(step, batch, train_batch, metrics,
                                           (t_wait, t_train, t_sync, t_end),
-                                          {**self.counts, **self.log_counts.counts()})
+                                          {**self.counts, **self.log_counts.counts()},
+                                          self.lengths.figures(self.log_counts.fates()))
             self.records.append(record)
             if self.on_step is not None:
                 self.on_step(record)

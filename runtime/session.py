@@ -1,5 +1,5 @@
 """One training run end to end: engine and trainer up, held-out evaluation, the driver, the
-outputs (metrics, trace, checkpoint, summary, plot), everything closed again.
+outputs (metrics, response lengths, trace, checkpoint, summary, plot), everything closed again.
 
 ``run_training`` can borrow an engine that is already running (``rollout=``): the tests and the
 benchmark start vLLM once and reset its weights to the base model before each run.
@@ -232,9 +232,10 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
             if every and (record.step + 1) % every == 0:
                 await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
 
+        lengths = _length_log(out_dir, controller, append=continuing)
         driver = Driver(cfg.driver_settings(), rollout, trainer, reward_fn, train_prompts,
                         on_step=sink, after_step=checkpoint, controller=controller,
-                        resume=resume_point, persist=persist)
+                        resume=resume_point, persist=persist, lengths=lengths)
         driver.counts.update(driver_counts)
         if driver_hook is not None:
             driver_hook(driver)
@@ -242,6 +243,7 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
             await driver.run()
         finally:
             sink.close()
+            lengths.close()
             _write_outputs(cfg, driver, out_dir, streamed=persist is not None)
         after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
         await trainer.save_checkpoint(out_dir / "checkpoint")
@@ -271,16 +273,31 @@ def _write_config(cfg: TrainConfig, out_dir: Path) -> None:
     write_text_atomic(out_dir / "config.json", cfg.model_dump_json(indent=2), fsync=False)
 
 
+def _length_log(out_dir: Path, controller: Any, append: bool) -> Any:
+    """``lengths.jsonl``, streamed; a resumed run keeps the records of the units its recovered
+    log knows (``accounting.LengthLog.open``)."""
+    from .accounting import LENGTHS_NAME, LengthLog
+
+    known = None
+    if append and controller is not None:
+        known = {e.unit_id for e in controller.events if e.op == "reserve"}
+    return LengthLog.open(out_dir / LENGTHS_NAME, append=append, known=known)
+
+
 def _log_summary(driver: Driver, out_dir: Path) -> dict[str, Any]:
-    """The summary's counts, from ``events.jsonl`` when the run wrote one (the file is the
-    source of truth, across crashes and resumes), else from the controller's events."""
-    from .accounting import ControllerCounts, counts_from_log
+    """The summary's counts and length bias, from ``events.jsonl`` and ``lengths.jsonl`` when
+    the run wrote its event log (the files are the source of truth, across crashes and
+    resumes), else from the controller's events and the driver's length records."""
+    from .accounting import LENGTHS_NAME, ControllerCounts, LengthLog, read_log_counts
     from .recovery.durable import LOG_NAME
 
     path = out_dir / LOG_NAME
     if path.is_file():
-        return counts_from_log(path)
-    return ControllerCounts(driver.controller).summary()
+        counts = read_log_counts(path)
+        lengths = LengthLog.read(out_dir / LENGTHS_NAME)
+        return {**counts.summary(), **lengths.summary(counts.fates)}
+    live = ControllerCounts(driver.controller)
+    return {**live.summary(), **driver.lengths.summary(live.fates())}
 
 
 def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool) -> None:

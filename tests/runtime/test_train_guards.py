@@ -1,7 +1,8 @@
 """``train`` on input a user or a file controls (issue 13): a run in which nothing can finish
 stops; ``--check`` loads what the run loads; bad options and files get one line and exit 2
 before any work; a run directory is never silently reused, half-overwritten or resumed from
-state recovery would refuse; and the summary's counts are the event log's.
+state recovery would refuse; and the summary's counts are the event log's (its length bias the
+log's fates joined with ``lengths.jsonl``).
 
 The runs use the fake engine with the real GRPO trainer on the tiny model, in-process
 (``runtime.cli.main``), a few seconds each."""
@@ -18,7 +19,7 @@ import pytest
 from runtime.cli import main
 from runtime.rollout.fake import Plan
 
-from .helpers import fixed_script, make, run
+from .helpers import derive_lengths, fixed_script, make, run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -275,11 +276,19 @@ def derive(events_path: Path) -> dict[str, object]:
             "trained": sum(staleness.values()), "staleness": dict(staleness)}
 
 
-def _check_summary(run_dir: Path) -> dict[str, object]:
+def _check_summary(run_dir: Path, resumed: bool = False) -> dict[str, object]:
     summary = json.loads((run_dir / "summary.json").read_text())
     derived = derive(run_dir / "events.jsonl")
     for key, value in derived.items():
         assert summary[key] == value, (key, summary[key], value)
+    lengths = derive_lengths(run_dir)  # the length bias: events.jsonl joined with lengths.jsonl
+    for key in ("samples_trained", "samples_admitted"):
+        assert summary[key] == lengths[key], (key, summary[key], lengths[key])
+    for key in ("length_ratio", "length_ks"):
+        assert summary[key] == pytest.approx(lengths[key], abs=1e-12), key
+    if not resumed:  # the driver's own token count (a resumed run restarts it) agrees
+        assert lengths["trained_tokens"] == summary["tokens_trained"]
+        assert lengths["samples_trained"] == summary["trained"] * 4  # groups x group_size
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = rows[-1]  # the last row's counts are the log's up to that step
     assert last["admitted"] <= summary["admitted"] and last["steps"] == summary["steps"]
@@ -304,6 +313,6 @@ def test_after_a_crash_and_resume_the_summary_counts_every_trained_batch(finishe
     rows = (out / "metrics.jsonl").read_text().splitlines()
     (out / "metrics.jsonl").write_text(rows[0] + "\n")
     assert main(["train", "--resume", str(out), "--no-progress", "--steps", "4"]) == 0
-    summary = _check_summary(out)
+    summary = _check_summary(out, resumed=True)
     assert summary["steps"] == 4  # 4 batches trained: 2 before the crash, 2 after
     assert summary["steps_with_metrics"] == 3  # batch 1's row was lost with the crash
