@@ -29,8 +29,7 @@ from .store import Checkpoints, unit_filename, unit_from_filename
 # Everything a run writes into its directory (run_training, RunStore, the trainer).
 RUN_FILES = (LOG_NAME, "config.json", "metrics.jsonl", "summary.json", "driver_trace.jsonl",
              "recovery.jsonl", "lengths.jsonl", "curves.png", "trajectories", "checkpoints",
-             "checkpoint",
-             "weights", "tensorboard")
+             "checkpoint", "weights", "tensorboard")
 
 
 class RunDirError(ValueError):
