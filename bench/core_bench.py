@@ -1,51 +1,73 @@
-"""Throughput of the pure core: µs per reserve+occupy pair and per consume.
+"""Throughput of the pure core: µs per operation, against a bare ``transitions`` trigger.
 
 Drives a steady-state loop (admit while allowed, finish a random in-flight unit, consume and
-publish whenever the head buffer is READY) and times each kind of operation separately with
-``time.perf_counter_ns``. Prints a table; asserts nothing about time (this machine is noisy).
+publish whenever the head buffer is READY) at B = 16 and B = 256 (eta = 3, max_concurrency =
+2.5 B by default) and times every call with ``time.perf_counter_ns``. In the same run it times a
+bare ``transitions`` trigger (a stock ``Machine``, one internal transition, no guard, no
+callbacks): the host's unit of speed, so that the table reads the same on a fast or a loaded host.
+
+Per call it reports the median (robust against the preemptions of a shared host, which land on
+whichever call is running and can swamp a mean over a few hundred batches) and the mean (which
+also charges each operation its share of garbage collection: reserve and occupy allocate the
+most, so their means run well above their medians).
+Rounds alternate the configurations so that a change in the host's load hits all of them alike;
+each row pools all rounds. The ratios at the end are the core's speed targets:
+
+* consume+publish per batch / one reserve+occupy pair, at B = 16 (goal <= 1) and B = 256
+  (goal <= 3): handing a batch to the trainer costs no more than admitting and placing a unit;
+* pair at B = 256 / pair at B = 16 (goal <= 1.2): placement does not slow down with the buffer.
+
+Prints numbers; asserts nothing about time (a timed assert fails on a busy machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
-from reserve_occupy import Config, Phase, StalenessController
+from transitions import Machine
+
+from reserve_occupy import Config, StalenessController
+
+OPS = ("reserve", "occupy", "consume", "publish", "consume+publish")
 
 
-def drive(config: Config, units: int, seed: int = 0) -> dict[str, float]:
+def drive(make: Callable[[], Any], units: int, seed: int = 0) -> dict[str, list[int]]:
+    """Run the steady-state loop on ``make()`` until ``units`` units finished; return the
+    duration in ns of every successful call, per operation (``consume+publish`` per batch).
+    ``make`` may build any controller with this core's interface (an older core, for a
+    side-by-side comparison)."""
     rng = random.Random(seed)
-    c = StalenessController(config)
+    c = make()
+    times: dict[str, list[int]] = {op: [] for op in OPS}
+    t_res, t_occ, t_con, t_pub, t_batch = (times[op] for op in OPS)
     in_flight: list[int] = []
-    t_res = t_ref = t_occ = t_con = t_pub = 0
-    n_res = n_ref = n_occ = n_con = 0
     next_id = 0
     clock = time.perf_counter_ns
-    start = clock()
-    while n_occ < units:
+    while len(t_occ) < units:
         while True:
             t0 = clock()
             r = c.reserve(next_id)
             dt = clock() - t0
             if r is None:
-                t_ref += dt
-                n_ref += 1
                 break
-            t_res += dt
+            t_res.append(dt)
             in_flight.append(next_id)
             next_id += 1
-            n_res += 1
-        if c.phase is Phase.IDLE:
+        if c.phase.value == "IDLE":
             t0 = clock()
             b = c.consume()
-            dt = clock() - t0
+            t1 = clock()
             if b is not None:
-                t_con += dt
-                n_con += 1
-                t0 = clock()
                 c.publish()
-                t_pub += clock() - t0
+                t2 = clock()
+                t_con.append(t1 - t0)
+                t_pub.append(t2 - t1)
+                t_batch.append(t2 - t0)
                 continue
         if not in_flight:
             raise RuntimeError("stalled: nothing in flight and nothing to consume")
@@ -54,42 +76,104 @@ def drive(config: Config, units: int, seed: int = 0) -> dict[str, float]:
         u = in_flight.pop()
         t0 = clock()
         p = c.occupy(u)
-        t_occ += clock() - t0
-        n_occ += 1
+        t_occ.append(clock() - t0)
         for a in p.aborted:
             in_flight.remove(a)
-    wall = (clock() - start) / 1e9
-    return {
-        "reserve_us": t_res / 1e3 / max(n_res, 1),
-        "refused_us": t_ref / 1e3 / max(n_ref, 1),
-        "occupy_us": t_occ / 1e3 / max(n_occ, 1),
-        "pair_us": (t_res / max(n_res, 1) + t_occ / max(n_occ, 1)) / 1e3,
-        "consume_us": t_con / 1e3 / max(n_con, 1),
-        "publish_us": t_pub / 1e3 / max(n_con, 1),
-        "admitted_per_s": n_res / wall,
-        "batches": n_con,
-    }
+    return times
+
+
+def bare_trigger(calls: int) -> list[int]:
+    """ns per call of a stock ``transitions`` trigger with nothing to do, in batches of 100."""
+
+    class Model:
+        pass
+
+    model = Model()
+    machine = Machine(model=model, states=["A"], initial="A", auto_transitions=False)
+    machine.add_transition("tick", "A", None)
+    tick = model.tick  # type: ignore[attr-defined]
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(max(1, calls // 100)):
+        t0 = clock()
+        for _ in range(100):
+            tick()
+        out.append((clock() - t0) // 100)
+    return out
+
+
+def summarize(times: dict[str, list[int]]) -> dict[str, float]:
+    """Median and mean µs per operation; ``pair`` is median reserve + median occupy."""
+    out: dict[str, float] = {}
+    for op, ts in times.items():
+        out[op] = statistics.median(ts) / 1e3 if ts else float("nan")
+        out[op + " mean"] = statistics.fmean(ts) / 1e3 if ts else float("nan")
+    out["pair"] = out["reserve"] + out["occupy"]
+    out["pair mean"] = out["reserve mean"] + out["occupy mean"]
+    out["batches"] = len(times["consume"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--units", type=int, default=200_000)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 256])
     ap.add_argument("--eta", type=int, default=3)
-    ap.add_argument("--max-concurrency", type=int, default=48)
+    ap.add_argument("--concurrency", type=float, default=2.5,
+                    help="max_concurrency as a multiple of the batch size")
+    ap.add_argument("--units", type=int, default=40_000,
+                    help="finished units per configuration and round")
+    ap.add_argument("--min-batches", type=int, default=200,
+                    help="raise --units where a configuration would consume fewer batches")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--trigger-calls", type=int, default=20_000,
+                    help="bare transitions triggers timed before and after each round")
+    ap.add_argument("--oversampling", action="store_true",
+                    help="also capacity = 1.25 B (batch-level oversampling)")
     args = ap.parse_args(argv)
-    print(f"batch_size={args.batch_size} eta={args.eta} max_concurrency={args.max_concurrency} "
-          f"units={args.units}")
-    print(f"{'capacity':>8} {'reserve µs':>10} {'occupy µs':>9} {'pair µs':>8} {'refused µs':>10} "
-          f"{'consume µs':>10} {'publish µs':>10} {'admitted/s':>11} {'batches':>8}")
-    for capacity in (args.batch_size, args.batch_size + args.batch_size // 4):
-        cfg = Config(args.eta, args.batch_size, capacity, args.max_concurrency)
-        r = drive(cfg, args.units)
-        print(f"{capacity:>8} {r['reserve_us']:>10.2f} {r['occupy_us']:>9.2f} {r['pair_us']:>8.2f} "
-              f"{r['refused_us']:>10.2f} "
-              f"{r['consume_us']:>10.2f} {r['publish_us']:>10.2f} {r['admitted_per_s']:>11,.0f} "
-              f"{r['batches']:>8}")
 
+    configs = []
+    for b in args.batch_sizes:
+        for cap in (b, b + b // 4) if args.oversampling else (b,):
+            configs.append(Config(args.eta, b, cap, max(1, round(args.concurrency * b))))
+    pooled: dict[Config, dict[str, list[int]]] = {cfg: {op: [] for op in OPS} for cfg in configs}
+    trigger: list[int] = []
+    for rnd in range(args.rounds):
+        trigger += bare_trigger(args.trigger_calls)
+        for cfg in configs:
+            units = max(args.units, args.min_batches * cfg.batch_size)
+            for op, ts in drive(lambda: StalenessController(cfg), units, seed=rnd).items():
+                pooled[cfg][op] += ts
+        trigger += bare_trigger(args.trigger_calls)
+    t_bare = statistics.median(trigger) / 1e3
+
+    print(f"eta={args.eta} max_concurrency={args.concurrency}·B rounds={args.rounds}; "
+          f"median µs per call (mean in brackets)")
+    print(f"bare transitions trigger (stock Machine, no guard, no callback): {t_bare:.2f} µs")
+    head = (f"{'B':>4} {'C':>4} {'reserve':>14} {'occupy':>14} {'pair':>14} {'consume':>15} "
+            f"{'publish':>14} {'consume+publish':>16} {'pair/trigger':>12} {'batches':>8}")
+    print(head)
+    rows = {}
+    for cfg in configs:
+        r = rows[cfg] = summarize(pooled[cfg])
+        cells = " ".join(f"{r[op]:>6.2f} [{r[op + ' mean']:>6.2f}]"
+                         for op in ("reserve", "occupy", "pair", "consume", "publish"))
+        print(f"{cfg.batch_size:>4} {cfg.capacity:>4} {cells} "
+              f"{r['consume+publish']:>7.2f} [{r['consume+publish mean']:>6.2f}] "
+              f"{r['pair'] / t_bare:>12.2f} {r['batches']:>8}")
+
+    print("ratios, from medians [from means]; goal after the arrow:")
+    plain = {cfg.batch_size: rows[cfg] for cfg in configs if cfg.capacity == cfg.batch_size}
+
+    def ratio(a: dict[str, float], a_op: str, b: dict[str, float], b_op: str) -> str:
+        return f"{a[a_op] / b[b_op]:.2f} [{a[a_op + ' mean'] / b[b_op + ' mean']:.2f}]"
+
+    for b, goal in ((16, 1.0), (256, 3.0)):
+        if b in plain:
+            print(f"  consume+publish / pair at B={b}: "
+                  f"{ratio(plain[b], 'consume+publish', plain[b], 'pair')} -> <= {goal:g}")
+    if 16 in plain and 256 in plain:
+        print(f"  pair at B=256 / pair at B=16: {ratio(plain[256], 'pair', plain[16], 'pair')}"
+              f" -> <= 1.2")
 
 if __name__ == "__main__":
     main()

@@ -81,19 +81,18 @@ def canonical(c: StalenessController) -> tuple[bytes, list]:
     base = _BIAS - ver
     names: dict = {}
     out = [_PHASE[c._phase], t.head + base, t.top + base, c._in_flight, len(t.buffers)]
-    v_traj = t.v_traj
     code = _CODE
     for v in sorted(t.buffers):
         buf = t.buffers[v]
         out.append(v + base)
-        for st, u in zip(buf.state, buf.unit):
-            if st is EMPTY:
+        for st, u, w in zip(buf.state, buf.unit, buf.version):
+            if st == EMPTY:
                 out += _E3
             else:
                 n = names.get(u)
                 if n is None:
                     n = names[u] = len(names)
-                out += (code[st], n, v_traj.get(u, -_BIAS - base) + base)
+                out += (code[st], n, w + base)
     try:
         return bytes(out), list(names)
     except ValueError:
@@ -123,14 +122,10 @@ def materialise(key: bytes, make: Callable[[Config], StalenessController],
             pos += 3
             if code:
                 st = _STATE[code]
-                buf.state[i], buf.unit[i] = st, n
-                if st is OCCUPIED:
-                    buf.n_occ += 1
-                else:
-                    buf.n_res += 1
-                t.where[n] = (buf, i)
-                t.v_traj[n] = w - _BIAS + base
-                units[n] = UnitState.FINISHED if st is OCCUPIED else UnitState.IN_FLIGHT
+                if st == RESERVED:  # an in-flight unit: the table indexes its version
+                    t.v_traj[n] = w - _BIAS + base
+                t._put(buf, i, st, n, w - _BIAS + base)  # the slot and every index
+                units[n] = UnitState.FINISHED if st == OCCUPIED else UnitState.IN_FLIGHT
         t.buffers[buf.v] = buf
     c._units = dict(sorted(units.items()))
     c._in_flight = in_flight
@@ -270,7 +265,7 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
         if len(result.units) != cfg.batch_size:
             return "edge:batch", f"batch of {len(result.units)} units, batch_size {cfg.batch_size}"
         head_units = {u for st, u in zip(pre._table.buffers[pre.head].state,
-                                         pre._table.buffers[pre.head].unit) if st is OCCUPIED}
+                                         pre._table.buffers[pre.head].unit) if st == OCCUPIED}
         for bu in result.units:
             if not (0 <= bu.staleness <= cfg.max_staleness) or \
                     bu.staleness != result.version - bu.v_traj:
@@ -289,7 +284,7 @@ def check_state(c: StalenessController) -> tuple[str, str] | None:
         check_controller(c)
     except InvariantViolation as e:
         return f"invariant:{e.invariant}", e.detail
-    for u, v in c._table.v_traj.items():
+    for u, v in c._table.live_versions().items():
         if v > c._version:
             return "invariant:aux_stamp", f"unit {u!r} has v_traj={v} > version={c._version}"
     return None

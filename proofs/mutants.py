@@ -54,16 +54,16 @@ def _with_controller(cls: type[StalenessController]) -> Callable[[Config], Stale
 
 class StalenessOffByOne(SlotTable):
     def shift_candidate(self, gap: SlotRef) -> tuple[Buffer, int] | None:
-        v_traj, eta, gv = self.v_traj, self.eta, gap.buffer
+        gv = gap.buffer
+        min_version = gv - self.eta - 1  # MUTANT: legal when gv <= v_traj + eta + 1
         for v in range(self.head, gv + 1):
             buf = self.buffers[v]
             if not buf.n_res or self.ready(buf):
                 continue
-            state, unit = buf.state, buf.unit
-            end = gap.index if v == gv else len(state)
-            for i in range(state.index(RESERVED), end):
-                if state[i] is RESERVED and gv <= v_traj[unit[i]] + eta + 1:  # MUTANT: +1
-                    return buf, i
+            end = gap.index if v == gv else len(buf.state)
+            i = self.first_reservation_from(buf, min_version, end)
+            if i >= 0:
+                return buf, i
         return None
 
 
@@ -72,8 +72,7 @@ class ReserveEarliest(SlotTable):
         for v in range(self.head, min(self.top, v_traj + self.eta) + 1):  # MUTANT: earliest
             buf = self.buffers[v]
             if buf.n_empty and not self.ready(buf):
-                state = buf.state
-                return SlotRef(v, len(state) - 1 - state[::-1].index(EMPTY))
+                return SlotRef(v, buf.state.rfind(EMPTY))
         return None
 
 
@@ -82,7 +81,7 @@ class ReserveFirstEmpty(SlotTable):
         for v in range(min(self.top, v_traj + self.eta), self.head - 1, -1):
             buf = self.buffers[v]
             if buf.n_empty and not self.ready(buf):
-                return SlotRef(v, buf.state.index(EMPTY))  # MUTANT: first EMPTY, not last
+                return SlotRef(v, buf.state.find(EMPTY))  # MUTANT: first EMPTY, not last
         return None
 
 
@@ -91,8 +90,7 @@ class ReserveIntoReady(SlotTable):
         for v in range(min(self.top, v_traj + self.eta), self.head - 1, -1):
             buf = self.buffers[v]
             if buf.n_empty:  # MUTANT: READY buffers' spare slots stay open for reservations
-                state = buf.state
-                return SlotRef(v, len(state) - 1 - state[::-1].index(EMPTY))
+                return SlotRef(v, buf.state.rfind(EMPTY))
         return None
 
 
@@ -103,15 +101,15 @@ class NoShift(SlotTable):
 
 class ShiftAfterGap(SlotTable):
     def shift_candidate(self, gap: SlotRef) -> tuple[Buffer, int] | None:
-        v_traj, eta, gv = self.v_traj, self.eta, gap.buffer
+        gv = gap.buffer
+        min_version = gv - self.eta
         for v in range(gv, self.top + 1):  # MUTANT: scans from the gap onwards
             buf = self.buffers[v]
             if not buf.n_res or self.ready(buf):
                 continue
-            state, unit = buf.state, buf.unit
             start = gap.index + 1 if v == gv else 0
-            for i in range(start, len(state)):
-                if state[i] is RESERVED and gv <= v_traj[unit[i]] + eta:  # type: ignore[index]
+            for i in range(start, len(buf.state)):
+                if buf.state[i] == RESERVED and buf.version[i] >= min_version:
                     return buf, i
         return None
 
@@ -125,31 +123,33 @@ class RelabelLast(SlotTable):
     def relabel(self, buf: Buffer, hole: int) -> list[Move]:
         # MUTANT: the *last* reservation before the hole takes it, not the first of the run.
         for i in range(hole - 1, -1, -1):
-            if buf.state[i] is RESERVED:
+            if buf.state[i] == RESERVED:
                 return [self._move(buf, i, buf, hole, MoveReason.RELABEL)]
         return []
 
 
 class PlaceLatest(SlotTable):
     def place(self, unit_id: UnitId) -> SlotRef:
-        last = min(self.top, self.v_traj[unit_id] + self.eta)
+        v_traj = self.v_traj[unit_id]
+        last = min(self.top, v_traj + self.eta)
         for v in range(last, self.head - 1, -1):  # MUTANT: latest legal buffer first
             buf = self.buffers[v]
             if buf.n_empty and not self.ready(buf):
-                i = buf.state.index(EMPTY)
-                self._put(buf, i, OCCUPIED, unit_id)
+                i = buf.state.find(EMPTY)
+                self._put(buf, i, OCCUPIED, unit_id, v_traj)
                 return SlotRef(v, i)
         raise AssertionError(f"no legal EMPTY slot for finished unit {unit_id!r}")
 
 
 class PlaceIntoReady(SlotTable):
     def place(self, unit_id: UnitId) -> SlotRef:
-        last = min(self.top, self.v_traj[unit_id] + self.eta)
+        v_traj = self.v_traj[unit_id]
+        last = min(self.top, v_traj + self.eta)
         for v in range(self.head, last + 1):
             buf = self.buffers[v]
             if buf.n_empty:  # MUTANT: a READY buffer's spare slot accepts finished units
-                i = buf.state.index(EMPTY)
-                self._put(buf, i, OCCUPIED, unit_id)
+                i = buf.state.find(EMPTY)
+                self._put(buf, i, OCCUPIED, unit_id, v_traj)
                 return SlotRef(v, i)
         raise AssertionError(f"no legal EMPTY slot for finished unit {unit_id!r}")
 
@@ -163,7 +163,7 @@ class CloseAbortsSilently(SlotTable):
     def close_ready(self, buf: Buffer) -> tuple[list[Move], list[UnitId]]:
         moves: list[Move] = []
         for i, state in enumerate(buf.state):
-            if state is not RESERVED:
+            if state != RESERVED:
                 continue
             unit_id = buf.unit[i]
             target = self.relocation_target(buf.v, self.v_traj[unit_id])  # type: ignore[index]
@@ -187,7 +187,7 @@ class DonorFirstOccupied(SlotTable):
         for v in range(hole_buf.v, self.top + 1):
             buf = self.buffers[v]
             for i, state in enumerate(buf.state):  # MUTANT: first OCCUPIED, not last
-                if state is OCCUPIED and (v > hole_buf.v or i > hole):
+                if state == OCCUPIED and (v > hole_buf.v or i > hole):
                     return buf, i
         return None
 

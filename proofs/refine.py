@@ -48,11 +48,11 @@ def spec_state(c: StalenessController) -> SpecState:
         buf = t.buffers.get(c._version + k)
         rs, rw, ru = [E] * cap, [0] * cap, [-1] * cap  # type: ignore[operator]
         if buf is not None:
-            for i, (kind, u) in enumerate(zip(buf.state, buf.unit)):
-                if i >= cap or kind is EMPTY:  # type: ignore[operator]
+            for i, (kind, u, v) in enumerate(zip(buf.state, buf.unit, buf.version)):
+                if i >= cap or kind == EMPTY:  # type: ignore[operator]
                     continue
                 rs[i] = _KIND.get(kind, R)
-                rw[i] = t.v_traj.get(u, -10**6)
+                rw[i] = v
                 ru[i] = ids.get(u, -2)
         st.append(rs)
         w.append(rw)
@@ -67,7 +67,7 @@ def spec_state(c: StalenessController) -> SpecState:
 
 def locate(c: StalenessController, unit_id: Any) -> tuple[int, int]:
     """Offset and slot of a unit in ``c``'s table (the encoding's operation parameter)."""
-    buf, i = c._table.where[unit_id]
+    buf, i = c._table.locate(unit_id)
     return buf.v - c._version, i
 
 

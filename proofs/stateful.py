@@ -75,7 +75,7 @@ def _invariant_method(name: str) -> Callable[[Any], None]:
 
 def _head_holds(c: StalenessController, kind: SlotState) -> bool:
     buf = c._table.head_buffer()
-    return buf is not None and kind in buf.state
+    return buf is not None and kind in buf.slot_states()
 
 
 class ControllerMachine(RuleBasedStateMachine):

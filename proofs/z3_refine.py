@@ -47,13 +47,13 @@ def abstract(c: StalenessController) -> dict[str, Any]:
         ranks = [rank[x] for x in buf.state]
         if ranks != sorted(ranks):
             raise NotAbstractable(f"buffer {v} is not O* E* R*")
-        for st, u in zip(buf.state, buf.unit):
-            if st is EMPTY:
+        for st, u, w in zip(buf.state, buf.unit, buf.version):
+            if st == EMPTY:
                 continue
-            d = ver - t.v_traj[u]
+            d = ver - w
             if not (0 <= k <= eta and 0 <= d <= eta):
                 raise NotAbstractable(f"unit {u!r} at offset {k} with age {d}")
-            (r if st is RESERVED else o)[k][d] += 1
+            (r if st == RESERVED else o)[k][d] += 1
     states = list(c._units.values())
     return {"training": c._phase == "TRAINING", "r": r, "o": o,
             "in_flight": c._in_flight, "finished": states.count(UnitState.FINISHED),
@@ -115,8 +115,8 @@ class CounterRefinement:
             return self._release_stuck(pre_c, post_c, refused, a_pre, a_post)
         k = d = 0
         if op in _UNIT_OPS:
-            buf, _ = pre_c._table.where[unit]
-            k, d = buf.v - pre_c._version, pre_c._version - pre_c._table.v_traj[unit]
+            buf, i = pre_c._table.locate(unit)
+            k, d = buf.v - pre_c._version, pre_c._version - buf.version[i]
         solver, pre, step, m = self._case(eta, op, k, d)
         solver.push()
         try:

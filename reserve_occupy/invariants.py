@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .errors import InvariantViolation
-from .types import BufferStatus, Phase, SlotState, Snapshot, UnitState
+from .table import EMPTY, NO_VERSION, OCCUPIED, RESERVED
+from .types import BatchUnit, BufferStatus, Phase, SlotState, Snapshot, UnitState
 
 if TYPE_CHECKING:
     from .machine import StalenessController
@@ -217,15 +218,27 @@ def check_controller(c: StalenessController) -> None:
     check_snapshot(c.snapshot())
     t = c._table
     for u, (buf, i) in t.where.items():
-        if buf.unit[i] != u or t.buffers.get(buf.v) is not buf:
+        if buf.unit[i] != u or buf.state[i] != RESERVED or t.buffers.get(buf.v) is not buf:
             raise InvariantViolation("conservation", f"index says {u!r} at ({buf.v}, {i})")
     for v, buf in t.buffers.items():
-        n_occ = sum(1 for st in buf.state if st is O)
-        n_res = sum(1 for st in buf.state if st is R)
-        if (n_occ, n_res) != (buf.n_occ, buf.n_res):
+        if (buf.state.count(OCCUPIED), buf.state.count(RESERVED)) != (buf.n_occ, buf.n_res):
             raise InvariantViolation("conservation", f"buffer {v} counters out of step")
+        # the indexes the hot paths read instead of scanning: versions, reservation counts per
+        # version, finished units' slots and prebuilt batch entries
+        reserved = [w for st, w in zip(buf.state, buf.version) if st == RESERVED]
+        occupied = {u: i for i, (st, u) in enumerate(zip(buf.state, buf.unit)) if st == OCCUPIED}
+        entries = {i: BatchUnit(u, buf.version[i], v - buf.version[i])
+                   for u, i in occupied.items()}
+        if (any((st == EMPTY) != (w == NO_VERSION) for st, w in zip(buf.state, buf.version))
+                or buf.res_versions != Counter(reserved) or buf.pos != occupied
+                or any(buf.entry[i] != e for i, e in entries.items())
+                or any(e is not None for i, e in enumerate(buf.entry) if i not in entries)
+                or any(t.v_traj.get(buf.unit[i]) != w for i, (st, w)
+                       in enumerate(zip(buf.state, buf.version)) if st == RESERVED)):
+            raise InvariantViolation("conservation", f"buffer {v} indexes out of step")
+    in_table = len(t.where) + sum(len(b.pos) for b in t.buffers.values())
     live = sum(1 for st in c._units.values() if st in (UnitState.IN_FLIGHT, UnitState.FINISHED))
-    if len(t.where) != live or set(t.v_traj) != set(t.where):
+    if in_table != live or set(t.v_traj) != set(t.where):
         raise InvariantViolation("conservation", "slot index and unit records disagree")
     if c.in_flight != sum(1 for st in c._units.values() if st is UnitState.IN_FLIGHT):
         raise InvariantViolation("conservation", "in-flight counter out of step")

@@ -22,14 +22,22 @@ can break exactly one rule by overriding exactly one method:
 * ``close_ready``    -- correction 2 (oversampling): a buffer that became READY closes its spare
   slots; each reservation in it moves to a legal EMPTY slot of a later buffer or is aborted.
 
+Indexes, kept in step by ``_put``/``_clear`` (the only slot writers) and all verified by
+``invariants.check_controller``: ``where`` and ``v_traj`` cover in-flight units only; a unit in
+an OCCUPIED slot is found through its buffer's ``pos`` and carries its version in the slot. So a
+consumed buffer takes everything about its units with it: consume deletes nothing unit by unit.
+
 The table knows nothing of unit lifecycles or the trainer; ``machine.StalenessController`` owns
 those and composes these rules into operations. No I/O, no clocks, no threads.
 """
 
 from __future__ import annotations
 
+from itertools import compress
+
 from .config import Config
 from .types import (
+    BatchUnit,
     BufferStatus,
     BufferView,
     Move,
@@ -39,20 +47,40 @@ from .types import (
     UnitId,
 )
 
-EMPTY = SlotState.EMPTY
-RESERVED = SlotState.RESERVED
-OCCUPIED = SlotState.OCCUPIED
+# Slot states as stored: one byte per slot, the SlotState's letter, in a bytearray per buffer.
+# find/rfind/count on a bytearray run at memchr speed, so locating the first or last EMPTY or
+# RESERVED slot costs next to nothing at any capacity, where a list of enum members was compared
+# element by element (and copied, to search from the end). ``slot_states`` turns them back.
+EMPTY, RESERVED, OCCUPIED = (ord(s.value) for s in (SlotState.EMPTY, SlotState.RESERVED,
+                                                     SlotState.OCCUPIED))
+AS_SLOT_STATE = {ord(s.value): s for s in SlotState}
+NO_VERSION = -1  # Buffer.version of an EMPTY slot (versions are >= 0)
 
 
 class Buffer:
-    """One staleness buffer: ``capacity`` slots and counters of RESERVED and OCCUPIED."""
+    """One staleness buffer: ``capacity`` slots, counters of RESERVED and OCCUPIED, and indexes.
 
-    __slots__ = ("n_occ", "n_res", "state", "unit", "v")
+    Per slot: ``state`` (a byte), ``unit``, ``version`` (the unit's v_traj) and, for OCCUPIED
+    slots, ``entry``: the unit's ``BatchUnit`` as it would train from this buffer. The entry is
+    built when the unit is put in the slot (occupy's placement, or a refill move), so consume --
+    which runs while the trainer waits -- slices out a finished batch instead of building B
+    NamedTuples. ``pos`` maps each OCCUPIED unit to its slot, so consume drops the buffer's
+    finished units with the buffer instead of deleting B entries from table-wide dictionaries.
+    ``res_versions`` counts reservations per version: the shift rule asks for the first
+    reservation with ``v_traj >= gap - eta`` and can skip a buffer without one in O(versions).
+    """
+
+    __slots__ = ("entry", "n_occ", "n_res", "pos", "res_versions", "state", "unit", "v",
+                 "version")
 
     def __init__(self, v: int, capacity: int) -> None:
         self.v = v
-        self.state: list[SlotState] = [EMPTY] * capacity
+        self.state = bytearray([EMPTY]) * capacity
         self.unit: list[UnitId | None] = [None] * capacity
+        self.version: list[int] = [NO_VERSION] * capacity
+        self.entry: list[BatchUnit | None] = [None] * capacity
+        self.pos: dict[UnitId, int] = {}
+        self.res_versions: dict[int, int] = {}
         self.n_occ = 0
         self.n_res = 0
 
@@ -61,6 +89,10 @@ class Buffer:
         other.v = self.v
         other.state = self.state.copy()
         other.unit = self.unit.copy()
+        other.version = self.version.copy()
+        other.entry = self.entry.copy()
+        other.pos = self.pos.copy()
+        other.res_versions = self.res_versions.copy()
         other.n_occ = self.n_occ
         other.n_res = self.n_res
         return other
@@ -68,6 +100,9 @@ class Buffer:
     @property
     def n_empty(self) -> int:
         return len(self.state) - self.n_occ - self.n_res
+
+    def slot_states(self) -> list[SlotState]:
+        return list(map(AS_SLOT_STATE.__getitem__, self.state))
 
 
 class SlotTable:
@@ -80,8 +115,8 @@ class SlotTable:
         self.head = 0
         self.top = -1
         self.buffers: dict[int, Buffer] = {}
-        self.where: dict[UnitId, tuple[Buffer, int]] = {}
-        self.v_traj: dict[UnitId, int] = {}
+        self.where: dict[UnitId, tuple[Buffer, int]] = {}  # in-flight units' RESERVED slots
+        self.v_traj: dict[UnitId, int] = {}  # in-flight units' versions
         self.open_through(self.eta)
 
     def copy(self) -> SlotTable:
@@ -97,6 +132,8 @@ class SlotTable:
 
     def open_through(self, top: int) -> None:
         """Open empty buffers up to ``top`` (the window grows on publish)."""
+        # A new Buffer each time: reusing the consumed one measured no faster (what costs is
+        # releasing its references to B units, which happens either way).
         for v in range(max(self.top + 1, self.head), top + 1):
             self.buffers[v] = Buffer(v, self.capacity)
         self.top = max(self.top, top)
@@ -113,36 +150,96 @@ class SlotTable:
             return BufferStatus.READY
         return BufferStatus.PENDING if buf.n_empty else BufferStatus.STUCK
 
+    # ----------------------------------------------------------------- lookups --------------
+
+    def locate(self, unit_id: UnitId) -> tuple[Buffer, int]:
+        """The slot of a live unit: ``where`` for in-flight units, else the buffers' ``pos``
+        (at most eta + 1 dictionary lookups). KeyError if the unit is not in the table."""
+        found = self.where.get(unit_id)
+        if found is not None:
+            return found
+        for buf in self.buffers.values():
+            i = buf.pos.get(unit_id)
+            if i is not None:
+                return buf, i
+        raise KeyError(unit_id)
+
+    def live_versions(self) -> dict[UnitId, int]:
+        """``v_traj`` of every live unit, in one pass (snapshots read all of them)."""
+        out = dict(self.v_traj)
+        for buf in self.buffers.values():
+            version = buf.version
+            out.update((u, version[i]) for u, i in buf.pos.items())
+        return out
+
     # ----------------------------------------------------------------- slot writes ----------
 
-    def _put(self, buf: Buffer, i: int, state: SlotState, unit_id: UnitId) -> None:
+    def _put(self, buf: Buffer, i: int, state: int, unit_id: UnitId, version: int) -> None:
+        """Write a unit into an EMPTY slot and every index: a RESERVED unit is in flight
+        (``where``), an OCCUPIED one is in its buffer (``pos``, ``entry``) and leaves
+        ``v_traj`` (its version now lives in the slot)."""
         buf.state[i] = state
         buf.unit[i] = unit_id
-        if state is OCCUPIED:
+        buf.version[i] = version
+        if state == OCCUPIED:
             buf.n_occ += 1
+            buf.entry[i] = BatchUnit(unit_id, version, buf.v - version)
+            buf.pos[unit_id] = i
+            self.v_traj.pop(unit_id, None)
         else:
             buf.n_res += 1
-        self.where[unit_id] = (buf, i)
+            counts = buf.res_versions
+            counts[version] = counts.get(version, 0) + 1
+            self.where[unit_id] = (buf, i)
 
     def _clear(self, buf: Buffer, i: int) -> UnitId:
+        """Empty a slot and its buffer's indexes (``where`` is the caller's: a move rewrites
+        it, a release pops it)."""
         unit_id = buf.unit[i]
-        if buf.state[i] is OCCUPIED:
+        if buf.state[i] == OCCUPIED:
             buf.n_occ -= 1
+            buf.entry[i] = None
+            del buf.pos[unit_id]  # type: ignore[arg-type]
         else:
             buf.n_res -= 1
+            counts = buf.res_versions
+            v = buf.version[i]
+            if counts[v] == 1:
+                del counts[v]
+            else:
+                counts[v] -= 1
         buf.state[i] = EMPTY
         buf.unit[i] = None
+        buf.version[i] = NO_VERSION
         return unit_id  # type: ignore[return-value]
 
     def _move(self, src: Buffer, i: int, dst: Buffer, j: int, reason: MoveReason) -> Move:
-        state = src.state[i]
+        state, version = src.state[i], src.version[i]
         unit_id = self._clear(src, i)
-        self._put(dst, j, state, unit_id)
+        self._put(dst, j, state, unit_id, version)
         return Move(unit_id, SlotRef(src.v, i), SlotRef(dst.v, j), reason)
 
     def discard(self, unit_id: UnitId) -> None:
-        """The unit left the table for good (consumed, aborted or filtered)."""
+        """An in-flight unit left the table for good (aborted, or dropped by closing)."""
         del self.v_traj[unit_id]
+
+    @staticmethod
+    def first_reservation_from(buf: Buffer, min_version: int, end: int) -> int:
+        """Index of the first RESERVED slot before ``end`` in ``buf`` whose unit was admitted at
+        ``min_version`` or later, -1 if none: the shift rule's legality test. A buffer without
+        such a reservation is skipped from its per-version counts; otherwise reservations are
+        visited by memchr-speed ``find`` hops (the first one qualifies almost always: the
+        newest reservations stand first, Reserve filling each buffer from its end)."""
+        for version in buf.res_versions:
+            if version >= min_version:
+                break
+        else:
+            return -1  # no reservation in this buffer is recent enough
+        state, versions = buf.state, buf.version
+        i = state.find(RESERVED, 0, end)
+        while i >= 0 and versions[i] < min_version:
+            i = state.find(RESERVED, i + 1, end)
+        return i
 
     # ----------------------------------------------------------------- Reserve ---------------
 
@@ -151,13 +248,12 @@ class SlotTable:
         for v in range(min(self.top, v_traj + self.eta), self.head - 1, -1):
             buf = self.buffers[v]
             if buf.n_empty and not self.ready(buf):
-                state = buf.state
-                return SlotRef(v, len(state) - 1 - state[::-1].index(EMPTY))
+                return SlotRef(v, buf.state.rfind(EMPTY))
         return None
 
     def reserve(self, unit_id: UnitId, v_traj: int, slot: SlotRef) -> None:
         self.v_traj[unit_id] = v_traj
-        self._put(self.buffers[slot.buffer], slot.index, RESERVED, unit_id)
+        self._put(self.buffers[slot.buffer], slot.index, RESERVED, unit_id, v_traj)
 
     # ----------------------------------------------------------------- Occupy / Abort -------
 
@@ -170,16 +266,16 @@ class SlotTable:
     def shift_candidate(self, gap: SlotRef) -> tuple[Buffer, int] | None:
         """First RESERVED slot strictly before the gap (by buffer, then slot), outside READY
         buffers, whose unit may legally sit in the gap's buffer."""
-        v_traj, eta, gv = self.v_traj, self.eta, gap.buffer
+        gv = gap.buffer
+        min_version = gv - self.eta  # legal in buffer gv: gv <= v_traj + eta
         for v in range(self.head, gv + 1):
             buf = self.buffers[v]
             if not buf.n_res or self.ready(buf):
                 continue
-            state, unit = buf.state, buf.unit
-            end = gap.index if v == gv else len(state)
-            for i in range(state.index(RESERVED), end):
-                if state[i] is RESERVED and gv <= v_traj[unit[i]] + eta:  # type: ignore[index]
-                    return buf, i
+            end = gap.index if v == gv else len(buf.state)
+            i = self.first_reservation_from(buf, min_version, end)
+            if i >= 0:
+                return buf, i
         return None
 
     def shift_into(self, gap: SlotRef) -> list[Move]:
@@ -195,28 +291,28 @@ class SlotTable:
     def relabel(self, buf: Buffer, hole: int) -> list[Move]:
         """Correction 1: a reservation left slot ``hole`` of ``buf``; if reservations stand before
         it in the same buffer, the first of them takes the hole so the buffer reads O* E* R*."""
-        try:
-            first = buf.state.index(RESERVED, 0, hole)
-        except ValueError:
+        first = buf.state.find(RESERVED, 0, hole)
+        if first < 0:
             return []
         return [self._move(buf, first, buf, hole, MoveReason.RELABEL)]
 
     def place(self, unit_id: UnitId) -> SlotRef:
         """Step (c): the finished unit takes the earliest EMPTY slot of a legal, not-READY
         buffer. One always exists: the gap, or the slot the shift freed before it."""
-        last = min(self.top, self.v_traj[unit_id] + self.eta)
+        v_traj = self.v_traj[unit_id]
+        last = min(self.top, v_traj + self.eta)
         for v in range(self.head, last + 1):
             buf = self.buffers[v]
             if buf.n_empty and not self.ready(buf):
-                i = buf.state.index(EMPTY)
-                self._put(buf, i, OCCUPIED, unit_id)
+                i = buf.state.find(EMPTY)
+                self._put(buf, i, OCCUPIED, unit_id, v_traj)
                 return SlotRef(v, i)
         raise AssertionError(f"no legal EMPTY slot for finished unit {unit_id!r}")
 
     # ----------------------------------------------------------------- Filter / holes -------
 
     def remove_occupied(self, unit_id: UnitId) -> SlotRef:
-        buf, i = self.where.pop(unit_id)
+        buf, i = self.locate(unit_id)
         self._clear(buf, i)
         return SlotRef(buf.v, i)
 
@@ -225,7 +321,7 @@ class SlotTable:
         for v in range(self.head, self.top + 1):
             buf = self.buffers[v]
             if buf.n_empty and not self.ready(buf):
-                return buf, buf.state.index(EMPTY)
+                return buf, buf.state.find(EMPTY)
         return None
 
     def donor(self, hole_buf: Buffer, hole: int) -> tuple[Buffer, int] | None:
@@ -235,12 +331,9 @@ class SlotTable:
             buf = self.buffers[v]
             if not buf.n_occ:
                 continue
-            state = buf.state
-            for i in range(len(state) - 1, -1, -1):
-                if state[i] is OCCUPIED:
-                    if v == hole_buf.v and i <= hole:
-                        break
-                    return buf, i
+            i = buf.state.rfind(OCCUPIED)
+            if v != hole_buf.v or i > hole:
+                return buf, i
         return None
 
     def fill_holes(self) -> tuple[list[Move], list[UnitId]]:
@@ -274,7 +367,7 @@ class SlotTable:
         if not buf.n_res:
             return moves, aborted
         for i, state in enumerate(buf.state):
-            if state is not RESERVED:
+            if state != RESERVED:
                 continue
             unit_id = buf.unit[i]
             target = self.relocation_target(buf.v, self.v_traj[unit_id])  # type: ignore[index]
@@ -295,17 +388,26 @@ class SlotTable:
 
     # ----------------------------------------------------------------- Consume ---------------
 
-    def take_head(self) -> list[tuple[UnitId, int]]:
-        """Remove the head buffer and return its OCCUPIED units, with their versions, in slot
-        order."""
+    def take_head(self) -> tuple[list[UnitId], tuple[BatchUnit, ...]]:
+        """Remove the head buffer; return its OCCUPIED units in slot order and their entries.
+
+        Nothing here loops in Python: units and prebuilt entries are list slices when the
+        OCCUPIED slots form a prefix (the ordering invariant, verified by a memchr-speed
+        ``count``), else picked by ``compress`` (the proofs' mutants break the order on purpose).
+        The units' indexes (``pos``, versions) leave with the buffer.
+        """
         buf = self.buffers.pop(self.head)
-        units = []
-        for state, unit_id in zip(buf.state, buf.unit):
-            if state is OCCUPIED:
-                del self.where[unit_id]  # type: ignore[arg-type]
-                units.append((unit_id, self.v_traj.pop(unit_id)))  # type: ignore[arg-type]
+        n = buf.n_occ
+        if n == len(buf.state) and buf.state.count(OCCUPIED) == n:  # full: no slicing
+            units, entries = buf.unit, tuple(buf.entry)  # the buffer is gone: take its list
+        elif buf.state.count(OCCUPIED, 0, n) == n:
+            units, entries = buf.unit[:n], tuple(buf.entry[:n])
+        else:
+            occupied = list(map(OCCUPIED.__eq__, buf.state))
+            units = list(compress(buf.unit, occupied))
+            entries = tuple(compress(buf.entry, occupied))
         self.head += 1
-        return units  # type: ignore[return-value]
+        return units, entries  # type: ignore[return-value]
 
     def head_buffer(self) -> Buffer | None:
         return self.buffers.get(self.head)
@@ -314,6 +416,6 @@ class SlotTable:
 
     def views(self) -> tuple[BufferView, ...]:
         return tuple(
-            BufferView(v, self.status(b), tuple(zip(b.state, b.unit)))
+            BufferView(v, self.status(b), tuple(zip(b.slot_states(), b.unit)))
             for v, b in sorted(self.buffers.items())
         )

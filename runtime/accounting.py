@@ -1,12 +1,18 @@
 """What a driver run measured, on the driver's clock: idle time of the trainer and of the
 engine, tokens generated and trained, rewards of completed groups, and the per-step records
-built from them. Bookkeeping only; the driver calls it at the moments that matter."""
+built from them; the unit and step counts derived from the controller's event log
+(``LogCounts``); and the response lengths of every sample with its fate, for the length bias
+(``LengthLog``). Bookkeeping only; the driver calls it at the moments that matter."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from .clock import Clock
+from .lengthbias import length_bias
 from .trainer.base import TrainBatch
 from .units import StepRecord
 
@@ -38,9 +44,10 @@ class Accounting:
         self.trainer_idle_s += seconds
 
     def step(self, step: int, batch: Any, tb: TrainBatch, metrics: dict[str, float],
-             times: tuple[float, float, float, float], counts: dict[str, int]) -> StepRecord:
+             times: tuple[float, float, float, float], counts: dict[str, int],
+             lengths: dict[str, Any] | None = None) -> StepRecord:
         """The record of one step; ``times`` = (waiting began, training began, sync began,
-        sync ended) on the clock."""
+        sync ended) on the clock; ``lengths``: ``LengthLog.figures`` so far."""
         t_wait, t_train, t_sync, t_end = times
         self.tokens_trained += sum(len(s.token_ids) for _, s in tb.samples)
         now = t_end - self.t0
@@ -55,6 +62,292 @@ class Accounting:
             sync_s=t_end - t_sync, wait_s=t_train - t_wait,
             tokens_generated=self.tokens_generated, tokens_trained=self.tokens_trained,
             trainer_idle=self.trainer_idle_s / now if now > 0 else 0.0,
-            rollout_idle=idle / now if now > 0 else 0.0, counts=dict(counts))
+            rollout_idle=idle / now if now > 0 else 0.0, counts=dict(counts),
+            lengths=dict(lengths or {}))
         self.completed_rewards = []
         return record
+
+
+# ---------------------------------------------------------------- counts from the event log ---
+
+# The reason an abort line carries (``meta.reason``) when the driver filtered a group whose
+# rewards were all equal: counted as filtered, not aborted.
+NO_GRADIENT = "no_gradient"
+# Reasons that end a unit without settling what the policy did with it: the run stopped while
+# it was in flight (``shutdown``), or a crash lost it and recovery closed it out. The length
+# bias leaves such units out, as the simulator leaves out trajectories still live at the end.
+UNSETTLED = frozenset({"shutdown", "lost_in_crash", "recovered", "trajectory_missing"})
+
+
+class LogCounts:
+    """The run's unit and step counts, derived from the controller's event log and nothing
+    else (one source of truth: ``metrics.jsonl`` rows, ``summary.json`` and the summary table
+    all take them from here). Fed trace-format records (``reserve_occupy.trace``), as written
+    to ``events.jsonl``, incrementally:
+
+    * ``steps``: ``publish`` lines (batches trained and published, recovery's included);
+    * ``admitted``: ``reserve`` lines; ``trained``: units in ``consume`` batches;
+    * ``filtered``: ``abort`` lines with ``meta.reason == "no_gradient"`` and ``filter`` lines;
+    * ``aborted``: every other unit that ended ABORTED: ``abort`` lines and the units each
+      operation's ``aborted`` list names (closing rule, STUCK release), by reason in
+      ``aborted_by_reason``;
+    * ``released_stuck``: units aborted by ``release_stuck``;
+    * ``staleness``: {staleness: units} over the consumed batches.
+
+    ``fates`` maps each unit whose fate the log settled to it, in the words the counts use:
+    ``trained``, ``filtered``, ``aborted:<reason>``; a unit closed out for a reason in
+    ``UNSETTLED`` is ``unsettled:<reason>``; a unit still live has none. ``LengthLog`` joins
+    it with the samples' lengths."""
+
+    FIELDS = ("steps", "admitted", "trained", "filtered", "aborted", "released_stuck")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.FIELDS, 0)
+        self.aborted_by_reason: dict[str, int] = {}
+        self.staleness: dict[int, int] = {}
+        self.fates: dict[Any, str] = {}
+
+    def _aborted(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.counts["aborted"] += n
+            self.aborted_by_reason[reason] = self.aborted_by_reason.get(reason, 0) + n
+
+    def add(self, record: dict[str, Any]) -> None:
+        op, c = record.get("op"), self.counts
+        reason = str((record.get("meta") or {}).get("reason", "unspecified"))
+        unsettled = f"unsettled:{reason}" if reason in UNSETTLED else None
+        if op == "reserve":
+            c["admitted"] += 1
+        elif op == "publish":
+            c["steps"] += 1
+        elif op == "consume":
+            units = record["batch"]["units"]
+            c["trained"] += len(units)
+            for u in units:
+                self.staleness[u["staleness"]] = self.staleness.get(u["staleness"], 0) + 1
+                self.fates[u["unit"]] = "trained"
+        elif op == "filter":
+            c["filtered"] += 1
+            self.fates[record["unit"]] = unsettled or "filtered"
+        elif op == "abort":
+            if reason == NO_GRADIENT:
+                c["filtered"] += 1
+                self.fates[record["unit"]] = "filtered"
+            else:
+                self._aborted(reason)
+                self.fates[record["unit"]] = unsettled or f"aborted:{reason}"
+        aborted = record.get("aborted", ())
+        if op == "release_stuck":
+            c["released_stuck"] += len(aborted)
+            self._aborted("released_stuck", len(aborted))
+        elif op in ("occupy", "abort", "filter"):
+            self._aborted("closing_rule", len(aborted))
+        if op in ("occupy", "abort", "filter", "release_stuck"):
+            why = "released_stuck" if op == "release_stuck" else "closing_rule"
+            for unit in aborted:
+                self.fates[unit] = unsettled or f"aborted:{why}"
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.counts, "aborted_by_reason": dict(sorted(self.aborted_by_reason.items())),
+                "staleness": {str(k): v for k, v in sorted(self.staleness.items())}}
+
+
+class ControllerCounts:
+    """``LogCounts`` kept up to date from a live ``JournaledController``'s in-memory events
+    (the same events, in the same trace format, that its log file receives)."""
+
+    def __init__(self, controller: Any) -> None:
+        self.controller = controller
+        self.log = LogCounts()
+        self._seen = 0
+
+    def fates(self) -> dict[Any, str]:
+        """``LogCounts.fates`` up to the controller's last event."""
+        self.counts()
+        return self.log.fates
+
+    def counts(self) -> dict[str, int]:
+        from reserve_occupy.trace import event_to_record
+
+        events = self.controller.events
+        metas = getattr(self.controller, "metas", {})
+        for event in events[self._seen:]:
+            record = event_to_record(event)
+            if event.seq in metas:
+                record["meta"] = metas[event.seq]
+            self.log.add(record)
+        self._seen = len(events)
+        return dict(self.log.counts)
+
+    def summary(self) -> dict[str, Any]:
+        self.counts()
+        return self.log.summary()
+
+
+def read_log_counts(path: Any) -> LogCounts:
+    """The ``LogCounts`` of an ``events.jsonl`` file (its header line is skipped; a torn last
+    line, which recovery would drop, is ignored)."""
+    log = LogCounts()
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines[1:], 2):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break
+            raise
+        log.add(record)
+    return log
+
+
+def counts_from_log(path: Any) -> dict[str, Any]:
+    """``LogCounts.summary()`` of an ``events.jsonl`` file."""
+    return read_log_counts(path).summary()
+
+
+# ------------------------------------------------------------- response lengths and fates ---
+
+LENGTHS_NAME = "lengths.jsonl"
+# A sample's part in its group, as the driver saw it when the group's generation ended.
+ROLES = ("committed", "surplus", "failed", "stopped", "unstarted")
+
+
+class LengthLog:
+    """The response length (tokens) of every sample of every unit whose generation ended, and
+    the length bias they show (``runtime/lengthbias.py``: mean trained / mean admitted length,
+    and the KS distance), defined as the simulator defines it (``runtime/sim/metrics.py``).
+
+    Design: one source of truth per fact. *What happened to a unit* is the event log's
+    (``LogCounts.fates``: trained, filtered, aborted and why); *how long its samples were* is
+    the one thing the log cannot say, and it is all this log holds: one line per unit,
+    ``{"unit": id, "lengths": [tokens per candidate], "roles": [role per candidate]}``, written
+    by the driver when the last of the unit's engine requests has returned. The role
+    (``ROLES``) is the sample's part inside its group, which only the driver sees:
+    ``committed`` (one of the first ``group_size`` to finish), ``surplus`` (stopped by the
+    first-n rule of group-level oversampling), ``failed`` (its request failed), ``stopped``
+    (stopped with its unit), ``unstarted`` (stopped before its first token). A sample's fate is
+    the join of the two: a committed sample of a trained unit is ``trained``, of a filtered unit
+    ``filtered``; a non-committed sample of a trained or filtered unit is ``aborted:surplus``
+    (``aborted:failed`` if it failed); every sample of an aborted unit is ``aborted:<the
+    unit's reason>`` (closing rule, timeout, released_stuck, ...), surplus and failed ones
+    keeping those names. Neither the trajectory files (only committed samples of finished
+    units, deleted once checkpointed) nor the log's ``meta`` (a unit's line is written before
+    its surplus requests return their tokens) could hold these lengths, hence the separate
+    file; it carries no fate, so the two can never disagree.
+
+    Admitted samples are the samples of units whose fate is settled (``UNSETTLED`` and live
+    units are left out, as the simulator leaves out live trajectories). Two departures from
+    the simulator, forced by what a real engine knows: an aborted sample counts with the tokens
+    it decoded before the abort, a lower bound on the answer it would have given (the simulator
+    knows the full length), so the runtime's ratio errs toward 1 and understates a bias toward
+    short answers; and an ``unstarted`` sample is left out, since its length is unknown and,
+    stopped before it decoded anything, it was not selected by its length.
+
+    ``path``: stream each record to that JSONL file as well (flushed per line; a torn last line
+    is skipped when read back)."""
+
+    def __init__(self) -> None:
+        self.records: dict[Any, dict[str, Any]] = {}
+        self._file: Any = None
+
+    @classmethod
+    def open(cls, path: Path, append: bool = False,
+             known: Iterable[Any] | None = None) -> LengthLog:
+        """A log streamed to ``path``. ``append`` (a resumed run) keeps the records already
+        there, of units in ``known`` only (a unit id the recovered event log never reserved
+        belongs to lines a crash cut from the log; the new run may reuse the id)."""
+        try:
+            log = cls.read(path) if append and path.exists() else cls()
+        except ValueError as exc:
+            raise ValueError(f"{exc}; move the file aside to resume without the earlier "
+                             f"lengths (the length bias then covers the resumed part only)") \
+                from None
+        if known is not None:
+            keep = set(known)
+            log.records = {u: r for u, r in log.records.items() if u in keep}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in log.records.values()))
+        log._file = path.open("a", encoding="utf-8")
+        return log
+
+    @classmethod
+    def read(cls, path: Path) -> LengthLog:
+        """The records of a ``lengths.jsonl`` file. Raises ``ValueError`` naming a bad line
+        other than a torn last one."""
+        log = cls()
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, 1):
+            try:
+                log._store(json.loads(line))
+            except (json.JSONDecodeError, ValueError) as exc:
+                if number == len(lines) and isinstance(exc, json.JSONDecodeError):
+                    break
+                raise ValueError(f"{path}: line {number} is not a length record ({exc})") \
+                    from None
+        return log
+
+    def _store(self, record: Any) -> None:
+        if not isinstance(record, dict) or "unit" not in record:
+            raise ValueError("a length record is an object with a unit")
+        lengths, roles = record.get("lengths"), record.get("roles")
+        if (not isinstance(lengths, list) or not isinstance(roles, list)
+                or len(lengths) != len(roles)
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                           for n in lengths)
+                or not all(r in ROLES for r in roles)):
+            raise ValueError(f"unit {record['unit']!r}: lengths must be token counts >= 0, "
+                             f"one role of {ROLES} each")
+        self.records[record["unit"]] = record
+
+    def add(self, unit: Any, lengths: list[int], roles: list[str]) -> None:
+        """The unit's generation ended with these samples. Raises ``ValueError`` (and stores
+        nothing) for lengths that are not token counts or roles not in ``ROLES``."""
+        record = {"unit": unit, "lengths": list(lengths), "roles": list(roles)}
+        self._store(record)
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def samples(self, fates: Mapping[Any, str]) -> list[tuple[int, str]]:
+        """(length, fate) of every admitted sample: see the class docstring."""
+        out = []
+        for unit, record in self.records.items():
+            fate = fates.get(unit)
+            if fate is None or fate.startswith("unsettled:"):
+                continue
+            for n, role in zip(record["lengths"], record["roles"]):
+                if role == "unstarted":
+                    continue
+                if role in ("surplus", "failed"):
+                    out.append((n, f"aborted:{role}"))
+                elif role == "committed" or fate.startswith("aborted:"):
+                    out.append((n, fate))
+                else:  # finished as its trained or filtered group completed: surplus too
+                    out.append((n, "aborted:surplus"))
+        return out
+
+    def figures(self, fates: Mapping[Any, str]) -> dict[str, Any]:
+        """The length bias so far: ``length_ratio`` (mean trained / mean admitted response
+        length), ``length_ks``, both means, and the sample counts; ratio, KS and means are
+        None until a sample trained."""
+        samples = self.samples(fates)
+        bias = length_bias([n for n, f in samples if f == "trained"], [n for n, _ in samples])
+        j = bias.to_json()
+        return {"length_ratio": j["ratio"], "length_ks": j["ks"],
+                "length_trained_mean": j["trained_mean"],
+                "length_admitted_mean": j["admitted_mean"],
+                "samples_trained": j["trained"], "samples_admitted": j["admitted"]}
+
+    def summary(self, fates: Mapping[Any, str]) -> dict[str, Any]:
+        """``figures`` and, per sample fate, {"samples": n, "mean": mean length}."""
+        by_fate: dict[str, list[int]] = {}
+        for n, fate in self.samples(fates):
+            by_fate.setdefault(fate, []).append(n)
+        return {**self.figures(fates), "length_by_fate": {
+            fate: {"samples": len(v), "mean": sum(v) / len(v)}
+            for fate, v in sorted(by_fate.items())}}

@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .units import DriverSettings
 
+MAX_ETA = 10_000  # versions a trajectory may lag
+MAX_GROUPS = 100_000  # groups per batch, slots per buffer, groups in flight
+MAX_CANDIDATES = 10_000  # samples per group
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,14 +66,14 @@ class RolloutConfig(_Section):
     # vllm: the real engine. fake: the scripted engine of runtime/rollout/fake.py on the real
     # clock (pipeline and recovery tests without vLLM; its tokens are random digits).
     backend: Literal["vllm", "fake"] = "vllm"
-    engines: int = Field(1, ge=1)  # rollout engines (an EnginePool when > 1, or on Ray)
+    engines: int = Field(1, ge=1, le=1024)  # rollout engines (an EnginePool when > 1, or on Ray)
     fake_token_s: float = Field(0.002, gt=0)  # the fake engine's seconds per token
-    max_tokens: int = Field(8, ge=1)
+    max_tokens: int = Field(8, ge=1, le=1_000_000)
     temperature: float = Field(1.0, gt=0)
     ignore_eos: bool = False
     partial_rollout: bool = True
-    max_model_len: int = Field(128, ge=8)
-    max_num_seqs: int = Field(64, ge=1)
+    max_model_len: int = Field(128, ge=8, le=10_000_000)
+    max_num_seqs: int = Field(64, ge=1, le=1_000_000)
     dtype: str = "auto"  # auto: float32 on CPU, the model's own on GPU
     kv_cache_gib: float | None = Field(None, gt=0)  # CPU: KV-cache size (default 0.0625)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
@@ -77,12 +81,15 @@ class RolloutConfig(_Section):
 
 
 class StalenessConfig(_Section):
-    eta: int = Field(1, ge=0)
-    batch_size: int = Field(16, ge=1)  # groups per training step
-    group_size: int = Field(8, ge=2)  # samples per group (GRPO needs at least 2)
-    candidates: int | None = Field(None, ge=2)  # > group_size: group-level oversampling
-    capacity: int | None = Field(None, ge=1)  # > batch_size: batch-level oversampling
-    max_concurrency: int | None = Field(None, ge=1)  # groups in flight at once
+    # Upper bounds (docs/runtime.md, "What train validates"): far above any real run, low
+    # enough that the structures sized by them (eta + 1 buffers of capacity slots, a group's
+    # candidates) fit in memory; the core's Config checks its own limits as well.
+    eta: int = Field(1, ge=0, le=MAX_ETA)
+    batch_size: int = Field(16, ge=1, le=MAX_GROUPS)  # groups per training step
+    group_size: int = Field(8, ge=2, le=MAX_CANDIDATES)  # samples per group (GRPO: >= 2)
+    candidates: int | None = Field(None, ge=2, le=MAX_CANDIDATES)  # group-level oversampling
+    capacity: int | None = Field(None, ge=1, le=MAX_GROUPS)  # batch-level oversampling
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_GROUPS)  # groups in flight
     filter_zero_variance: bool = True
 
     @model_validator(mode="after")
@@ -110,10 +117,10 @@ class TrainerConfig(_Section):
     kl_coef: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     scale_rewards: bool = True  # divide advantages by the group's reward std
-    epochs: int = Field(1, ge=1)  # passes over each batch
+    epochs: int = Field(1, ge=1, le=1000)  # passes over each batch
     minibatches: int = Field(1, ge=1)  # optimiser steps per pass (the batch split evenly)
     micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only)
-    device: str = "cpu"
+    device: str = "cpu"  # auto: cuda when available, else cpu; checked by resolve_device
     threads: int | None = Field(None, ge=1)
 
 
@@ -139,7 +146,7 @@ class RayConfig(_Section):
 
 class RunConfig(_Section):
     backend: Literal["local", "ray"] = "local"  # in-process, or actors on a Ray cluster
-    steps: int = Field(60, ge=1)
+    steps: int = Field(60, ge=1, le=10_000_000)
     seed: int = 0
     output_dir: str = "out/runtime/demo"
     progress: bool = True
@@ -148,7 +155,7 @@ class RunConfig(_Section):
     plot: bool = True
     eval_prompts: int = Field(100, ge=0)  # prompts scored before and after training
     eval_holdout: bool = False  # True: those prompts are the data's last ones, never trained on
-    eval_samples: int = Field(4, ge=1)
+    eval_samples: int = Field(4, ge=1, le=10_000)
     checkpoint_every: int = Field(0, ge=0)  # 0: only at the end
     keep_weights: int = Field(2, ge=1)  # exported weight versions kept on disk
     check_invariants: bool = False
@@ -203,10 +210,13 @@ def load_config(path: str | Path | None = None,
     if path is not None:
         source = str(path)
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
-            raise ConfigFileError(f"{source}: cannot read the config file ({exc.strerror})") \
-                from None
+            raise ConfigFileError(f"{source}: cannot read the config file "
+                                  f"({exc.strerror or exc})") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigFileError(f"{source}: not a UTF-8 text file (byte {exc.start}: "
+                                  f"{exc.reason})") from None
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -222,9 +232,56 @@ def load_config(path: str | Path | None = None,
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
                 raise ConfigFileError(f"override {dotted}: {key} is not a section")
+        if not isinstance(node, dict):
+            raise ConfigFileError(f"override {dotted}: {'.'.join(parents)} is not a section")
         node[leaf] = value
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigFileError("\n".join([f"{source}: invalid configuration:", *_describe(exc)])) \
             from None
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--set`` (VALUE read as YAML) -> (key, value), or a one-line
+    ``ConfigFileError`` naming the option."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigFileError(f"--set expects KEY=VALUE, got {item!r}")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
+
+
+def resolve_device(name: str) -> str:
+    """The torch device ``trainer.device`` names, checked on this machine: ``auto`` is
+    ``cuda`` when CUDA is available, else ``cpu``. Raises ``ValueError`` (one line, naming the
+    setting) for an unknown device or one this machine does not have, so that ``train`` and
+    ``train --check`` refuse it before any engine starts."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"trainer.device {name!r}: not a torch device ({exc}); use auto, cpu "
+                         f"or cuda") from None
+    if device.type == "cpu":
+        return name
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"trainer.device {name!r}: CUDA is not available on this machine "
+                             f"(torch {torch.__version__}); use auto or cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"trainer.device {name!r}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+        return name
+    backend = getattr(torch, device.type, None) or getattr(torch.backends, device.type, None)
+    available = getattr(backend, "is_available", None)
+    if available is None or not available():
+        raise ValueError(f"trainer.device {name!r}: the {device.type} device is not available "
+                         f"on this machine; use auto or cpu")
+    return name

@@ -63,18 +63,31 @@ def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
             if limit is not None and len(out) >= limit:
                 break
     else:
-        with path.open() as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-                out.append(_prompt(record, f"{path}:{lineno}", len(out), prompt_field,
-                                   answer_field))
-                if limit is not None and len(out) >= limit:
-                    break
+        try:
+            out = _read_jsonl(path, prompt_field, answer_field, limit)
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: not a UTF-8 text file (byte {exc.start}: "
+                            f"{exc.reason})") from None
     if not out:
         raise DataError(f"{path}: no prompts")
+    return out
+
+
+def _read_jsonl(path: Path, prompt_field: str, answer_field: str | None,
+                limit: int | None) -> list[Prompt]:
+    out: list[Prompt] = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            out.append(_prompt(record, f"{path}:{lineno}", len(out), prompt_field,
+                               answer_field))
+            if limit is not None and len(out) >= limit:
+                break
     return out

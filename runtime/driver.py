@@ -53,7 +53,7 @@ from reserve_occupy import (
     UnitState,
 )
 
-from .accounting import Accounting
+from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
@@ -80,12 +80,15 @@ class Driver:
                  after_step: Callable[[StepRecord], Awaitable[None]] | None = None,
                  controller: StalenessController | None = None,
                  resume: ResumePoint | None = None,
-                 persist: Persistence | None = None) -> None:
+                 persist: Persistence | None = None,
+                 lengths: LengthLog | None = None) -> None:
         """``on_step`` sees each step's record; ``after_step`` is awaited after it, in the
         trainer loop (a checkpoint save, say), so the next consume waits for it.
 
         ``controller`` (a ``JournaledController``, whose operations take ``meta``) and
-        ``resume`` continue a recovered run; ``persist`` makes the run durable."""
+        ``resume`` continue a recovered run; ``persist`` makes the run durable. ``lengths``
+        receives each unit's response lengths when its generation ends (a streamed
+        ``LengthLog``, with a resumed run's earlier records; default: in memory)."""
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
@@ -114,7 +117,17 @@ class Driver:
         self._draws = resume.draws  # prompts drawn from the shuffled stream so far
         self._readmit = list(resume.readmit)  # prompts of units a crash lost: admitted first
         self.accounting = Accounting(self.clock)
+        # unit and step counts come from the controller's event log (one source of truth);
+        # self.counts keeps what only the driver sees (requests resumed, messages rejected)
+        self.log_counts = ControllerCounts(self.controller)
+        # the samples' response lengths, joined with the log's fates for the length bias
+        self.lengths = lengths if lengths is not None else LengthLog()
+        # The progress detector (docs/runtime.md, "Progress guarantees"): every group that ends
+        # without being placed (filtered, failed, timed out, released, closed out) counts, an
+        # occupy resets; max_dropped_in_a_row in a row stops the run.
         self._dropped_in_a_row = 0
+        self._dropped_reasons: dict[str, int] = {}
+        self._stopping = False
         self._last_error = ""
         self._waiting_since: float | None = None  # the trainer is waiting for a batch
         self._stuck_since: float | None = None  # ... and the head buffer is STUCK
@@ -165,6 +178,7 @@ class Driver:
             await self._open.wait()
 
     async def _shutdown(self) -> None:
+        self._stopping = True  # what ends now ends because the run does: not a lost group
         self._open.set()  # candidates held by an interrupted sync must see their stop
         for g in list(self.groups.values()):
             if not g.closed:
@@ -222,6 +236,11 @@ class Driver:
 
     async def _run_group(self, g: GroupRun) -> None:
         await asyncio.gather(*(self._run_candidate(g, c) for c in g.candidates))
+        # Every request of the group has returned, the aborted ones with the tokens they had
+        # decoded: the lengths are final now (the unit's fate was logged before, see LengthLog)
+        committed = g.group.committed
+        self.lengths.add(g.unit_id, [len(c.token_ids) for c in g.candidates],
+                         [c.role(committed) for c in g.candidates])
 
     async def _run_candidate(self, g: GroupRun, c: CandidateRun) -> None:
         while True:
@@ -286,14 +305,13 @@ class Driver:
             self._log("reward_error", g, c, error=repr(exc))
             self._last_error = f"reward function: {exc!r}"
             self._abort_group(g, "reward_error")
-            self._count_dropped()
             return
         self._report(g, g.group.finish(c.index))
 
     def _candidate_failed(self, g: GroupRun, c: CandidateRun, why: str) -> None:
         if g.closed:
             return
-        c.stop = why
+        c.stop, c.failed = why, True
         self._report(g, g.group.fail(c.index))
 
     def _report(self, g: GroupRun, progress: Any) -> None:
@@ -302,7 +320,6 @@ class Driver:
             self._complete_group(g)
         elif progress.failed:
             self._abort_group(g, "candidates_failed")
-            self._count_dropped()
 
     def _complete_group(self, g: GroupRun) -> None:
         g.closed, g.fate = True, "finished"
@@ -319,15 +336,16 @@ class Driver:
             self.counts["filtered"] += 1
             self.groups.pop(g.unit_id, None)
             self._log("filter", g, reward=rewards[0])
+            self._count_dropped("no_gradient")
             self._dropped_by_controller(removal.aborted)
-            self._count_dropped()
         else:
             if self.persist is not None:  # the data is durable before the log says FINISHED
                 self.persist.group_finished(g)
             placement = self.controller.occupy(g.unit_id)
             self._log("occupy", g, slot=tuple(placement.slot))
             self._dropped_by_controller(placement.aborted)
-            self._dropped_in_a_row = 0
+            self._dropped_in_a_row = 0  # a group will train: the run makes progress
+            self._dropped_reasons.clear()
         self._check()
         self._notify()
 
@@ -356,15 +374,24 @@ class Driver:
         self.trace.append({"t": self.accounting.elapsed(), "event": "rejected_completion",
                            "unit": unit_id, "error": error, "detail": detail})
 
-    def _count_dropped(self) -> None:
+    def _count_dropped(self, reason: str) -> None:
+        """One more group ended without a place in a batch. Whatever the reason (equal
+        rewards, failed candidates, a raising reward, the unit timeout, the STUCK release, the
+        closing rule), a run that only ever loses groups can never train: stop it."""
         self._dropped_in_a_row += 1
+        self._dropped_reasons[reason] = self._dropped_reasons.get(reason, 0) + 1
         if self._dropped_in_a_row >= self.s.max_dropped_in_a_row:
             last = f"; last error: {self._last_error}" if self._last_error else ""
+            why = ", ".join(f"{k}: {v}" for k, v in sorted(self._dropped_reasons.items(),
+                                                            key=lambda kv: -kv[1]))
+            hint = ""
+            if self._dropped_reasons.get("timeout"):
+                hint = (f" Groups time out after timeouts.unit_s = {self.s.unit_timeout_s:g} s:"
+                        f" is it shorter than a group's generation?")
             self._fail(RuntimeError(
                 f"{self._dropped_in_a_row} groups in a row were dropped without training "
-                f"(filtered for equal rewards: {self.counts['filtered']}, aborted: "
-                f"{self.counts['aborted']} so far){last}. Is the reward constant, the task "
-                f"solved, or the engine failing?"))
+                f"({why}){last}. Is the reward constant, the task solved, or the engine "
+                f"failing?{hint}"))
 
     def _abort_group(self, g: GroupRun, reason: str) -> None:
         """Drop a group: tell the controller (if it still holds it) and stop its requests."""
@@ -387,6 +414,8 @@ class Driver:
         self.groups.pop(g.unit_id, None)
         self._log("abort", g, reason=reason)
         self._stop_candidates(g, g.candidates, reason)
+        if not self._stopping:  # once the run is over there is nothing left to detect
+            self._count_dropped(reason)
 
     def _stop_candidates(self, g: GroupRun, candidates: Sequence[CandidateRun],
                          reason: str) -> None:
@@ -426,7 +455,9 @@ class Driver:
             await self._sync_weights(weights)
             t_end = self.clock.now()
             record = self.accounting.step(step, batch, train_batch, metrics,
-                                          (t_wait, t_train, t_sync, t_end), self.counts)
+                                          (t_wait, t_train, t_sync, t_end),
+                                          {**self.counts, **self.log_counts.counts()},
+                                          self.lengths.figures(self.log_counts.fates()))
             self.records.append(record)
             if self.on_step is not None:
                 self.on_step(record)

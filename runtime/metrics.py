@@ -15,6 +15,11 @@ Per-step fields (``metrics.jsonl``):
   ``tokens_per_s_total`` -- since the start. Aborted and surplus tokens count: they were computed.
 * ``trainer_idle`` / ``rollout_idle`` -- fractions of wall time so far in which the trainer waited
   for a batch / no request was running in the engine (weight syncs count as rollout idle).
+* ``length_ratio`` / ``length_ks`` -- the length bias so far (cumulative, ``accounting.LengthLog``):
+  mean trained / mean admitted response length of the samples of every unit whose fate is
+  settled, and the KS distance of the two length distributions (< 1: training saw shorter
+  answers than the policy produced); ``length_trained_mean`` / ``length_admitted_mean`` (tokens)
+  and ``samples_trained`` / ``samples_admitted`` behind them. None until a sample trained.
 * ``train/*`` -- the trainer's metrics (loss, clip_frac, ratio_mean, ratio_max, kl_behaviour,
   grad_norm, stale_token_frac, onpolicy_logprob_err).
 """
@@ -46,7 +51,7 @@ def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:
         "tokens_generated": r.tokens_generated, "tokens_trained": r.tokens_trained,
         "trainer_idle": r.trainer_idle, "rollout_idle": r.rollout_idle,
         "step_s": r.step_s, "train_s": r.train_s, "sync_s": r.sync_s, "wait_s": r.wait_s,
-        **r.counts,
+        **r.counts, **r.lengths,
         **{f"train/{k}": v for k, v in r.train.items()},
     }
 
@@ -114,26 +119,60 @@ def _mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
     return fmean(values) if values else None
 
 
-def summarize(rows: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
-    """The run in numbers: reward over the first and last ``window`` steps and the rest."""
+def summarize(rows: list[dict[str, Any]], log: dict[str, Any] | None = None,
+              window: int = 5) -> dict[str, Any]:
+    """The run in numbers. ``log``: ``accounting.LogCounts.summary()`` of the run's event log,
+    the one source of every unit and step count (steps, groups admitted, trained, filtered,
+    aborted by reason, released, the staleness histogram), with ``LengthLog.summary`` (the
+    length bias of the log's fates joined with the samples' lengths); ``rows``
+    (``metrics.jsonl``) give what only the driver measures: rewards over the first and last
+    ``window`` steps, tokens, idle fractions, requests resumed. Without ``log`` the counts and
+    the length bias come from the last row."""
+    last = rows[-1] if rows else {}
+    out: dict[str, Any] = {}
+    if log is not None:
+        out.update(log)
+    else:
+        hist: Counter[str] = Counter()
+        for r in rows:
+            hist.update(r["staleness"])
+        out.update({"steps": len(rows), "staleness": dict(sorted(hist.items())),
+                    **{k: last[k] for k in ("admitted", "aborted", "filtered", "released_stuck",
+                                            *LENGTH_KEYS) if k in last}})
+    out["steps_with_metrics"] = len(rows)  # fewer than steps: a crash lost a step's row
     if not rows:
-        return {"steps": 0}
-    last = rows[-1]
-    hist: Counter[str] = Counter()
-    for r in rows:
-        hist.update(r["staleness"])
+        return out
     w = min(window, max(1, len(rows) // 2))
-    return {
-        "steps": len(rows), "wall_s": last["time_s"],
+    out.update({
+        "wall_s": last["time_s"],
         "reward_first": _mean_of(rows[:w], "reward"), "reward_last": _mean_of(rows[-w:], "reward"),
         "reward_window": w,
-        "staleness": dict(sorted(hist.items())),
         "token_lag_max": max(r["token_lag_max"] for r in rows),
         "tokens_per_s": last["tokens_per_s_total"], "tokens_generated": last["tokens_generated"],
         "tokens_trained": last["tokens_trained"],
         "trainer_idle": last["trainer_idle"], "rollout_idle": last["rollout_idle"],
-        **{k: last[k] for k in ("admitted", "aborted", "filtered", "resumed", "released_stuck")},
-    }
+        "resumed": last.get("resumed", 0),
+    })
+    return out
+
+
+LENGTH_KEYS = ("length_ratio", "length_ks", "length_trained_mean", "length_admitted_mean",
+               "samples_trained", "samples_admitted")
+
+
+def _length_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The length bias as two table rows: the figures, and the mean length per sample fate."""
+    if summary.get("length_ratio") is None:
+        return []
+    rows = [("length bias, trained / admitted", (
+        f"{summary['length_ratio']:.3f} (KS {summary['length_ks']:.3f}; mean "
+        f"{summary['length_trained_mean']:.1f} of {summary['length_admitted_mean']:.1f} tokens, "
+        f"{summary['samples_trained']} of {summary['samples_admitted']} samples)"))]
+    fates = summary.get("length_by_fate")
+    if fates:
+        rows.append(("response length by fate", ", ".join(
+            f"{k}: {v['mean']:.1f} ({v['samples']})" for k, v in fates.items())))
+    return rows
 
 
 def _fmt(value: Any) -> str:
@@ -153,11 +192,19 @@ def summary_table(summary: dict[str, Any], extra: dict[str, Any] | None = None) 
         "staleness": "staleness histogram (groups)", "token_lag_max": "max token-version lag",
         "tokens_per_s": "generated tokens/s", "tokens_trained": "trained tokens",
         "trainer_idle": "trainer idle (fraction)", "rollout_idle": "rollout idle (fraction)",
-        "admitted": "groups admitted", "filtered": "groups filtered (no gradient)",
+        "admitted": "groups admitted", "trained": "groups trained",
+        "filtered": "groups filtered (no gradient)",
         "aborted": "groups aborted", "resumed": "requests resumed (partial rollout)",
         "released_stuck": "units released by the STUCK timeout",
     }
     rows = [(label, _fmt(summary.get(key))) for key, label in labels.items() if key in summary]
+    if summary.get("steps_with_metrics", summary.get("steps")) != summary.get("steps"):
+        rows.insert(1, ("steps with a metrics row", _fmt(summary["steps_with_metrics"])))
+    reasons = summary.get("aborted_by_reason")
+    if reasons:
+        rows = [(a, b + " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")"
+                 if a == "groups aborted" else b) for a, b in rows]
+    rows += _length_rows(summary)
     rows += [(k, _fmt(v)) for k, v in (extra or {}).items()]
     width = max(len(a) for a, _ in rows)
     return "\n".join(f"  {a:<{width}}  {b}" for a, b in rows)

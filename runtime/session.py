@@ -1,5 +1,5 @@
 """One training run end to end: engine and trainer up, held-out evaluation, the driver, the
-outputs (metrics, trace, checkpoint, summary, plot), everything closed again.
+outputs (metrics, response lengths, trace, checkpoint, summary, plot), everything closed again.
 
 ``run_training`` can borrow an engine that is already running (``rollout=``): the tests and the
 benchmark start vLLM once and reset its weights to the base model before each run.
@@ -75,13 +75,16 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
     return {"reward": fmean(sampled), "greedy_reward": fmean(greedy)}
 
 
-def check_lengths(model_path: Path, prompts: Sequence[Prompt], max_tokens: int,
-                  max_model_len: int) -> None:
+def check_lengths(model_path: Path | None, prompts: Sequence[Prompt], max_tokens: int,
+                  max_model_len: int, tokenizer: Any = None) -> None:
     """Refuse, before the engine starts, a prompt too long for ``max_model_len`` with
-    ``max_tokens`` of answer: the engine would reject each of its requests, forever."""
-    from transformers import AutoTokenizer
+    ``max_tokens`` of answer: the engine would reject each of its requests, forever.
+    ``tokenizer``: use this one instead of loading ``model_path``'s."""
+    if tokenizer is None:
+        from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_path))
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    tok = tokenizer
     longest = max(prompts, key=lambda p: len(tok.encode(p.text)))
     n = len(tok.encode(longest.text))
     if n + max_tokens > max_model_len:
@@ -159,6 +162,9 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     if continuing and resume.resolve() != out_dir.resolve():  # type: ignore[union-attr]
         raise ValueError(f"--resume {resume}: a run directory is continued in place; set "
                          f"run.output_dir to it (or leave --output-dir out)")
+    # The run's own config is on disk before anything else of it (and before any engine
+    # starts): a directory with an event log always has the config that wrote it.
+    _write_config(cfg, out_dir)
     trainer: Any = None
     if cluster is not None:
         rollout, trainer = cluster.rollout, cluster.trainer
@@ -192,6 +198,7 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
             rec = await recover(out_dir, cfg.driver_settings(), recovery_settings(cfg), trainer,
                                 train_prompts, log=log)
             persist, controller, resume_point = rec.store, rec.controller, rec.resume
+            continuing = not rec.report.fresh  # no header: nothing of that run to continue
             start_weights = rec.weights if rec.weights is not None else model_path
         else:
             if resume is not None:
@@ -205,7 +212,6 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
                                                      cfg.driver_settings().controller_config())
                 if resume is not None:  # recovery must not fall back to the base weights
                     await persist.checkpoint(0)
-        (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))  # for --resume
         await rollout.pause()
         await rollout.load_weights(start_weights)
         await rollout.resume()
@@ -217,24 +223,31 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
                 f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
         sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
                            append=continuing)
+        if continuing and sink.rows:  # keep what only the driver counts cumulative
+            driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
+        else:
+            driver_counts = {}
         async def checkpoint(record: Any) -> None:
             every = cfg.run.checkpoint_every
             if every and (record.step + 1) % every == 0:
                 await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
 
+        lengths = _length_log(out_dir, controller, append=continuing)
         driver = Driver(cfg.driver_settings(), rollout, trainer, reward_fn, train_prompts,
                         on_step=sink, after_step=checkpoint, controller=controller,
-                        resume=resume_point, persist=persist)
+                        resume=resume_point, persist=persist, lengths=lengths)
+        driver.counts.update(driver_counts)
         if driver_hook is not None:
             driver_hook(driver)
         try:
             await driver.run()
         finally:
             sink.close()
+            lengths.close()
             _write_outputs(cfg, driver, out_dir, streamed=persist is not None)
         after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
         await trainer.save_checkpoint(out_dir / "checkpoint")
-        summary = summarize(sink.rows)
+        summary = summarize(sink.rows, _log_summary(driver, out_dir))
         result = TrainingResult(out_dir, sink.rows, summary, before, after, driver,
                                 startup_s=startup)
         if cfg.run.plot and sink.rows:
@@ -254,11 +267,44 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
                 await rollout.close()
 
 
+def _write_config(cfg: TrainConfig, out_dir: Path) -> None:
+    from .recovery.journal import write_text_atomic
+
+    write_text_atomic(out_dir / "config.json", cfg.model_dump_json(indent=2), fsync=False)
+
+
+def _length_log(out_dir: Path, controller: Any, append: bool) -> Any:
+    """``lengths.jsonl``, streamed; a resumed run keeps the records of the units its recovered
+    log knows (``accounting.LengthLog.open``)."""
+    from .accounting import LENGTHS_NAME, LengthLog
+
+    known = None
+    if append and controller is not None:
+        known = {e.unit_id for e in controller.events if e.op == "reserve"}
+    return LengthLog.open(out_dir / LENGTHS_NAME, append=append, known=known)
+
+
+def _log_summary(driver: Driver, out_dir: Path) -> dict[str, Any]:
+    """The summary's counts and length bias, from ``events.jsonl`` and ``lengths.jsonl`` when
+    the run wrote its event log (the files are the source of truth, across crashes and
+    resumes), else from the controller's events and the driver's length records."""
+    from .accounting import LENGTHS_NAME, ControllerCounts, LengthLog, read_log_counts
+    from .recovery.durable import LOG_NAME
+
+    path = out_dir / LOG_NAME
+    if path.is_file():
+        counts = read_log_counts(path)
+        lengths = LengthLog.read(out_dir / LENGTHS_NAME)
+        return {**counts.summary(), **lengths.summary(counts.fates)}
+    live = ControllerCounts(driver.controller)
+    return {**live.summary(), **driver.lengths.summary(live.fates())}
+
+
 def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool) -> None:
     """config.json, and with ``run.trace`` the driver's trace and the controller's event log.
     The event log is ``events.jsonl`` in the trace format either way: crash recovery
     (``streamed``) already wrote it line by line, else it is written here, once."""
-    (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+    _write_config(cfg, out_dir)
     if not cfg.run.trace:
         return
     if not streamed:
@@ -268,8 +314,11 @@ def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bo
         from .recovery.journal import PRODUCER
 
         ctl = driver.controller
+        metas = getattr(ctl, "metas", {})
         with (out_dir / LOG_NAME).open("w") as f:
             for record in trace_records(ctl.config, ctl.events, producer=PRODUCER):
+                if record.get("seq") in metas:  # why a unit was aborted, as when streamed
+                    record["meta"] = metas[record["seq"]]
                 f.write(dumps(record) + "\n")
     with (out_dir / "driver_trace.jsonl").open("w") as f:
         for row in driver.trace:

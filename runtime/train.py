@@ -5,10 +5,13 @@
     reserve-occupy train --set run.steps=10 --set staleness.eta=0
     reserve-occupy train --config FILE --check # validate the config and data, then exit
     reserve-occupy train --resume out/runtime/demo   # continue a crashed run where it stopped
+    reserve-occupy train --overwrite           # move the run in run.output_dir aside, start anew
     reserve-occupy train --backend ray         # engines and trainer as Ray actors
 
-Exit status: 0 done, 2 invalid input (config, data, reward, model path; one clear message
-naming what is wrong, before any engine starts), 1 the run failed.
+Exit status: 0 done, 2 invalid input (config, data, reward, model directory and tokenizer,
+trainer device, output or run directory; one clear message naming what is wrong, before any
+engine starts: docs/runtime.md, "What train validates"), 1 the run failed (including a run in
+which nothing can ever train: see "Progress guarantees" there).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from pathlib import Path
 from .rollout.env import configure
 
 PROG = "reserve-occupy train"
+# Files a Hugging Face tokenizer is loaded from (fast, sentencepiece, or BPE vocabularies).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json",
+                   "vocab.txt")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,22 +42,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "stopped run in place, with its own config.json unless --config "
                              "is given; a checkpoint directory: start a new run from its "
                              "weights and optimizer state")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="the output directory holds a run: move it aside to "
+                             "DIR.replaced-N (nothing is deleted) and start a new run in DIR")
     parser.add_argument("--backend", choices=("local", "ray"),
                         help="shorthand for --set run.backend=local|ray")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--check", action="store_true",
-                        help="validate the config, data and reward, print them, and exit")
+                        help="validate everything the run loads (config, data, reward, model "
+                             "directory and tokenizer, trainer device, output and run "
+                             "directory), print the config, and exit without starting an "
+                             "engine")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
-    import yaml
+    from .config import parse_override
 
     out: dict[str, object] = {}
     for item in args.overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
+        key, value = parse_override(item)
+        out[key] = value
     for key, value in (("run.steps", args.steps), ("staleness.eta", args.eta),
                        ("run.output_dir", args.output_dir), ("run.backend", args.backend)):
         if value is not None:
@@ -67,10 +77,13 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Validate everything (docs/runtime.md, "What train validates"), then train. Every
+    check here runs before a model is loaded into an engine or the run directory changes."""
     configure()  # before torch or vLLM is imported
     from .config import ConfigFileError, load_config
     from .data import DataError, load_prompts
-    from .session import is_run_dir
+    from .recovery.rundir import RunDirError, check_output_dir, check_resumable, run_files
+    from .session import is_run_dir, split_prompts
     from .tasks.base import RewardError, load_reward
 
     resume = Path(args.resume) if args.resume else None
@@ -80,33 +93,108 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--resume {resume}: neither a run directory (no events.jsonl) nor a "
                      f"checkpoint directory (no trainer_state.json)")
     if continuing:
-        if args.output_dir and Path(args.output_dir).resolve() != resume.resolve():  # type: ignore
+        assert resume is not None
+        if args.output_dir and Path(args.output_dir).resolve() != resume.resolve():
             return _fail(f"--resume {resume} continues that run in place; --output-dir must be "
                          f"the same directory or left out")
+        if args.overwrite:
+            return _fail(f"--resume {resume} continues that run; --overwrite would move it "
+                         f"aside: choose one")
         args.output_dir = str(resume)
-        if config_path is None and (resume / "config.json").is_file():  # type: ignore
-            config_path = str(resume / "config.json")  # type: ignore
+        if config_path is None:
+            if not (resume / "config.json").is_file():
+                return _fail(f"--resume {resume}: the run directory has no config.json, so "
+                             f"its settings are unknown; pass them with --config FILE (the "
+                             f"run's own config) to resume it")
+            config_path = str(resume / "config.json")
     try:
         cfg = load_config(config_path, _overrides(args))
+        cfg.driver_settings().controller_config()  # the core's own limits, before any work
         prompts = load_prompts(cfg.data.path, cfg.data.prompt_field, cfg.data.answer_field,
                                cfg.data.limit)
         reward = load_reward(cfg.reward.name, **cfg.reward.options)
-        from .session import split_prompts
-
-        split_prompts(prompts, cfg.run.eval_prompts, cfg.run.eval_holdout)
-    except (ConfigFileError, DataError, RewardError, ValueError) as exc:
+        train_prompts, _ = split_prompts(prompts, cfg.run.eval_prompts, cfg.run.eval_holdout)
+        out_dir = Path(cfg.run.output_dir)
+        check_output_dir(out_dir)
+        model_path = _preflight(cfg, prompts)
+        aside = None
+        if continuing:
+            check_resumable(out_dir, cfg.driver_settings().controller_config(),
+                            len(train_prompts))
+        else:
+            held = run_files(out_dir)
+            if held and not args.overwrite:
+                resume_it = f"continue it with --resume {out_dir}, or " if is_run_dir(out_dir) \
+                    else ""
+                return _fail(f"run.output_dir {out_dir} holds a run ({', '.join(held)}): "
+                             f"{resume_it}start a new one with --overwrite (moves it aside to "
+                             f"{out_dir}.replaced-N) or another --output-dir")
+            aside = held or None
+    except (ConfigFileError, DataError, RewardError, RunDirError, ValueError, TypeError) as exc:
         return _fail(str(exc))
-    model_path = None
-    if cfg.model.path is not None:
-        model_path = Path(cfg.model.path)
-        if not (model_path / "config.json").is_file():
-            return _fail(f"model.path {cfg.model.path}: not a local Hugging Face model "
-                         f"directory (no config.json)")
     if args.check:
         print(cfg.model_dump_json(indent=2))
-        print(f"{len(prompts)} prompts, reward {cfg.reward.name}: OK")
+        what = "resume " if continuing else ""
+        moved = f"; --overwrite will move the run in {out_dir} aside" if aside else ""
+        print(f"{len(prompts)} prompts, reward {cfg.reward.name}, model "
+              f"{model_path or 'tiny (built on first use)'}, {what}{out_dir}{moved}: OK")
         return 0
+    if aside:
+        from .recovery.rundir import move_aside
+
+        try:
+            moved_to = move_aside(out_dir)
+        except RunDirError as exc:
+            return _fail(str(exc))
+        print(f"{PROG}: moved the run in {out_dir} aside to {moved_to}")
     return _train(cfg, model_path, prompts, reward, resume)
+
+
+def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
+    """What the run loads before its engine, loaded now: the trainer device on this machine,
+    the model directory's config and tokenizer, and every prompt's length with that tokenizer.
+    Returns the model directory (None: the embedded tiny model). Raises ``ValueError``."""
+    import json
+
+    from .config import resolve_device
+    from .session import check_lengths
+
+    resolve_device(cfg.trainer.device)
+    if cfg.model.path is None:  # the tiny model's tokenizer is built, not loaded
+        from .models.tiny import build_tokenizer
+
+        check_lengths(None, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
+                      tokenizer=build_tokenizer())
+        return None
+    model_path = Path(cfg.model.path)
+    where = f"model.path {cfg.model.path}"
+    if not (model_path / "config.json").is_file():
+        raise ValueError(f"{where}: not a local Hugging Face model directory (no config.json)")
+    try:
+        config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{where}: config.json is not readable JSON ({exc})") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ValueError(f"{where}: config.json has no model_type, so no library can load it")
+    # transformers "loads" a directory without tokenizer files as an empty tokenizer (one
+    # token, every text encodes to nothing): look for the files first
+    if not any((model_path / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"{where}: cannot load its tokenizer (none of "
+                         f"{', '.join(TOKENIZER_FILES)} is there)")
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+        empty = [p.index for p in prompts if not tokenizer.encode(p.text)][:3]
+    except Exception as exc:  # transformers raises many types for a broken tokenizer
+        detail = " ".join(str(exc).split())[:300]
+        raise ValueError(f"{where}: cannot load its tokenizer ({type(exc).__name__}: "
+                         f"{detail})") from None
+    if empty:
+        raise ValueError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
+    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
+                  tokenizer=tokenizer)
+    return model_path
 
 
 def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-untyped-def]

@@ -60,6 +60,17 @@ class CandidateRun:
     stop: str | None = None  # why the driver stopped it (surplus, timeout, ...): do not resume
     finish_reason: str | None = None
     reward: float | None = None
+    failed: bool = False  # its request failed (engine error, aborted by the engine)
+
+    def role(self, committed: tuple[int, ...]) -> str:
+        """Its part in its group once the group's generation ended (``accounting.ROLES``)."""
+        if self.index in committed:
+            return "committed"
+        if not self.token_ids and self.finish_reason is None:
+            return "unstarted"
+        if self.failed:
+            return "failed"
+        return "surplus" if self.stop == "surplus" else "stopped"
 
 
 @dataclass
@@ -98,7 +109,12 @@ class StepRecord:
     tokens_trained: int  # cumulative response tokens in consumed batches
     trainer_idle: float  # cumulative fractions of wall time so far
     rollout_idle: float
-    counts: dict[str, int]  # cumulative: admitted, aborted, filtered, resumed, released_stuck
+    # cumulative. From the event log (accounting.LogCounts): steps, admitted, trained,
+    # filtered, aborted, released_stuck; from the driver: resumed, rejected
+    counts: dict[str, int]
+    # cumulative length bias so far (accounting.LengthLog.figures): length_ratio, length_ks,
+    # the two means and the sample counts
+    lengths: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

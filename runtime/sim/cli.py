@@ -3,6 +3,8 @@
     reserve-occupy simulate [run] --policy all --eta 1,2,3 --batches 10 [--trace FILE.jsonl]
                             [--preset NAME | --cost FILE.json] [--out DIR]
                             [--filter-rate R [--filter-skew S]] [--stuck-timeout SECONDS]
+                            [--capacity C] [--candidates K] [--progress-close]
+                            [--idle-surplus] [--head-priority] [--lookahead N]
     reserve-occupy simulate experiments [--results-dir DIR] [--img-dir DIR] [--only 1,...,6]
     reserve-occupy simulate regimes [--tiny] [--seeds N] [--batches N]
     reserve-occupy simulate list
@@ -49,6 +51,9 @@ LIMITS: dict[str, tuple[int, int]] = {
     "concurrency": (1, 100_000),
     "seeds": (1, 1_000),
     "seed": (0, 2**63 - 1),
+    "capacity": (1, 100_000),
+    "candidates": (1, 4_096),
+    "lookahead": (0, 100_000),
 }
 MAX_STUCK_TIMEOUT_S = 1e9
 
@@ -77,10 +82,12 @@ def _check(args: argparse.Namespace) -> None:
         names = _policies(args.policy)
         if args.filter_rate:
             RewardFilter(args.filter_rate, args.filter_skew, args.seed)  # validates both
-        worst = (max(etas) + 1) * args.batch_size
-        if "reserve_occupy" in names and worst > MAX_SLOTS:  # its controller's (eta + 1) * B
-            raise UsageError(f"--batch-size {args.batch_size} at eta {max(etas)} needs {worst:,} "
-                             f"slots, more than the controller's limit of {MAX_SLOTS:,}")
+        slots = args.capacity or args.batch_size
+        worst = (max(etas) + 1) * slots
+        if "reserve_occupy" in names and worst > MAX_SLOTS:  # its controller's (eta + 1) * C
+            what = "--capacity" if args.capacity else "--batch-size"
+            raise UsageError(f"{what} {slots} at eta {max(etas)} needs {worst:,} slots, more "
+                             f"than the controller's limit of {MAX_SLOTS:,}")
     if args.trace:
         inputs.readable_file(args.trace, "--trace")
     if args.cost:
@@ -117,6 +124,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--stuck-timeout", type=float, default=None, metavar="SECONDS",
                    help="reserve_occupy: release a STUCK head buffer after the trainer waited "
                         "this long (source 7.2; off)")
+    v = parser.add_argument_group("oversampling and extensions (reserve_occupy unless noted)")
+    v.add_argument("--capacity", type=int, default=None,
+                   help="slots per buffer, > batch size: batch-level oversampling (source 7.6)")
+    v.add_argument("--candidates", type=int, default=None,
+                   help="every policy: samples admitted per group; the first group-size to "
+                        "finish commit, the rest are aborted (source 7.5)")
+    v.add_argument("--progress-close", action="store_true",
+                   help="at closure abort the reservations that decoded least (needs --capacity)")
+    v.add_argument("--idle-surplus", action="store_true",
+                   help="surplus reservations only into free engine slots (needs --capacity)")
+    v.add_argument("--head-priority", action="store_true",
+                   help="the head buffer's groups first in the engine queue")
+    v.add_argument("--lookahead", type=int, default=0,
+                   help="admit the longest earlier-epoch prompt of the next N first (0: off)")
     c = parser.add_argument_group("cost model")
     c.add_argument("--preset", default=DEFAULT_PRESET,
                    help=f"named cost preset ({', '.join(PRESETS)})")
@@ -192,8 +213,22 @@ def _run(args: argparse.Namespace) -> int:
     cost, workload = _cost(args), _workload(args)
     filt = _filter(args)
     timeout = (("stuck_timeout_s", args.stuck_timeout),) if args.stuck_timeout else ()
+    if args.capacity is not None and args.capacity < args.batch_size:
+        raise UsageError(f"--capacity must be >= --batch-size ({args.batch_size}), "
+                         f"got {args.capacity}")
+    if (args.progress_close or args.idle_surplus) and args.capacity is None:
+        raise UsageError("--progress-close and --idle-surplus need --capacity")
+    if args.lookahead < 0:
+        raise UsageError(f"--lookahead must be >= 0, got {args.lookahead}")
+    if args.candidates is not None and args.candidates < workload.group_size:
+        raise UsageError(f"--candidates must be >= the group size ({workload.group_size}), "
+                         f"got {args.candidates}")
+    extensions = tuple((k, getattr(args, k)) for k in ("capacity", "progress_close",
+                                                        "idle_surplus", "head_priority",
+                                                        "lookahead") if getattr(args, k))
     specs = [RunSpec(n, e, batches, args.batch_size,
-                     options=timeout if n == "reserve_occupy" else (), filtering=filt)
+                     options=timeout + extensions if n == "reserve_occupy" else (),
+                     filtering=filt, candidates=args.candidates)
              for e in etas for n in names]
     start = time.perf_counter()
     results = run_grid(specs, workload, cost, show_progress=not args.no_progress)

@@ -31,9 +31,14 @@ run ends after ``batches`` publishes. Two detectors turn a run that can no longe
 ``SimulationStalled`` instead of a loop: (1) the policy's timer expired ``MAX_IDLE_TIMERS`` times
 in a row with no trajectory finishing and no trainer step in between (a timeout shorter than any
 re-admitted group can finish: it aborts and re-admits forever, and the re-prefills it adds stall
-the engines); (2) more than ``max(MAX_EVENTS_PER_BATCH, 1000 * batch_size * group_size)``
+the engines); (2) more than ``max(MAX_EVENTS_PER_BATCH, 1000 * batch_size * candidates)``
 events since the last publish (a policy that keeps finishing and discarding work without ever
 forming a batch). Either detector bounds the events between two publishes, so every run ends.
+
+Group-level oversampling (source 7.5, ``candidates`` > group size): a group's ``candidates``
+requests are admitted together; when ``group_size`` of them have finished, those commit as the
+group (its ``requests``) and the rest are aborted in the engines (L2 waste, recorded in
+``surplus``). The extra candidates' lengths come from ``GroupSpec.candidate_lens``.
 
 While time advances the loop also records *why admission is not happening* in each interval:
 engines paused for a sync, every engine slot busy (or requests queued), or an engine slot free and
@@ -78,7 +83,7 @@ class Group:
     """One admitted GRPO group: ``size`` requests, all admitted together."""
 
     __slots__ = ("gid", "spec", "requests", "v_tag", "v_gen", "t_admit", "t_done", "n_done",
-                 "state", "tag", "no_grad")
+                 "state", "tag", "no_grad", "surplus")
 
     RUNNING, DONE, ABORTED, FILTERED = "running", "done", "aborted", "filtered"
 
@@ -94,6 +99,7 @@ class Group:
         self.tag: object = None  # free for the policy (target step, cohort, ...)
         self.no_grad = False  # set when it finishes: all rewards equal, so no gradient
         self.requests: list[Request] = []
+        self.surplus: list[Request] = []  # candidates aborted when the group committed
 
     @property
     def done(self) -> bool:
@@ -132,7 +138,7 @@ class Simulator:
 
     def __init__(self, policy: Policy, workload: Workload, cost: CostModel, *, batches: int,
                  batch_size: int = 16, progress: Callable[[int], None] | None = None,
-                 filtering: RewardFilter | None = None) -> None:
+                 filtering: RewardFilter | None = None, candidates: int | None = None) -> None:
         if batches < 1:
             raise ValueError("batches must be >= 1")
         if batch_size < 1:
@@ -143,6 +149,12 @@ class Simulator:
         self.n_batches = batches
         self.batch_size = batch_size  # groups per batch
         self.group_size = workload.group_size
+        if candidates is not None and (isinstance(candidates, bool)
+                                       or not isinstance(candidates, int)
+                                       or candidates < self.group_size):
+            raise ValueError(f"candidates must be an int >= the group size "
+                             f"({self.group_size}), got {candidates!r}")
+        self.candidates = candidates or self.group_size  # requests admitted per group
         self.instances = [Instance(i, cost.rollout, cost.concurrency)
                           for i in range(cost.instances)]
         self.now = 0.0
@@ -151,6 +163,7 @@ class Simulator:
         self.groups: list[Group] = []
         self.ledger = Ledger()
         self._queue: deque[Request] = deque()
+        self._urgent: deque[Request] = deque()  # priority admissions, served before _queue
         self._queued = 0
         self._seq = 0
         self._trainer = "idle"  # idle | training | syncing
@@ -187,17 +200,25 @@ class Simulator:
                 return True
         return False
 
-    def admit(self, v_tag: int | None = None) -> Group:
-        """L1: admit the next group of the workload; its requests queue for slots."""
+    def admit(self, v_tag: int | None = None, spec: int | None = None,
+              priority: bool = False) -> Group:
+        """L1: admit the next group of the workload (or workload group ``spec``, for a policy
+        that picks prompts itself); its requests queue for slots, at the front of the queue
+        with ``priority`` (behind earlier priority requests)."""
         gid = len(self.groups)
-        spec = self.workload.groups[gid % len(self.workload)]
-        group = Group(gid, spec, self.version if v_tag is None else v_tag, self.now)
-        size = self.group_size
-        for i, length in enumerate(spec.response_lens):
-            req = Request(gid * size + i, group, i, length, spec.prompt_len)
+        index = gid if spec is None else spec
+        group_spec = self.workload.groups[index % len(self.workload)]
+        group = Group(gid, group_spec, self.version if v_tag is None else v_tag, self.now)
+        size = self.candidates
+        lengths = group_spec.candidate_lens(size) if size > self.group_size \
+            else group_spec.response_lens
+        fresh = []
+        for i, length in enumerate(lengths):
+            req = Request(gid * size + i, group, i, length, group_spec.prompt_len)
             group.requests.append(req)
             self.ledger.requests.append(req)
-            self._queue.append(req)
+            fresh.append(req)
+        (self._urgent if priority else self._queue).extend(fresh)
         self._queued += size
         self.groups.append(group)
         self._dispatch()
@@ -251,7 +272,7 @@ class Simulator:
         self._settle()
         instances = self.instances
         idle_timers = 0  # timer expiries since the last trajectory finished or trainer step
-        events_limit = max(MAX_EVENTS_PER_BATCH, 1000 * self.batch_size * self.group_size)
+        events_limit = max(MAX_EVENTS_PER_BATCH, 1000 * self.batch_size * self.candidates)
         published, since_publish = self._published, 0
         while self._published < self.n_batches:
             if self._published != published:
@@ -317,8 +338,9 @@ class Simulator:
     def _dispatch(self) -> None:
         if self.paused:
             return
-        queue, instances = self._queue, self.instances
-        while queue:
+        instances = self.instances
+        while self._urgent or self._queue:
+            queue = self._urgent if self._urgent else self._queue
             req = queue[0]
             if req.state != Request.QUEUED:
                 queue.popleft()  # aborted while waiting
@@ -343,11 +365,33 @@ class Simulator:
         group: Group = req.group  # type: ignore[assignment]
         group.n_done += 1
         if group.n_done == self.group_size and group.state == Group.RUNNING:
+            if self.candidates > self.group_size:
+                self._commit(group)
             group.state = Group.DONE
             group.t_done = self.now
             if self.filtering is not None:
                 group.no_grad = self.filtering.no_gradient(group.gid)
             self.policy.on_group_done(group)
+
+    def _commit(self, group: Group) -> None:
+        """Group-level oversampling: the first ``group_size`` finished candidates are the group;
+        the others stop now (L2 waste)."""
+        done = [r for r in group.requests if r.state == Request.FINISHED][: self.group_size]
+        kept = set(id(r) for r in done)
+        for req in group.requests:
+            if id(req) in kept:
+                continue
+            if req.state == Request.FINISHED:  # finished in the same instant: still surplus
+                pass
+            elif req.state == Request.QUEUED:
+                req.state = Request.ABORTED
+                self._queued -= 1
+            else:
+                req.tokens = req.instance.remove(req)  # type: ignore[union-attr]
+            req.t_end = self.now
+            self.ledger.aborted.append((req.tid, req.tokens))
+            group.surplus.append(req)
+        group.requests = done
 
     # ================================================================ the trainer =========
 

@@ -12,6 +12,12 @@ trains them anyway counts them as ``no_gradient_tokens`` (trained with zero adva
 throughput counts neither, so policies stay comparable whichever they do; without filtering it is
 all trained tokens, as before.
 
+Length bias (``runtime/lengthbias.py``): the response lengths of trained trajectories against
+those of every *settled* admitted trajectory (trained, aborted, dropped or filtered; trajectories
+still live when the run ends are left out, since their fate is unknown and they are the long
+ones). An aborted trajectory counts with the full length it would have had: it is what the model
+produced that training never saw. ``length_ratio`` < 1 means training saw shorter answers.
+
 ``steady_throughput`` leaves out the start-up transient: effective tokens of batches after the
 first ``warmup`` (default: a fifth of the run) over the time between their publishes.
 """
@@ -23,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..lengthbias import length_bias
 from .core import Simulator
 from .engine import Request
 
@@ -65,6 +72,8 @@ class RunResult:
     admission: dict = field(default_factory=dict)  # fractions of wall: paused/engine_full/...
     trained_response_mean: float = 0.0  # mean response length of trained trajectories
     aborted_response_mean: float = 0.0  # mean full response length of aborted trajectories
+    length_ratio: float = 1.0  # mean trained / mean settled-admitted response length
+    length_ks: float = 0.0  # KS distance between the two length distributions
     settings: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -123,6 +132,8 @@ def summarize(sim: Simulator, warmup: int | None = None) -> RunResult:
     gate = {k: v / wall if wall else 0.0 for k, v in sim.gate_time.items()}
     trained_lens = [by_tid[t].length for t in trained]
     aborted_lens = [by_tid[t].length for t in aborted]
+    settled = trained | aborted | dropped | filtered
+    bias = length_bias(trained_lens, [by_tid[t].length for t in settled])
     return RunResult(
         policy=policy.name, label=policy.label,
         eta=policy.eta if (policy.bounded or policy.uses_eta) else None,
@@ -149,5 +160,7 @@ def summarize(sim: Simulator, warmup: int | None = None) -> RunResult:
         admission=gate,
         trained_response_mean=float(np.mean(trained_lens)) if trained_lens else 0.0,
         aborted_response_mean=float(np.mean(aborted_lens)) if aborted_lens else 0.0,
+        length_ratio=bias.ratio if trained_lens else 1.0,
+        length_ks=bias.ks if trained_lens else 0.0,
         settings=policy.settings(),
     )

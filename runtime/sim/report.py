@@ -31,8 +31,9 @@ def _numeric(text: str) -> bool:
 
 def comparison(results: list[RunResult]) -> str:
     """One row per (eta, policy): throughput, Reserve–Occupy's speed-up over it, waste, idle
-    fractions, time per batch and the largest staleness trained. With reward filtering on, a
-    column gives the no-gradient tokens: filtered (never trained) / trained with zero advantage."""
+    fractions, time per batch, the largest staleness trained and the length bias (mean trained
+    ÷ mean admitted response length, and the KS distance of the two distributions). With reward
+    filtering on, a column gives the no-gradient tokens: filtered (never trained) / trained with zero advantage."""
     ro = {r.grid_eta: r for r in results if r.policy == RO}
     etas = sorted({r.grid_eta for r in results})
     filtering = any(r.waste_filtered_tokens or r.no_gradient_tokens for r in results)
@@ -52,7 +53,8 @@ def comparison(results: list[RunResult]) -> str:
                 row.append(f"{r.waste_filtered_tokens / total:.1%} / "
                            f"{r.no_gradient_tokens / total:.1%}" if total else "-")
             row += [f"{r.trainer_idle:.0%}", f"{r.rollout_idle:.0%}",
-                    round(r.seconds_per_batch), r.max_staleness]
+                    round(r.seconds_per_batch), r.max_staleness,
+                    f"{r.length_ratio:.2f} / {r.length_ks:.2f}"]
             rows.append(row)
             if r.eta is None or r.eta != eta:  # a reference row: say which bound it had
                 rows[-1][1] += " (η=0)" if r.eta == 0 else (" (no bound)" if r.eta is None
@@ -60,5 +62,6 @@ def comparison(results: list[RunResult]) -> str:
     headers = ["η", "policy", "tok/s", "RO ÷ it", "L2 waste", "L3 waste"]
     if filtering:
         headers.append("no gradient: filtered / trained")
-    headers += ["trainer idle", "rollout idle", "s/batch", "max staleness"]
+    headers += ["trainer idle", "rollout idle", "s/batch", "max staleness",
+                "length bias: ratio / KS"]
     return markdown(headers, rows)

@@ -28,18 +28,21 @@ class RunSpec:
     options: tuple[tuple[str, object], ...] = ()
     filtering: RewardFilter | None = None  # reward filtering (None: off)
     warmup: int | None = None  # batches left out of steady_throughput (None: a fifth)
+    candidates: int | None = None  # group-level oversampling: samples admitted per group
 
 
 def simulate(spec: RunSpec, workload: Workload, cost: CostModel, *, verify: bool = True,
              progress: Callable[[int], None] | None = None) -> tuple[RunResult, Simulator]:
     policy = make_policy(spec.policy, spec.eta, **dict(spec.options))
     sim = Simulator(policy, workload, cost, batches=spec.batches, batch_size=spec.batch_size,
-                    progress=progress, filtering=spec.filtering)
+                    progress=progress, filtering=spec.filtering, candidates=spec.candidates)
     sim.run()
     if verify:
         check_run(sim)
     result = summarize(sim, spec.warmup)
     result.settings = {**result.settings, "workload": workload.name, "cost": cost.name}
+    if spec.candidates is not None:
+        result.settings["candidates"] = spec.candidates
     if spec.filtering is not None:
         result.settings["filtering"] = spec.filtering.to_json()
     return result, sim

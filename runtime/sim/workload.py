@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -43,6 +44,25 @@ class GroupSpec:
     group: str | int
     prompt_len: int
     response_lens: tuple[int, ...]
+    # Extra candidates of the same prompt, for group-level oversampling (``candidate_lens``).
+    # (Neither is part of a trace file, so neither takes part in equality.)
+    spare_lens: tuple[int, ...] = field(default=(), compare=False)
+    # Mean response length of this prompt's group in an earlier epoch (None: never seen).
+    hint: float | None = field(default=None, compare=False)
+
+    def candidate_lens(self, k: int) -> tuple[int, ...]:
+        """Response lengths of ``k >= len(response_lens)`` candidates of this prompt: the group's
+        own, then its spares, then (traces have none) the group's own lengths again, cycled
+        from a seeded shuffle so the result is deterministic."""
+        n = len(self.response_lens)
+        if k <= n:
+            return self.response_lens[:k]
+        out = self.response_lens + self.spare_lens[: k - n]
+        if len(out) < k:
+            rng = np.random.default_rng([zlib.crc32(str(self.group).encode()), k])
+            pool = list(rng.permutation(self.response_lens))
+            out += tuple(int(pool[i % n]) for i in range(k - len(out)))
+        return out
 
 
 @dataclass(frozen=True)
@@ -199,6 +219,15 @@ class MathReasoningShape:
     min_response: int = 64
 
 
+def _responses(rng: np.random.Generator, s: MathReasoningShape, z_g: np.ndarray,
+               p_cut: np.ndarray, n: int) -> np.ndarray:
+    """``n`` more responses per group, with the groups' difficulties ``z_g``."""
+    z_r = rng.standard_normal((len(z_g), n))
+    lens = np.exp(math.log(s.response_median) + s.sd_group * z_g[:, None] + s.sd_resp * z_r)
+    cut = rng.random((len(z_g), n)) < p_cut[:, None]
+    return np.where(cut, s.max_response, np.clip(np.rint(lens), s.min_response, s.max_response))
+
+
 def generate(seed: int = 0, shape: MathReasoningShape | None = None) -> Workload:
     """A seeded synthetic workload (numpy ``default_rng(seed)``; same seed, same workload)."""
     s = shape or MathReasoningShape()
@@ -214,6 +243,14 @@ def generate(seed: int = 0, shape: MathReasoningShape | None = None) -> Workload
     lens = np.where(cut, s.max_response, np.clip(np.rint(lens), s.min_response, s.max_response))
     prompts = np.exp(math.log(s.prompt_median) + s.prompt_sd * rng.standard_normal(s.groups))
     prompts = np.clip(np.rint(prompts), s.min_prompt, s.max_prompt)
-    groups = tuple(GroupSpec(i, int(prompts[i]), tuple(int(x) for x in lens[i]))
+    # Separate streams, drawn after the main one so the groups above do not change: spare
+    # candidates of each prompt (group-level oversampling) and the prompt's previous epoch (its
+    # mean response length is the hint of length-aware admission). Both keep the prompt's
+    # difficulty z_g and draw fresh per-response noise and truncation.
+    spares = _responses(np.random.default_rng([seed, 1]), s, z_g, p_cut, s.group_size)
+    previous = _responses(np.random.default_rng([seed, 2]), s, z_g, p_cut, s.group_size)
+    groups = tuple(GroupSpec(i, int(prompts[i]), tuple(int(x) for x in lens[i]),
+                             spare_lens=tuple(int(x) for x in spares[i]),
+                             hint=float(previous[i].mean()))
                    for i in range(s.groups))
     return Workload(f"synthetic-math(seed={seed})", groups)

@@ -40,8 +40,10 @@ class GRPOTrainer:
         device, threads)."""
         from transformers import AutoModelForCausalLM
 
+        from ..config import resolve_device
+
         self.s = settings
-        self.device = torch.device(settings.device)
+        self.device = torch.device(resolve_device(settings.device))  # "auto" -> cuda or cpu
         if self.device.type == "cpu":
             # The rollout engine owns the other core(s); more threads only contend.
             torch.set_num_threads(settings.threads or 1)

@@ -10,6 +10,7 @@ with periodic checkpoints.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -109,6 +110,9 @@ def _kill_and_resume(tmp_path: Path, seed: int, settings: dict[str, object], ste
     assert problems == [], "\n".join(problems[:20])
     finished_then = len(point.finished)
     assert stats["trained_after_restart"] >= 1
+    # the summary counts every trained batch, the one recovery published included (issue 13)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == steps == publishes(out / "events.jsonl")
     print(f"\nkilled after {after} publishes + {delay:.2f} s ({ran:.1f} s into the run): "
           f"{finished_then} finished and {len(point.in_flight)} in-flight units at the kill; "
           f"after the resume {stats['trained_after_restart']} of the finished ones trained; "

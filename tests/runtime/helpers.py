@@ -72,3 +72,48 @@ def token_lag_violations(trainer: FakeTrainer, eta: int) -> list[str]:
                 bad.append(f"batch {batch.version}: {g.unit_id} v_traj {g.v_traj} is newer "
                            f"than its oldest token ({oldest})")
     return bad
+
+
+def derive_lengths(run_dir: Any) -> dict[str, Any]:
+    """The length bias of a run directory, derived here from ``events.jsonl`` and
+    ``lengths.jsonl`` on their own (not through the runtime's ``LengthLog``): a unit's fate
+    from its log lines, its samples' lengths and roles from its length line; ratio of the
+    plain means and the KS distance by brute force over every observed length."""
+    import json
+    from pathlib import Path
+
+    run_dir = Path(run_dir)
+    unsettled = {"shutdown", "lost_in_crash", "recovered", "trajectory_missing"}
+    fate: dict[str, str] = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines()[1:]:
+        r = json.loads(line)
+        reason = r.get("meta", {}).get("reason")
+        if r["op"] == "consume":
+            fate.update((u["unit"], "trained") for u in r["batch"]["units"])
+        elif r["op"] in ("abort", "filter"):
+            fate[r["unit"]] = ("skip" if reason in unsettled else
+                               "filtered" if r["op"] == "filter" or reason == "no_gradient"
+                               else "aborted")
+        for u in r.get("aborted", ()):
+            fate[u] = "skip" if reason in unsettled else "aborted"
+    records = [json.loads(x) for x in (run_dir / "lengths.jsonl").read_text().splitlines()]
+    assert len({r["unit"] for r in records}) == len(records), "a unit has two length lines"
+    trained, admitted = [], []
+    for rec in records:
+        f = fate.get(rec["unit"], "skip")
+        if f == "skip":
+            continue
+        for n, role in zip(rec["lengths"], rec["roles"], strict=True):
+            if role == "unstarted":
+                continue
+            admitted.append(n)
+            if f == "trained" and role == "committed":
+                trained.append(n)
+
+    def cdf(sample: list[int], x: int) -> float:
+        return sum(v <= x for v in sample) / len(sample)
+
+    ks = max(abs(cdf(trained, x) - cdf(admitted, x)) for x in set(trained) | set(admitted))
+    return {"length_ratio": (sum(trained) / len(trained)) / (sum(admitted) / len(admitted)),
+            "length_ks": ks, "samples_trained": len(trained),
+            "samples_admitted": len(admitted), "trained_tokens": sum(trained)}

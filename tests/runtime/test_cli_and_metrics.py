@@ -37,11 +37,12 @@ def test_invalid_config_is_one_clear_line_and_exit_2(tmp_path, capsys):
     assert f"{data}:1: not valid JSON" in capsys.readouterr().err
 
 
-def test_check_validates_and_prints_the_config(capsys):
+def test_check_validates_and_prints_the_config(capsys, tmp_path):
     assert main(["train", "--config", str(ROOT / "configs" / "demo.yaml"), "--check",
-                 "--steps", "7"]) == 0
+                 "--steps", "7", "--output-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
-    assert '"steps": 7' in out and "100 prompts, reward exact_answer: OK" in out
+    assert '"steps": 7' in out and "100 prompts, reward exact_answer, model tiny" in out
+    assert out.rstrip().endswith(": OK")
 
 
 @pytest.mark.vllm

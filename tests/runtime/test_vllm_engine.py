@@ -48,8 +48,11 @@ async def test_sampled_logprobs_match_the_trainer(engine, tokenizer, tiny_model,
     await _reset(engine, tiny_model)
     reqs, segs = await _sample(engine, tokenizer, temperature, tag=f"lp{temperature}")
     assert all(len(s.token_ids) == 12 == len(s.logprobs) for s in segs)
-    # Importance ratios of fresh tokens are 1 up to float noise.
-    assert _max_diff(_trainer(tiny_model, tmp_path, temperature), reqs, segs) < 1e-4
+    # Importance ratios of fresh tokens are 1 up to float noise. vLLM's CPU kernels and torch's
+    # sum in different orders, and how far apart they land depends on the processor's kernels:
+    # this host measures 1.15e-4 at temperature 1.0 (the suite passed under 1e-4 elsewhere), so
+    # the tolerance is 5e-4, still 20x below the 1e-2 that ignoring the temperature produces.
+    assert _max_diff(_trainer(tiny_model, tmp_path, temperature), reqs, segs) < 5e-4
     if temperature != 1.0:  # the check has teeth: ignoring the temperature is caught
         assert _max_diff(_trainer(tiny_model, tmp_path, 1.0), reqs, segs) > 1e-2
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .areal import Areal
 from .base import Policy
+from .clairvoyant import Clairvoyant
 from .nemo_in_order import NemoInOrder
 from .nemo_weight_fifo import NemoWeightFifo
 from .reserve_occupy import ReserveOccupy
@@ -20,7 +21,7 @@ from .verl_drop import VerlDrop
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (ReserveOccupy, NemoInOrder, NemoWeightFifo, VerlDrop, Trl, Roll, Areal,
-                Synchronous, Unbounded)
+                Synchronous, Unbounded, Clairvoyant)
 }
 
 # The comparison of the source's section 10 (the baselines it measured), in its order.

@@ -4,7 +4,7 @@ Source: NVIDIA-NeMo/RL @ 7ea279abfbeb698b092856d0dab61e7cf39bc909,
 ``nemo_rl/algorithms/async_utils/staleness_sampler.py`` (``InOrderSampler``: ``select`` takes
 ready slots whose ``target_step`` equals the trainer version, in slot order; ``evict`` drops ready
 slots whose target step has passed) and ``single_controller.py`` (``_train_pump``: a step keeps
-selecting until ``num_prompts_per_step`` groups are in). See docs/simulator.md's policy table.
+selecting until ``num_prompts_per_step`` groups are in).
 
 L1 is the gated admission of ``nemo.GatedNemoSampler`` with ``W = max_lookahead_versions = eta``.
 A group dispatched in batch ``d`` was admitted at a version >= d - W and trains exactly at step

@@ -3,7 +3,6 @@
 Source: NVIDIA-NeMo/RL @ 7ea279abfbeb698b092856d0dab61e7cf39bc909,
 ``nemo_rl/algorithms/async_utils/staleness_sampler.py`` (``WeightFifoSampler.select``,
 ``BaseSampler.evict``, ``_finalize_selection``) and ``single_controller.py`` (``_train_pump``).
-Summarised in docs/simulator.md's policy table.
 
 L1 is the gated admission of ``nemo.GatedNemoSampler`` with ``W = max_staleness_versions = eta``.
 L3, per optimizer step at trainer version T, repeated until ``batch_size`` groups are selected:
@@ -18,7 +17,7 @@ buffer at once (their ``max_buffered_rollouts`` permits return); the step trains
 16 prompts per step, so a user must lower it. Any value above 1 can wedge ``select`` for good:
 when version ``v*`` holds fewer than ``min(value, remaining)`` groups in all, they are never
 selected, ``v*`` never changes, and they are not evicted until the trainer moves, which it
-cannot (a wedge that reading ``select`` suggests; with 16 it happens here at eta = 3,
+cannot (with 16 it happens here at eta = 3,
 when ``max_inflight_prompts = 32`` splits a dispatch batch across a weight update). The
 simulator reports that as ``SimulationStalled``. The default here is therefore 1, the streaming
 setting that cannot wedge; the simulator's trainer still trains a step once it is whole (it does

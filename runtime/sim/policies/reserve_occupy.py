@@ -23,6 +23,29 @@ is the controller's:
   the returned groups in the engines (L2 waste); finished groups of later buffers move forward and
   admission refills. Aborted groups are lost work, and since the ones still running when the clock
   expires are the long ones, the timeout biases training toward short answers.
+
+
+Oversampling and the extension prototypes (all off by default; the source protocol otherwise):
+
+* ``capacity`` C > B: batch-level oversampling (source 7.6); reservations a closing READY buffer
+  cannot relocate are aborted (L2). Group-level oversampling (7.5) is the simulator's
+  ``candidates`` (``core.Simulator``), which this policy needs no option for.
+* ``progress_close``: progress-aware closure. When the controller aborts reservations (a READY
+  buffer closed), the policy stops the groups that *decoded least* instead: for each aborted unit
+  X whose group gX has decoded tokens, the RESERVED unit Y (still running) with the fewest decoded
+  tokens and ``v_traj(Y) <= v_gen(gX)`` is found; if gY decoded less than gX, gY is stopped and gX
+  takes Y's identity in the controller. Because gX's oldest decoding version is no older than
+  Y's stamp, training gX in Y's place keeps its staleness <= eta (the bound is checked).
+* ``idle_surplus``: idle-capacity oversampling (needs C > B). A reservation that makes its buffer
+  hold more than B units is kept only if the group's candidates fit in engine slots that are free
+  right now; otherwise it is handed back (``abort`` before anything ran: no waste) and admission
+  waits. Base (non-surplus) groups join the engine queue ahead of surplus ones.
+* ``head_priority``: deadline-aware engine priority. Groups reserved into the head buffer (the
+  next to train) join the engine queue ahead of everything else (vLLM's priority scheduling
+  without preemption).
+* ``lookahead`` N > 0: length-aware admission. Among the next N prompts of the workload the
+  policy admits the one whose earlier-epoch mean response length (``GroupSpec.hint``) is the
+  largest, so long groups get the most of their staleness window; the rest wait their turn.
 """
 
 from __future__ import annotations
@@ -41,8 +64,29 @@ class ReserveOccupy(Policy):
     bounded = True
 
     def __init__(self, eta: int, capacity: int | None = None, check_every: int = 0,
-                 stuck_timeout_s: float | None = None) -> None:
+                 stuck_timeout_s: float | None = None, progress_close: bool = False,
+                 idle_surplus: bool = False, head_priority: bool = False,
+                 lookahead: int = 0) -> None:
         super().__init__(eta)
+        for name, flag in (("progress_close", progress_close), ("idle_surplus", idle_surplus),
+                           ("head_priority", head_priority)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"reserve_occupy: {name} must be a bool, got {flag!r}")
+        if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0:
+            raise ValueError(f"reserve_occupy: lookahead must be an int >= 0, got {lookahead!r}")
+        if idle_surplus and capacity is None:
+            raise ValueError("reserve_occupy: idle_surplus needs a capacity > batch size")
+        self.progress_close = progress_close
+        self.idle_surplus = idle_surplus
+        self.head_priority = head_priority
+        self.lookahead = lookahead
+        self._unit: dict[int, int] = {}  # group id -> controller unit id (they differ after swaps)
+        self._vtraj: dict[int, int] = {}  # controller unit id -> v_traj of its reservation
+        self._next_unit = 0
+        self._cursor = 0  # lookahead: first workload index not yet admitted
+        self._taken: set[int] = set()  # lookahead: indices admitted ahead of the cursor
+        self.swaps = 0  # progress_close: aborts redirected to a group that decoded less
+        self.handed_back = 0  # idle_surplus: surplus reservations returned unused
         if stuck_timeout_s is not None and (isinstance(stuck_timeout_s, bool)
                                             or not isinstance(stuck_timeout_s, (int, float))
                                             or not stuck_timeout_s > 0):
@@ -73,24 +117,100 @@ class ReserveOccupy(Policy):
     def admit(self) -> None:
         sim, ctl = self.sim, self.controller
         while sim.rollout_has_room():
-            gid = len(sim.groups)  # the id the next admitted group will get
-            reservation = ctl.reserve(gid)
+            unit = self._next_unit  # unit ids are the controller's; a group id is the sim's
+            reservation = ctl.reserve(unit)
             if reservation is None:
                 return
-            group = sim.admit(v_tag=reservation.v_traj)
-            self._groups[group.gid] = group
+            self._next_unit += 1
+            priority = False
+            if self.idle_surplus or self.head_priority:
+                surplus = self._surplus(reservation.slot.buffer)
+                if surplus and sim.free_slots() < sim.candidates:
+                    ctl.abort(unit)  # nothing ran: handing it back costs nothing
+                    self.handed_back += 1
+                    self._tick()
+                    return
+                priority = (self.idle_surplus and not surplus) or (
+                    self.head_priority and reservation.slot.buffer == ctl.head)
+            group = sim.admit(v_tag=reservation.v_traj, spec=self._next_prompt(),
+                              priority=priority)
+            self._groups[unit] = group
+            self._unit[group.gid] = unit
+            self._vtraj[unit] = reservation.v_traj
             self._tick()
 
+    def _surplus(self, v_buffer: int) -> bool:
+        """Does buffer ``v_buffer`` hold more than batch_size units (the last one is surplus)?"""
+        if not self.idle_surplus:
+            return False
+        for view in self.controller.snapshot().buffers:
+            if view.v_buffer == v_buffer:
+                return sum(1 for st, _ in view.slots if st.value != "EMPTY") > self.batch_size
+        return False
+
+    def _next_prompt(self) -> int | None:
+        """Length-aware admission: the workload index to admit next (None: the next in order)."""
+        if not self.lookahead:
+            return None
+        groups = self.sim.workload.groups
+        n = len(groups)
+        while self._cursor in self._taken:
+            self._taken.discard(self._cursor)
+            self._cursor += 1
+        window = [i for i in range(self._cursor, self._cursor + self.lookahead)
+                  if i not in self._taken]
+        if any(groups[i % n].hint is None for i in window):
+            raise ValueError("reserve_occupy: lookahead needs earlier-epoch length hints "
+                             "(GroupSpec.hint); this workload has none")
+        best = max(window, key=lambda i: (groups[i % n].hint, -i))
+        if best == self._cursor:
+            self._cursor += 1
+        else:
+            self._taken.add(best)
+        return best
+
+    def _stop(self, units) -> None:
+        """Stop the groups of the units the controller aborted (L2); with ``progress_close``,
+        redirect each abort to a running group that decoded less (see the module docstring)."""
+        victims = []
+        for unit in units:
+            group = self._groups.pop(unit)
+            del self._unit[group.gid]
+            victims.append((unit, group))
+        for unit, group in victims:
+            if self.progress_close and group.v_gen >= 0:
+                swap = self._least_decoded(group)
+                if swap is not None:
+                    other_unit, other = swap
+                    self._groups[other_unit] = group  # group takes the other's reservation
+                    self._unit[group.gid] = other_unit
+                    del self._unit[other.gid]
+                    self.swaps += 1
+                    group = other
+            self.sim.abort(group)
+
+    def _least_decoded(self, group: Group):
+        sim = self.sim
+        mine = sum(sim.live_tokens(r) for r in group.requests)
+        best, best_tokens = None, mine
+        for unit, other in self._groups.items():
+            if other.state != Group.RUNNING or self._vtraj[unit] > group.v_gen:
+                continue
+            tokens = sum(sim.live_tokens(r) for r in other.requests)
+            if tokens < best_tokens:
+                best, best_tokens = (unit, other), tokens
+        return best
+
     def on_group_done(self, group: Group) -> None:
-        placement = self.controller.occupy(group.gid)
-        for unit in placement.aborted:  # batch-level oversampling closed its slot
-            self.sim.abort(self._groups.pop(unit))
+        unit = self._unit[group.gid]
+        placement = self.controller.occupy(unit)
+        self._stop(placement.aborted)  # batch-level oversampling closed its slot
         self._tick()
         if group.no_grad:
-            removal = self.controller.filter(group.gid)
-            self.sim.filter(self._groups.pop(group.gid))
-            for unit in removal.aborted:
-                self.sim.abort(self._groups.pop(unit))
+            removal = self.controller.filter(unit)
+            self.sim.filter(self._groups.pop(unit))
+            del self._unit[group.gid]
+            self._stop(removal.aborted)
             self._tick()
 
     def take_batch(self):
@@ -103,7 +223,10 @@ class ReserveOccupy(Policy):
         if self._stuck_since is not None:
             self._stuck_since = None
             self.sim.set_timer(INF)
-        return members([self._groups.pop(u) for u in batch.unit_ids])
+        groups = [self._groups.pop(u) for u in batch.unit_ids]
+        for g in groups:
+            del self._unit[g.gid]
+        return members(groups)
 
     def _head_stuck(self) -> bool:
         return self.controller.head_status is BufferStatus.STUCK
@@ -126,8 +249,10 @@ class ReserveOccupy(Policy):
             self.releases += 1
             self.release_log.append((self.sim.now, since, len(released)))
         for unit in released:
-            self.sim.abort(self._groups.pop(unit))
-            self.released.append(unit)
+            group = self._groups.pop(unit)
+            del self._unit[group.gid]
+            self.sim.abort(group)
+            self.released.append(group.gid)
         self._tick()
 
     def on_publish(self, version: int) -> None:
@@ -138,6 +263,13 @@ class ReserveOccupy(Policy):
     def settings(self) -> dict:
         out = {"eta": self.eta, "capacity": self.capacity or self.batch_size,
                "unit": "GRPO group", "admission": "reserve while an engine slot is free"}
+        for name in ("progress_close", "idle_surplus", "head_priority", "lookahead"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        if self.progress_close:
+            out["swaps"] = self.swaps
+        if self.idle_surplus:
+            out["handed_back"] = self.handed_back
         if self.stuck_timeout is not None:
             out.update(stuck_timeout_s=self.stuck_timeout, released_groups=len(self.released),
                        releases=self.releases)

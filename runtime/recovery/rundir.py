@@ -1,0 +1,157 @@
+"""The rules for a run directory (docs/recovery.md, "Run directories"): what counts as holding
+a run, moving a run aside instead of overwriting it, and checking, before any engine starts,
+that a run directory can be resumed.
+
+``train`` calls these before it loads a model or starts an engine, so that a run is never
+silently reused, half-overwritten or resumed from state that recovery would refuse later:
+
+* ``run_files``: the names in a directory that belong to a run (an empty list: a new run may
+  start there);
+* ``move_aside``: rename the whole directory to ``DIR.replaced-N`` (never deletes anything);
+* ``check_resumable``: the event log is read in full and replayed against the run's staleness
+  settings, the newest checkpoint is not ahead of the log, every trajectory file parses and
+  names a prompt that exists, and every batch recovery must retrain has data on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from reserve_occupy import Config
+
+from .durable import LOG_NAME
+from .journal import EmptyLog, LogCorrupt, read_log, rebuild
+from .store import Checkpoints, unit_filename, unit_from_filename
+
+# Everything a run writes into its directory (run_training, RunStore, the trainer).
+RUN_FILES = (LOG_NAME, "config.json", "metrics.jsonl", "summary.json", "driver_trace.jsonl",
+             "recovery.jsonl", "lengths.jsonl", "curves.png", "trajectories", "checkpoints",
+             "checkpoint", "weights", "tensorboard")
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used as asked; the message says why and what to do."""
+
+
+def run_files(path: Path) -> list[str]:
+    """The names in ``path`` that a run wrote (empty: no run there, or no directory)."""
+    if not path.is_dir():
+        return []
+    return [name for name in RUN_FILES if (path / name).exists()]
+
+
+def move_aside(path: Path) -> Path:
+    """Rename ``path`` to the first free ``path.replaced-N`` and return the new name. One
+    ``rename``: the old run stays whole, under its new name, and can still be resumed there."""
+    k = 1
+    while True:
+        target = path.with_name(f"{path.name}.replaced-{k}")
+        if not target.exists():
+            break
+        k += 1
+    try:
+        os.rename(path, target)
+    except OSError as exc:
+        raise RunDirError(f"cannot move the run in {path} aside to {target}: "
+                          f"{exc.strerror or exc}") from None
+    return target
+
+
+def check_output_dir(path: Path) -> None:
+    """``path`` is a directory, or one that can be created (its nearest existing ancestor is
+    a writable directory). Nothing is created: ``--check`` must leave no trace."""
+    if path.exists():
+        if not path.is_dir():
+            raise RunDirError(f"run.output_dir {path}: exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise RunDirError(f"run.output_dir {path}: the directory is not writable")
+        return
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise RunDirError(f"run.output_dir {path}: cannot be created ({parent} is not a "
+                          f"directory)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise RunDirError(f"run.output_dir {path}: cannot be created ({parent} is not "
+                          f"writable)")
+
+
+@dataclass(frozen=True)
+class Resumable:
+    """What ``check_resumable`` found: enough to say what the resume will do."""
+
+    events: int
+    version: int  # batches published (trained steps) according to the log
+    checkpoint: int | None
+    torn: str | None
+
+
+def check_resumable(run_dir: Path, config: Config, n_prompts: int) -> Resumable:
+    """Everything recovery will rely on, checked without a model or an engine. ``config``:
+    the staleness settings the resume runs with; ``n_prompts``: its training prompts."""
+    fix = (f"fix or restore it, or start a new run with --output-dir {run_dir} --overwrite "
+           f"(which moves this one aside)")
+    log_path = run_dir / LOG_NAME
+    try:
+        contents = read_log(log_path)
+    except EmptyLog as exc:
+        raise RunDirError(f"{exc}: there is nothing to resume; {fix}") from None
+    except LogCorrupt as exc:
+        raise RunDirError(f"{exc}; {fix}") from None
+    try:
+        controller = rebuild(contents, config)
+    except LogCorrupt as exc:
+        raise RunDirError(f"{log_path}: {exc}") from None
+    consumed = [e.batch for e in contents.events if e.op == "consume"]
+    checkpoints_root = run_dir / "checkpoints"
+    checkpoint = None
+    if checkpoints_root.is_dir():
+        latest = Checkpoints(checkpoints_root).latest()
+        if latest is not None:
+            checkpoint = latest[0]
+            if checkpoint > len(consumed):
+                raise RunDirError(
+                    f"{latest[1]}: checkpoint step {checkpoint} is ahead of the event log, "
+                    f"which consumed only {len(consumed)} batches; {fix}")
+    for seq, meta in contents.metas.items():
+        position = meta.get("prompt")
+        if isinstance(position, int) and not 0 <= position < n_prompts:
+            raise RunDirError(f"{log_path}: event {seq} is for prompt {position}, but the data "
+                              f"has {n_prompts} training prompts: resume with the run's own "
+                              f"data (data.path, data.limit, run.eval_holdout)")
+    stored = _check_trajectories(run_dir / "trajectories", n_prompts, fix)
+    for k in range(checkpoint or 0, len(consumed)):
+        batch = consumed[k]
+        if not any(u.unit_id in stored for u in batch.units):  # type: ignore[union-attr]
+            raise RunDirError(f"{run_dir / 'trajectories'}: batch {k} must be retrained but "
+                              f"none of its units' trajectory files is there; {fix}")
+    return Resumable(len(contents.events), controller.version, checkpoint, contents.torn)
+
+
+def _check_trajectories(root: Path, n_prompts: int, fix: str) -> set[object]:
+    """The units with a stored trajectory; a file that does not parse, or names a prompt the
+    data lacks, is refused here rather than crashing recovery."""
+    units: set[object] = set()
+    if not root.is_dir():
+        return units
+    for path in sorted(root.iterdir()):
+        unit = unit_from_filename(path.name)
+        if unit is None or unit_filename(unit) != path.name:
+            continue  # temporary files of interrupted writes: recovery deletes them
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            ok = (isinstance(record, dict) and isinstance(record.get("samples"), list)
+                  and isinstance(record.get("prompt"), int))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            ok = False
+        if not ok:
+            raise RunDirError(f"{path}: not a readable trajectory record; {fix}")
+        if not 0 <= record["prompt"] < n_prompts:
+            raise RunDirError(f"{path}: names prompt {record['prompt']}, but the data has "
+                              f"{n_prompts} training prompts: resume with the run's own data")
+        units.add(unit)
+    return units
