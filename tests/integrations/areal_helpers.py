@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-pytest.importorskip("areal.infra.workflow_executor",
-                    reason="AReaL is not installed (make install puts areal==1.0.4 in)")
+from . import areal_import  # noqa: E402,F401  (skips without AReaL; keeps asyncio's policy)
 
 from areal.api.cli_args import InferenceEngineConfig  # noqa: E402
 from areal.api.workflow_api import RolloutWorkflow  # noqa: E402

@@ -17,8 +17,7 @@ import time
 
 import pytest
 
-pytest.importorskip("areal.infra.workflow_executor",
-                    reason="AReaL is not installed (make install puts areal==1.0.4 in)")
+from . import areal_import  # noqa: E402,F401  (skips without AReaL; keeps asyncio's policy)
 
 from areal.infra.async_task_runner import TimedResult  # noqa: E402
 from areal.infra.staleness_manager import StalenessManager  # noqa: E402
