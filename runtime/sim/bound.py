@@ -122,12 +122,7 @@ def rollout_busy(groups: list, cost: CostModel) -> float:
     ``X >= R / concurrency``. Summing the two over instances keeps both lower bounds. Each join
     stalls its instance ``prefill_per_token * prompt`` seconds with no decode progress."""
     r = cost.rollout
-    R = Q = prompts = 0.0
-    for g in groups:
-        for L in g.response_lens:
-            R += L
-            Q += g.prompt_len * L + 0.5 * L * L
-            prompts += g.prompt_len
+    R, Q, prompts = _context_sums(groups)
     steps = R / cost.concurrency
     decode = max(r.floor_s * steps, r.step_s * steps + r.per_request_s * R + r.per_ctx_token_s * Q)
     return decode + r.prefill_per_token_s * prompts
