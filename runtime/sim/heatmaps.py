@@ -15,7 +15,9 @@ from matplotlib.colors import LogNorm
 from .plots import _save
 
 LABELS = {"nemo_in_order": "NeMo in_order", "nemo_weight_fifo": "NeMo weight_fifo",
-          "verl_drop": "verl drop", "nemo_in_order/drop": "in_order, drop path (what-if)"}
+          "verl_drop": "verl drop", "nemo_in_order/drop": "in_order, drop path (what-if)",
+          "reserve_occupy/capacity+4": "RO, capacity B+4",
+          "reserve_occupy/candidates+2": "RO, G+2 candidates"}
 MARK = {"slot-bound": "S", "engine-bound": "E", "trainer-bound": "T"}
 AXES = {"train_mult": "training cost ×", "concurrency": "concurrency per instance",
         "truncated": "share of responses at the cap", "filter_rate": "no-gradient rate"}

@@ -14,6 +14,14 @@ Every cell runs each policy on ``seeds`` workloads (workload and filter seed ``s
 the first fifth of the batches is left out as start-up transient). A cell reports Reserve–Occupy's
 ratio to each baseline (mean, min, max over seeds) and the regime its Reserve–Occupy runs are in.
 
+Each cell also runs Reserve–Occupy with both oversampling modes of the source (``OVERSAMPLING``):
+batch-level with capacity B + 4 (7.6) and group-level with group size + 2 candidates (7.5). For
+those a cell reports what turning the mode on does: tok/s and batches/s ÷ plain Reserve–Occupy,
+the L2 waste, and the length ratio (mean trained ÷ mean admitted response length) relative to
+plain Reserve–Occupy's. A mode that is ahead of plain Reserve–Occupy in tok/s or batches/s while
+that relative length ratio is below ``SHORT_BIAS`` is labelled "short answers": it gains only by
+training shorter answers.
+
 Regimes are defined from what the simulator measures over the run (``core.Simulator.gate_time``):
 
 * ``trainer-bound``: the trainer waited for data less than ``TRAINER_IDLE_MAX`` of the wall time,
@@ -36,6 +44,7 @@ import numpy as np
 from .core import SimulationStalled
 from .cost import CostModel
 from .filtering import RewardFilter
+from .frontier import SHORT_BIAS  # length ratio below it: "short answers", as in the frontier
 from .metrics import RunResult
 from .runner import RunSpec, simulate
 from .workload import MathReasoningShape, generate
@@ -44,6 +53,11 @@ TRAINER_IDLE_MAX = 0.10
 REGIMES = ("slot-bound", "engine-bound", "trainer-bound")
 BASELINES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop")
 IN_ORDER_DROP = "nemo_in_order/drop"  # the what-if: filtering routed through the drop path
+CAPACITY_EXTRA = 4  # batch-level oversampling: capacity = batch size + this
+CANDIDATES_EXTRA = 2  # group-level oversampling: candidates = group size + this
+OVERSAMPLING = ("reserve_occupy/capacity+4", "reserve_occupy/candidates+2")
+OVERSAMPLING_LABELS = {"reserve_occupy/capacity+4": "RO C=B+4",
+                       "reserve_occupy/candidates+2": "RO cand=G+2"}
 
 
 def classify(trainer_idle: float, slot_held: float, engine_full: float) -> str:
@@ -123,29 +137,68 @@ def _summary(values: list[float]) -> dict:
             "max": float(max(values))} if values else {}
 
 
+def _policies(cell: Cell, sweep: Sweep, group_size: int) -> list[tuple[str, tuple, int | None]]:
+    """(label, policy options, candidates) of every run a cell makes."""
+    out: list[tuple[str, tuple, int | None]] = [("reserve_occupy", (), None)]
+    out += [(b, (), None) for b in BASELINES]
+    if cell.filter_rate > 0:
+        out.append((IN_ORDER_DROP, (("on_no_gradient", "drop"),), None))
+    out.append((OVERSAMPLING[0], (("capacity", sweep.batch_size + CAPACITY_EXTRA),), None))
+    out.append((OVERSAMPLING[1], (), group_size + CANDIDATES_EXTRA))
+    return out
+
+
+def _steady_batch_s(r: RunResult) -> float:
+    """Mean publish-to-publish seconds after the warm-up (what batches/s compares)."""
+    tail = r.batch_seconds[r.warmup_batches:] or r.batch_seconds
+    return float(np.mean(tail))
+
+
+def _oversampling(ro: list[dict], rs: list[dict]) -> dict:
+    """What turning an oversampling mode on does, over the seeds (plain RO on the same seed).
+
+    ``length_vs_plain`` is the mode's length ratio ÷ plain Reserve–Occupy's: with reward
+    filtering toward long groups plain RO already trains shorter answers than it admits, and only
+    what the mode adds to that is the mode's bias (without filtering plain RO's ratio is 1)."""
+    pairs = [(a, b) for a, b in zip(ro, rs) if "steady" in b and "steady" in a]
+    gain = _summary([b["steady"] / a["steady"] for a, b in pairs])
+    pace = _summary([a["batch_s"] / b["batch_s"] for a, b in pairs])
+    relative = _summary([b["length_ratio"] / a["length_ratio"] for a, b in pairs])
+    out = {"gain": gain, "pace": pace,
+           "length_ratio": _summary([b["length_ratio"] for _, b in pairs]),
+           "length_vs_plain": relative,
+           "l2": _summary([b["l2"] for _, b in pairs]),
+           "length_ks": _summary([b["length_ks"] for _, b in pairs])}
+    ahead = gain.get("mean", 0.0) > 1.0 or pace.get("mean", 0.0) > 1.0
+    out["short_answers"] = bool(ahead and relative.get("mean", 1.0) < SHORT_BIAS)
+    return out
+
+
 def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
              cache: dict, step: Callable[[], None] | None = None) -> dict:
     """Run every policy of one cell over the seeds; ``cache`` shares runs between slices."""
-    policies = [("reserve_occupy", ())] + [(b, ()) for b in BASELINES]
-    if cell.filter_rate > 0:
-        policies.append((IN_ORDER_DROP, (("on_no_gradient", "drop"),)))
     c = scaled(cost, cell.train_mult, cell.concurrency)
     runs: dict[str, list[dict]] = {}
     for seed in range(sweep.seeds):
         shape = MathReasoningShape(groups=sweep.groups, truncated=cell.truncated)
         workload = generate(seed, shape)
         filt = RewardFilter(cell.filter_rate, seed=seed) if cell.filter_rate > 0 else None
-        for label, options in policies:
+        for label, options, candidates in _policies(cell, sweep, workload.group_size):
             key = (cell.key(), seed, label)
             if key not in cache:
                 spec = RunSpec(label.split("/")[0], cell.eta, sweep.batches, sweep.batch_size,
-                               options=options, filtering=filt)
+                               options=options, filtering=filt, candidates=candidates)
                 try:
                     r, _ = simulate(spec, workload, c)
+                    total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
+                        + r.waste_filtered_tokens
                     cache[key] = {"throughput": r.throughput, "steady": r.steady_throughput,
+                                  "batch_s": _steady_batch_s(r),
                                   "trainer_idle": r.trainer_idle,
                                   "rollout_idle": r.rollout_idle, "admission": r.admission,
-                                  "regime": classify_run(r)}
+                                  "regime": classify_run(r),
+                                  "l2": r.waste_l2_tokens / total if total else 0.0,
+                                  "length_ratio": r.length_ratio, "length_ks": r.length_ks}
                 except SimulationStalled as exc:
                     cache[key] = {"stalled": str(exc).split(";")[0]}
             runs.setdefault(label, []).append(cache[key])
@@ -158,6 +211,7 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
             continue
         vals = [a["steady"] / b["steady"] for a, b in zip(ro, rs) if "steady" in b]
         ratios[label] = {**_summary(vals), "stalled": sum(1 for b in rs if "stalled" in b)}
+    oversampling = {label: _oversampling(ro, runs[label]) for label in OVERSAMPLING}
     mean = {k: float(np.mean([r[k] for r in ro])) for k in ("trainer_idle", "rollout_idle")}
     gate = {k: float(np.mean([r["admission"][k] for r in ro]))
             for k in ("paused", "engine_full", "policy_held")}
@@ -167,7 +221,7 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
             "ro_trainer_idle": mean["trainer_idle"], "ro_rollout_idle": mean["rollout_idle"],
             "ro_admission": gate,
             "regime": classify(mean["trainer_idle"], gate["policy_held"], gate["engine_full"]),
-            "regime_per_seed": regimes,
+            "regime_per_seed": regimes, "oversampling": oversampling,
             "runs": runs}
 
 
@@ -175,7 +229,7 @@ def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
               cells: Iterable[Cell] | None = None) -> dict:
     cells = list(cells if cells is not None else sweep.cells())
     unique = {c.key() for c in cells}
-    per_cell = sweep.seeds * (len(BASELINES) + 1)
+    per_cell = sweep.seeds * (len(BASELINES) + 1 + len(OVERSAMPLING))
     total = sum(per_cell + (sweep.seeds if k[-1] > 0 else 0) for k in unique)
     bar = None
     if progress:
@@ -201,6 +255,14 @@ def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
             "definitions": {"trainer_idle_max": TRAINER_IDLE_MAX,
                             "ratio": "steady-state effective throughput of Reserve–Occupy / "
                                      "the baseline's, same workload seed",
+                            "oversampling": f"{OVERSAMPLING[0]}: capacity = batch size + "
+                                            f"{CAPACITY_EXTRA}; {OVERSAMPLING[1]}: candidates = "
+                                            f"group size + {CANDIDATES_EXTRA}; gain and pace: "
+                                            "tok/s and batches/s of the mode / plain "
+                                            "Reserve–Occupy's, same seed; length_vs_plain: its "
+                                            "length ratio / plain Reserve–Occupy's; "
+                                            "short_answers: ahead in either with length_vs_plain "
+                                            f"< {SHORT_BIAS}",
                             "warmup": "first fifth of the batches left out"},
             "seconds": time.perf_counter() - start, "cells": out}
 
@@ -262,6 +324,47 @@ def summary_table(result: dict) -> str:
                      "RO ÷ weight_fifo", "RO ÷ verl drop", "RO ÷ in_order, drop path"], rows)
 
 
+def _over(c: dict, label: str) -> str:
+    """One cell's oversampling entry: tok/s ÷ RO / batches/s ÷ RO / length ratio."""
+    o = c.get("oversampling", {}).get(label, {})
+    if "mean" not in o.get("gain", {}):
+        return "stalled" if c["ratios"].get(label, {}).get("stalled") else ""
+    text = (f"{o['gain']['mean']:.2f} / {o['pace']['mean']:.2f} / "
+            f"{o['length_vs_plain']['mean']:.2f}")
+    return text + (" short" if o["short_answers"] else "")
+
+
+def oversampling_table(result: dict) -> str:
+    """One row per (filter rate, regime): what each oversampling mode does to Reserve–Occupy
+    (mean of the cell means [lowest, highest]), its L2 waste and length ratio, and in how many
+    cells it is ahead in tok/s or batches/s only by training shorter answers."""
+    from .report import markdown
+
+    cells = [c for c in _unique(result) if "oversampling" in c]
+    rows = []
+    for rate in sorted({c["filter_rate"] for c in cells}):
+        for regime in REGIMES:
+            mine = [c for c in cells if c["filter_rate"] == rate and c["regime"] == regime]
+            if not mine:
+                continue
+            row = [f"{rate:g}", regime, len(mine)]
+            for label in OVERSAMPLING:
+                os_ = [c["oversampling"][label] for c in mine
+                       if "mean" in c["oversampling"][label]["gain"]]
+                row += [_range([o["gain"]["mean"] for o in os_]),
+                        _range([o["pace"]["mean"] for o in os_]),
+                        f"{np.mean([o['l2']['mean'] for o in os_]):.0%}" if os_ else "-",
+                        _range([o["length_vs_plain"]["mean"] for o in os_]),
+                        sum(o["short_answers"] for o in os_)]
+            rows.append(row)
+    headers = ["no-gradient rate", "regime (of RO's runs)", "cells"]
+    for label in OVERSAMPLING:
+        name = OVERSAMPLING_LABELS[label]
+        headers += [f"{name}: tok/s ÷ RO", "batches/s ÷ RO", "L2 waste", "length ratio ÷ RO's",
+                    "cells short answers"]
+    return markdown(headers, rows)
+
+
 def cell_table(result: dict) -> str:
     """Every distinct cell: its parameters, regime, the fractions it was classified from, and
     the ratios (mean over seeds)."""
@@ -280,7 +383,11 @@ def cell_table(result: dict) -> str:
                      f"{c['filter_rate']:g}", c["regime"], f"{c['ro_trainer_idle']:.2f}",
                      f"{gate['policy_held']:.2f}", f"{gate['engine_full']:.2f}",
                      round(c["ro_steady"]["mean"]), ratio("nemo_in_order"),
-                     ratio("nemo_weight_fifo"), ratio("verl_drop"), ratio(IN_ORDER_DROP)])
+                     ratio("nemo_weight_fifo"), ratio("verl_drop"), ratio(IN_ORDER_DROP),
+                     _over(c, OVERSAMPLING[0]), _over(c, OVERSAMPLING[1])])
+    over = "tok/s ÷ RO / batches/s ÷ RO / length ratio ÷ RO's"
     return markdown(["η", "train ×", "conc.", "at cap", "no-grad", "regime", "trainer idle",
                      "slot-held", "engines full", "RO tok/s", "÷ in_order", "÷ weight_fifo",
-                     "÷ verl", "÷ in_order drop"], rows)
+                     "÷ verl", "÷ in_order drop",
+                     f"{OVERSAMPLING_LABELS[OVERSAMPLING[0]]}: {over}",
+                     f"{OVERSAMPLING_LABELS[OVERSAMPLING[1]]}: {over}"], rows)

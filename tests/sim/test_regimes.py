@@ -89,9 +89,45 @@ def test_tiny_sweep_is_complete_and_deterministic(cost):
             r = cell["ratios"][base]
             assert r["min"] <= r["mean"] <= r["max"] and r["mean"] > 0
         assert (regimes.IN_ORDER_DROP in cell["ratios"]) == (cell["filter_rate"] > 0)
+        for mode in regimes.OVERSAMPLING:  # both oversampling modes ran in every cell
+            o = cell["oversampling"][mode]
+            assert o["gain"]["min"] <= o["gain"]["mean"] <= o["gain"]["max"]
+            assert o["pace"]["mean"] > 0 and 0 < o["length_ratio"]["mean"] <= 1.5
+            assert o["l2"]["mean"] > 0  # the surplus is aborted in flight: L2 waste
     table = regimes.summary_table(a)
     assert "slot-bound" in table or "engine-bound" in table
     assert regimes.cell_table(a).count("\n") >= len({c["eta"] for c in a["cells"]})
+    over = regimes.oversampling_table(a)
+    assert "RO C=B+4" in over and "RO cand=G+2" in over
+
+
+def test_oversampling_runs_use_the_sweeps_sizes(cost):
+    """Capacity is the sweep's batch size + 4 and candidates the group size + 2, in the runs."""
+    cell = regimes.Cell("hardware", 1, 1.0, 8)
+    got = {label: (dict(options), cand)
+           for label, options, cand in regimes._policies(cell, TINY, group_size=8)}
+    assert got["reserve_occupy/capacity+4"] == ({"capacity": TINY.batch_size + 4}, None)
+    assert got["reserve_occupy/candidates+2"] == ({}, 10)
+
+
+def _runs(steady, batch_s, length):
+    return {"steady": steady, "batch_s": batch_s, "length_ratio": length, "length_ks": 0.1,
+            "l2": 0.2}
+
+
+@pytest.mark.parametrize("plain_length,mode,want", [
+    (1.0, _runs(110, 90, 0.80), True),  # faster in both, by training answers 20 % shorter
+    (1.0, _runs(90, 90, 0.80), True),  # slower in tok/s, batches come faster: still short
+    (1.0, _runs(110, 90, 1.00), False),  # ahead without length bias
+    (1.0, _runs(90, 110, 0.80), False),  # behind in both: nothing gained, no label
+    # reward filtering toward long groups: plain RO already trains shorter answers than it
+    # admits; only what the mode adds counts
+    (0.80, _runs(110, 90, 0.79), False),
+    (0.80, _runs(110, 90, 0.60), True),
+])
+def test_short_answers_label(plain_length, mode, want):
+    plain = [_runs(100, 100, plain_length)]
+    assert regimes._oversampling(plain, [mode])["short_answers"] is want
 
 
 def test_sweep_seeds_change_the_workload(cost):
