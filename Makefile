@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-core demo bench bench-runtime proofs-deep sim-experiments conformance spec faults-deep clean
+.PHONY: install test test-core demo bench bench-runtime proofs-deep sim-experiments sim-frontier sim-bound conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,3 +68,8 @@ clean:
 ## the frontier table, docs/results/frontier.json and docs/img/sim_frontier.png.
 sim-frontier: $(STAMP)
 	$(PY) -m runtime.sim.frontier
+
+## The clairvoyant limit alone: the provable bound, the best schedule and every policy as a
+## fraction of it, eta 0-3, seeds 0-2 (~40 s).
+sim-bound: $(STAMP)
+	$(PY) -m runtime.sim.bound --eta 0,1,2,3
