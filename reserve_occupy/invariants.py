@@ -252,7 +252,8 @@ def check_controller(c: StalenessController) -> None:
     consumed = 0
     for u, rec in c._units.items():
         if rec.__class__ is not int:
-            if not isinstance(rec, UnitState):
+            if not (rec is UnitState.IN_FLIGHT or rec is UnitState.ABORTED
+                    or rec is UnitState.FILTERED):  # FINISHED and CONSUMED are never stored
                 raise InvariantViolation("conservation", f"unit {u!r} has record {rec!r}")
         elif rec < t.head:
             consumed += 1

@@ -236,7 +236,8 @@ class StalenessController:
             UnitView(u, s if s is UnitState.IN_FLIGHT else UnitState.FINISHED,
                      versions.get(u))  # type: ignore[arg-type]
             for u, s in self._units.items()
-            if s is UnitState.IN_FLIGHT or (s.__class__ is int and s >= below)  # type: ignore[operator]
+            if s is UnitState.IN_FLIGHT
+            or (s.__class__ is int and s >= below)  # type: ignore[operator]
         )
         return Snapshot(
             config=self.config,
@@ -325,14 +326,16 @@ class StalenessController:
         """The unit's lifecycle state from its record (None: never admitted)."""
         state = self._units.get(unit_id)
         if state.__class__ is int:  # a FINISHED unit's buffer: consumed with it, or still there
-            return UnitState.FINISHED if state >= self._consumed_below else UnitState.CONSUMED  # type: ignore[operator]
+            if state >= self._consumed_below:  # type: ignore[operator]
+                return UnitState.FINISHED
+            return UnitState.CONSUMED
         return state  # type: ignore[return-value]
 
     def _unit_states(self) -> dict[UnitId, UnitState]:
         """Every admitted unit's state, in admission order (checks and proofs read this)."""
         below, finished, consumed = self._consumed_below, UnitState.FINISHED, UnitState.CONSUMED
-        return {u: (finished if s >= below else consumed) if s.__class__ is int else s  # type: ignore[operator,misc]
-                for u, s in self._units.items()}
+        return {u: (finished if s >= below else consumed)  # type: ignore[operator,misc]
+                if s.__class__ is int else s for u, s in self._units.items()}
 
     def _require(self, operation: str, unit_id: UnitId) -> None:
         self._check_id(operation, unit_id)
@@ -357,17 +360,14 @@ class StalenessController:
 
     def _end(self, unit_id: UnitId, operation: str, buffer: int | None = None) -> None:
         """Move a unit along its lifecycle and keep the counters in step. A unit that becomes
-        FINISHED is recorded by ``buffer``, the buffer it was placed in."""
-        record = self._units[unit_id]
+        FINISHED (occupy) is recorded by ``buffer``, the buffer it was placed in; ``check``
+        refuses a FINISHED or CONSUMED state stored as such."""
+        units = self._units
+        record = units[unit_id]
         if record.__class__ is int:  # filter: a FINISHED unit's buffer
             record = self._state_of(unit_id)  # type: ignore[assignment]
         state = UNIT_LIFECYCLE[operation][record]  # type: ignore[index]
-        if state is UnitState.FINISHED:
-            if buffer is None:
-                raise AssertionError(f"{operation}: finished unit {unit_id!r} without a buffer")
-            self._units[unit_id] = buffer
-        else:
-            self._units[unit_id] = state
+        units[unit_id] = state if buffer is None else buffer
         self._count(state, 1)
 
     def _end_batch(self, n: int, head: int) -> None:
@@ -439,8 +439,8 @@ class StalenessController:
         if t.ready(buf):
             closing_moves, aborted = t.close_ready(buf)
             moves.extend(closing_moves)
-        if moves:
-            self._follow(moves)
+        # No _follow here: occupy's moves (shift, relabel, close) move reservations only, never a
+        # finished unit (check() would see a record left behind).
         self._end(unit_id, "occupy", slot.buffer)
         for u in aborted:
             self._end(u, "abort")

@@ -99,3 +99,17 @@ def test_check_catches_consumed_records_the_counter_missed():
     c._aborted += 1  # the total still adds up: only the cross-check sees it
     with pytest.raises(InvariantViolation, match="recorded consumed"):
         c.check()
+
+
+def test_check_refuses_finished_or_consumed_stored_as_a_state():
+    """Both read the same as the buffer record they replace, but are tied to no buffer."""
+    c = StalenessController(Config(1, 2))
+    c.reserve("a"), c.reserve("b")
+    c.occupy("a")
+    c._units["a"] = UnitState.FINISHED
+    with pytest.raises(InvariantViolation, match="conservation"):
+        c.check()
+    c, ids = consumed_once()
+    c._units[ids[0]] = UnitState.CONSUMED
+    with pytest.raises(InvariantViolation, match="has record"):
+        c.check()
