@@ -339,9 +339,11 @@ class StalenessController:
 
     def _require(self, operation: str, unit_id: UnitId) -> None:
         self._check_id(operation, unit_id)
-        state = self._state_of(unit_id)
+        state = self._units.get(unit_id)
         if state is None:
             raise UnknownUnit(operation, unit_id)
+        if state.__class__ is int:  # inline test: occupy, on the hot path, names an IN_FLIGHT unit
+            state = self._state_of(unit_id)
         if state not in UNIT_LIFECYCLE[operation]:
             raise IllegalUnitState(operation, unit_id, state.value)
 
@@ -358,16 +360,22 @@ class StalenessController:
         events.append(Event(len(events), op, version, head, unit_id, v_traj, slot, moves, aborted,
                             batch))
 
-    def _end(self, unit_id: UnitId, operation: str, buffer: int | None = None) -> None:
-        """Move a unit along its lifecycle and keep the counters in step. A unit that becomes
-        FINISHED (occupy) is recorded by ``buffer``, the buffer it was placed in; ``check``
-        refuses a FINISHED or CONSUMED state stored as such."""
-        units = self._units
-        record = units[unit_id]
+    def _end(self, unit_id: UnitId, operation: str) -> None:
+        """Move a unit along its lifecycle to a final state and keep the counters in step."""
+        record = self._units[unit_id]
         if record.__class__ is int:  # filter: a FINISHED unit's buffer
             record = self._state_of(unit_id)  # type: ignore[assignment]
         state = UNIT_LIFECYCLE[operation][record]  # type: ignore[index]
-        units[unit_id] = state if buffer is None else buffer
+        self._units[unit_id] = state
+        self._count(state, 1)
+
+    def _finish(self, unit_id: UnitId, buffer: int) -> None:
+        """Occupy's lifecycle edge: the unit becomes FINISHED and is recorded by ``buffer``, the
+        buffer it was placed in (``check`` refuses FINISHED or CONSUMED stored as a state)."""
+        state = UNIT_LIFECYCLE["occupy"][self._units[unit_id]]  # type: ignore[index]
+        if state is not UnitState.FINISHED:
+            raise AssertionError(f"occupy makes units {state.value}, recorded as FINISHED")
+        self._units[unit_id] = buffer
         self._count(state, 1)
 
     def _end_batch(self, n: int, head: int) -> None:
@@ -441,7 +449,7 @@ class StalenessController:
             moves.extend(closing_moves)
         # No _follow here: occupy's moves (shift, relabel, close) move reservations only, never a
         # finished unit (check() would see a record left behind).
-        self._end(unit_id, "occupy", slot.buffer)
+        self._finish(unit_id, slot.buffer)
         for u in aborted:
             self._end(u, "abort")
         moved, dropped = tuple(moves), tuple(aborted)
