@@ -24,8 +24,8 @@ per controller, never one per unit.
 Unit records
 ------------
 ``_units`` maps every admitted unit to its lifecycle state, with one compression: a FINISHED unit
-is recorded by the number of the buffer its OCCUPIED slot is in (an ``int``; the record follows
-every move the table reports), and such a record reads FINISHED while that buffer is open and
+is recorded by the number of the buffer its OCCUPIED slot is in (an ``int``; it follows the unit
+through the FILL moves of abort and filter -- occupy's moves are reservations'), and such a record reads FINISHED while that buffer is open and
 CONSUMED once it was consumed -- buffers are consumed strictly in order, so that is "below the
 controller's consumed watermark ``_consumed_below``". Consume therefore ends a whole batch in O(1)
 (the watermark and the consumed counter move; no unit record is written), where writing B
@@ -342,7 +342,7 @@ class StalenessController:
         state = self._units.get(unit_id)
         if state is None:
             raise UnknownUnit(operation, unit_id)
-        if state.__class__ is int:  # inline test: occupy, on the hot path, names an IN_FLIGHT unit
+        if state.__class__ is int:  # a finished unit's buffer (tested inline: hot path)
             state = self._state_of(unit_id)
         if state not in UNIT_LIFECYCLE[operation]:
             raise IllegalUnitState(operation, unit_id, state.value)
@@ -385,7 +385,8 @@ class StalenessController:
         their records read as the operation's single lifecycle edge's target, CONSUMED, with no
         per-unit write (see "Unit records")."""
         ((source, target),) = UNIT_LIFECYCLE["consume"].items()
-        if source is not UnitState.FINISHED or head != self._consumed_below:
+        if (source is not UnitState.FINISHED or target is not UnitState.CONSUMED
+                or head != self._consumed_below):
             raise AssertionError(f"consume ends FINISHED units of buffer {self._consumed_below}")
         self._consumed_below = head + 1
         self._count(target, n)
