@@ -25,9 +25,10 @@ Unit records
 ------------
 ``_units`` maps every admitted unit to its lifecycle state, with one compression: a FINISHED unit
 is recorded by the number of the buffer its OCCUPIED slot is in (an ``int``; it follows the unit
-through the FILL moves of abort and filter -- occupy's moves are reservations'), and such a record reads FINISHED while that buffer is open and
-CONSUMED once it was consumed -- buffers are consumed strictly in order, so that is "below the
-controller's consumed watermark ``_consumed_below``". Consume therefore ends a whole batch in O(1)
+through the FILL moves of abort and filter -- occupy moves reservations only), and such a record
+reads FINISHED while that buffer is open and CONSUMED once it was consumed -- buffers are consumed
+strictly in order, so that is "below the controller's consumed watermark ``_consumed_below``".
+Consume therefore ends a whole batch in O(1)
 (the watermark and the consumed counter move; no unit record is written), where writing B
 records cost the trainer about 15 µs at B = 256 (a cache miss per unit in a dictionary that holds
 every unit ever admitted). ``_state_of`` and ``_unit_states`` read the records as states; every
