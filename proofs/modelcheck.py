@@ -125,9 +125,11 @@ def materialise(key: bytes, make: Callable[[Config], StalenessController],
                 if st == RESERVED:  # an in-flight unit: the table indexes its version
                     t.v_traj[n] = w - _BIAS + base
                 t._put(buf, i, st, n, w - _BIAS + base)  # the slot and every index
-                units[n] = UnitState.FINISHED if st == OCCUPIED else UnitState.IN_FLIGHT
+                # a finished unit's record is its buffer (machine.py, "Unit records")
+                units[n] = buf.v if st == OCCUPIED else UnitState.IN_FLIGHT
         t.buffers[buf.v] = buf
     c._units = dict(sorted(units.items()))
+    c._consumed_below = t.head  # nothing consumed is part of the key
     c._in_flight = in_flight
     return c
 
@@ -182,9 +184,8 @@ Label = tuple[int, int]  # (operation index, canonical unit name or 0)
 def enabled(c: StalenessController, names: list) -> list[tuple[Label, str, Any]]:
     """Every operation to try in ``c``: (label, operation, unit id or None)."""
     ops: list[tuple[Label, str, Any]] = [((0, 0), "reserve", len(c._units))]
-    units = c._units
     for n, u in enumerate(names):
-        st = units.get(u)
+        st = c._state_of(u)
         if st is UnitState.IN_FLIGHT:
             ops.append(((1, n), "occupy", u))
             ops.append(((2, n), "abort", u))
@@ -211,7 +212,7 @@ def run_op(c: StalenessController, op: str, unit: Any) -> tuple[Any, bool]:
 
 
 def _live(c: StalenessController) -> dict:
-    return {u: s for u, s in c._units.items() if s in _LIVE}
+    return {u: s for u, s in c._unit_states().items() if s in _LIVE}
 
 
 def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessController,
@@ -248,9 +249,9 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
             f"{op}: units {sorted(map(str, left))} left the live set but "
             f"{sorted(map(str, reported))} were reported")
     for u, want in reported.items():
-        if post._units.get(u) is not want:
+        if post._state_of(u) is not want:
             return "edge:accounting", (f"{op}: unit {u!r} reported as {want.value} is "
-                                       f"{post._units.get(u)}")
+                                       f"{post._state_of(u)}")
     totals = (post._consumed - pre._consumed, post._aborted - pre._aborted,
               post._filtered - pre._filtered)
     want_totals = tuple(sum(1 for s in reported.values() if s is k)

@@ -57,7 +57,7 @@ def spec_state(c: StalenessController) -> SpecState:
         st.append(rs)
         w.append(rw)
         uid.append(ru)
-    states = list(c._units.values())
+    states = list(c._unit_states().values())
     return SpecState(
         training=c._phase == "TRAINING", version=c._version, st=st, w=w, uid=uid,
         in_flight=c._in_flight, finished=states.count(UnitState.FINISHED),

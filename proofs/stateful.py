@@ -257,9 +257,9 @@ class ControllerMachine(RuleBasedStateMachine):
         if set(self.view) != set(self.c._units):
             raise Violation("edge:accounting", "admitted units and the runtime's view differ")
         for u, seen in self.view.items():
-            if self.c._units[u] is not want[seen]:
+            if self.c._state_of(u) is not want[seen]:
                 raise Violation("edge:accounting", f"unit {u!r}: runtime was told {seen}, "
-                                f"controller says {self.c._units[u].value}")
+                                f"controller says {self.c._state_of(u).value}")
 
     def teardown(self) -> None:
         """The event log replays, outcome for outcome, to the same snapshot (on a fresh

@@ -54,7 +54,7 @@ def abstract(c: StalenessController) -> dict[str, Any]:
             if not (0 <= k <= eta and 0 <= d <= eta):
                 raise NotAbstractable(f"unit {u!r} at offset {k} with age {d}")
             (r if st == RESERVED else o)[k][d] += 1
-    states = list(c._units.values())
+    states = list(c._unit_states().values())
     return {"training": c._phase == "TRAINING", "r": r, "o": o,
             "in_flight": c._in_flight, "finished": states.count(UnitState.FINISHED),
             "admitted": len(c._units), "consumed": c._consumed, "aborted": c._aborted,

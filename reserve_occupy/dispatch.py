@@ -23,9 +23,12 @@ same objects in the same order and does nothing else:
 2. for each transition in order, every ``Condition`` is resolved by name on the model -- at call
    time, so a subclass overriding a guard (the proofs' mutants) is honoured -- and compared with
    its target;
-3. the first transition whose conditions all hold changes the phase if it has a ``dest`` (through
-   ``Machine.set_state``), runs its ``after`` callbacks by name, and the trigger returns True;
-   no transition passing returns False.
+3. the first transition whose conditions all hold changes the phase if it has a ``dest`` --
+   writing the dest ``State``'s value to the model attribute, which is all ``Machine.set_state``
+   does for one model and a registered state name; its type checks, ``get_state`` and
+   ``listify`` calls cost about 1 µs on a warm cache and 4-5 µs for a consume at B = 256, whose
+   trigger runs once per B occupies with that code evicted -- then runs its ``after`` callbacks
+   by name, and the trigger returns True; no transition passing returns False.
 
 One visible difference: turning on the ``transitions`` logger shows nothing for these triggers.
 Nothing is lost by that: the controller's event log records every operation with its outcome.
@@ -61,8 +64,8 @@ class LeanEvent(Event):
                 if getattr(model, condition.func)(*args, **kwargs) != condition.target:
                     break
             else:
-                if transition.dest is not None:
-                    machine.set_state(transition.dest, model)
+                if transition.dest is not None:  # Machine.set_state, inlined (see above)
+                    setattr(model, machine.model_attribute, machine.states[transition.dest].value)
                 for effect in transition.after:
                     getattr(model, effect)(*args, **kwargs)
                 return True
@@ -91,6 +94,7 @@ class LeanMachine(Machine):
                 ("finalize_event", self.finalize_event),
                 ("on_exception", self.on_exception),
                 ("on_final", self.on_final),
+                ("an overridden set_state", type(self).set_state is not Machine.set_state),
             ) if used
         ]
         unsupported += [f"state {s.name}: on_enter/on_exit/final/ignore_invalid_triggers"
@@ -100,6 +104,8 @@ class LeanMachine(Machine):
             for transition in (t for ts in event.transitions.values() for t in ts):
                 if transition.prepare or transition.before:
                     unsupported.append(f"{event.name}: prepare/before callbacks")
+                if transition.dest is not None and transition.dest not in self.states:
+                    unsupported.append(f"{event.name}: unregistered dest {transition.dest!r}")
                 names = [c.func for c in transition.conditions] + list(transition.after)
                 if not all(isinstance(n, str) for n in names):
                     unsupported.append(f"{event.name}: guards and effects must be names")

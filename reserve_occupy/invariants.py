@@ -236,9 +236,30 @@ def check_controller(c: StalenessController) -> None:
                 or any(t.v_traj.get(buf.unit[i]) != w for i, (st, w)
                        in enumerate(zip(buf.state, buf.version)) if st == RESERVED)):
             raise InvariantViolation("conservation", f"buffer {v} indexes out of step")
+    states = c._unit_states()
     in_table = len(t.where) + sum(len(b.pos) for b in t.buffers.values())
-    live = sum(1 for st in c._units.values() if st in (UnitState.IN_FLIGHT, UnitState.FINISHED))
+    live = sum(1 for st in states.values() if st in (UnitState.IN_FLIGHT, UnitState.FINISHED))
     if in_table != live or set(t.v_traj) != set(t.where):
         raise InvariantViolation("conservation", "slot index and unit records disagree")
-    if c.in_flight != sum(1 for st in c._units.values() if st is UnitState.IN_FLIGHT):
+    if c.in_flight != sum(1 for st in states.values() if st is UnitState.IN_FLIGHT):
         raise InvariantViolation("conservation", "in-flight counter out of step")
+    # A FINISHED unit is recorded by its buffer's number and reads CONSUMED once the controller's
+    # watermark passed it (machine.py, "Unit records"): the watermark, the records and the
+    # consumed counter are kept apart from the table, so each is checked against it here.
+    if c._consumed_below != t.head:
+        raise InvariantViolation("conservation", f"consumed watermark {c._consumed_below} but "
+                                                 f"head {t.head}")
+    consumed = 0
+    for u, rec in c._units.items():
+        if rec.__class__ is not int:
+            if not (rec is UnitState.IN_FLIGHT or rec is UnitState.ABORTED
+                    or rec is UnitState.FILTERED):  # FINISHED and CONSUMED are never stored
+                raise InvariantViolation("conservation", f"unit {u!r} has record {rec!r}")
+        elif rec < t.head:
+            consumed += 1
+        elif rec not in t.buffers or u not in t.buffers[rec].pos:
+            raise InvariantViolation("conservation",
+                                     f"finished unit {u!r} is recorded in buffer {rec}, not there")
+    if consumed != c._consumed:
+        raise InvariantViolation("conservation", f"{consumed} units recorded consumed, counter "
+                                                 f"{c._consumed}")

@@ -306,7 +306,7 @@ class SlotTable:
             if buf.n_empty and not self.ready(buf):
                 i = buf.state.find(EMPTY)
                 self._put(buf, i, OCCUPIED, unit_id, v_traj)
-                return SlotRef(v, i)
+                return SlotRef(buf.v, i)  # buf.v: one int per buffer for every unit record
         raise AssertionError(f"no legal EMPTY slot for finished unit {unit_id!r}")
 
     # ----------------------------------------------------------------- Filter / holes -------
@@ -388,26 +388,25 @@ class SlotTable:
 
     # ----------------------------------------------------------------- Consume ---------------
 
-    def take_head(self) -> tuple[list[UnitId], tuple[BatchUnit, ...]]:
-        """Remove the head buffer; return its OCCUPIED units in slot order and their entries.
+    def take_head(self) -> tuple[BatchUnit, ...]:
+        """Remove the head buffer; return its OCCUPIED units' entries in slot order.
 
-        Nothing here loops in Python: units and prebuilt entries are list slices when the
-        OCCUPIED slots form a prefix (the ordering invariant, verified by a memchr-speed
-        ``count``), else picked by ``compress`` (the proofs' mutants break the order on purpose).
-        The units' indexes (``pos``, versions) leave with the buffer.
+        Nothing here loops in Python: the prebuilt entries are a list slice when the OCCUPIED
+        slots form a prefix (the ordering invariant, verified by a memchr-speed ``count``), else
+        picked by ``compress`` (the proofs' mutants break the order on purpose). The units'
+        indexes (``pos``, versions) leave with the buffer; the controller's unit records need no
+        per-unit update either (machine.py, "Unit records").
         """
         buf = self.buffers.pop(self.head)
         n = buf.n_occ
         if n == len(buf.state) and buf.state.count(OCCUPIED) == n:  # full: no slicing
-            units, entries = buf.unit, tuple(buf.entry)  # the buffer is gone: take its list
+            entries = tuple(buf.entry)
         elif buf.state.count(OCCUPIED, 0, n) == n:
-            units, entries = buf.unit[:n], tuple(buf.entry[:n])
+            entries = tuple(buf.entry[:n])
         else:
-            occupied = list(map(OCCUPIED.__eq__, buf.state))
-            units = list(compress(buf.unit, occupied))
-            entries = tuple(compress(buf.entry, occupied))
+            entries = tuple(compress(buf.entry, map(OCCUPIED.__eq__, buf.state)))
         self.head += 1
-        return units, entries  # type: ignore[return-value]
+        return entries  # type: ignore[return-value]
 
     def head_buffer(self) -> Buffer | None:
         return self.buffers.get(self.head)

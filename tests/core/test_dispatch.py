@@ -8,11 +8,12 @@ snapshot must agree. ``LeanMachine`` must refuse the features its trigger path d
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from transitions import Machine, MachineError
 
-from reserve_occupy import Config, IllegalOperation, StalenessController
+from reserve_occupy import Config, IllegalOperation, Phase, StalenessController
 from reserve_occupy.dispatch import LeanMachine
 from reserve_occupy.machine import MACHINE, machine_config
 
@@ -96,3 +97,32 @@ def test_lean_machine_refuses_transition_callbacks_it_would_skip() -> None:
     config["transitions"][0] = {**config["transitions"][0], "after": lambda *a: None}
     with pytest.raises(ValueError, match="names"):
         LeanMachine(**config)
+
+
+def test_lean_machine_refuses_an_overridden_set_state() -> None:
+    class Custom(LeanMachine):
+        def set_state(self, state: Any, model: Any = None) -> None:
+            super().set_state(state, model)
+
+    with pytest.raises(ValueError, match="set_state"):
+        Custom(**machine_config())
+
+
+@pytest.mark.parametrize("enum_states", [False, True])
+def test_a_phase_change_writes_what_set_state_writes(enum_states: bool) -> None:
+    """The lean trigger writes the dest State's value itself: the name for string states, the
+    member for enum states -- what the stock Machine.set_state writes."""
+
+    class Model:
+        pass
+
+    idle, training = (Phase.IDLE, Phase.TRAINING) if enum_states else ("IDLE", "TRAINING")
+    written = []
+    for cls in (LeanMachine, Machine):
+        model = Model()
+        cls(model=model, states=[idle, training], initial=idle, auto_transitions=False,
+            model_attribute="phase", transitions=[["go", idle, training]])
+        assert model.go() is True  # type: ignore[attr-defined]
+        written.append(model.phase)  # type: ignore[attr-defined]
+    assert written[0] == written[1] == training
+    assert type(written[0]) is type(written[1])
