@@ -301,25 +301,30 @@ def _range(values: list[float]) -> str:
     return f"{np.mean(values):.2f} [{min(values):.2f}, {max(values):.2f}]"
 
 
+def _by_rate_and_regime(cells: list[dict]):
+    """The cells grouped for the summary tables: (no-gradient rate, regime, cells), rates
+    ascending, regimes in REGIMES order, empty groups left out."""
+    for rate in sorted({c["filter_rate"] for c in cells}):
+        for regime in REGIMES:
+            mine = [c for c in cells if c["filter_rate"] == rate and c["regime"] == regime]
+            if mine:
+                yield rate, regime, mine
+
+
 def summary_table(result: dict) -> str:
     """One row per (filter rate, regime): how many cells, and Reserve–Occupy's ratio to each
     baseline over them (mean of the cell means [lowest, highest cell mean])."""
     from .report import markdown
 
-    cells = _unique(result)
     labels = list(BASELINES) + [IN_ORDER_DROP]
     rows = []
-    for rate in sorted({c["filter_rate"] for c in cells}):
-        for regime in REGIMES:
-            mine = [c for c in cells if c["filter_rate"] == rate and c["regime"] == regime]
-            if not mine:
-                continue
-            row = [f"{rate:g}", regime, len(mine)]
-            for label in labels:
-                vals = [c["ratios"][label]["mean"] for c in mine
-                        if "mean" in c["ratios"].get(label, {})]
-                row.append(_range(vals) if label != IN_ORDER_DROP or rate > 0 else "")
-            rows.append(row)
+    for rate, regime, mine in _by_rate_and_regime(_unique(result)):
+        row = [f"{rate:g}", regime, len(mine)]
+        for label in labels:
+            vals = [c["ratios"][label]["mean"] for c in mine
+                    if "mean" in c["ratios"].get(label, {})]
+            row.append(_range(vals) if label != IN_ORDER_DROP or rate > 0 else "")
+        rows.append(row)
     return markdown(["no-gradient rate", "regime (of RO's runs)", "cells", "RO ÷ in_order",
                      "RO ÷ weight_fifo", "RO ÷ verl drop", "RO ÷ in_order, drop path"], rows)
 
@@ -342,21 +347,17 @@ def oversampling_table(result: dict) -> str:
 
     cells = [c for c in _unique(result) if "oversampling" in c]
     rows = []
-    for rate in sorted({c["filter_rate"] for c in cells}):
-        for regime in REGIMES:
-            mine = [c for c in cells if c["filter_rate"] == rate and c["regime"] == regime]
-            if not mine:
-                continue
-            row = [f"{rate:g}", regime, len(mine)]
-            for label in OVERSAMPLING:
-                os_ = [c["oversampling"][label] for c in mine
-                       if "mean" in c["oversampling"][label]["gain"]]
-                row += [_range([o["gain"]["mean"] for o in os_]),
-                        _range([o["pace"]["mean"] for o in os_]),
-                        f"{np.mean([o['l2']['mean'] for o in os_]):.0%}" if os_ else "-",
-                        _range([o["length_vs_plain"]["mean"] for o in os_]),
-                        sum(o["short_answers"] for o in os_)]
-            rows.append(row)
+    for rate, regime, mine in _by_rate_and_regime(cells):
+        row = [f"{rate:g}", regime, len(mine)]
+        for label in OVERSAMPLING:
+            os_ = [c["oversampling"][label] for c in mine
+                   if "mean" in c["oversampling"][label]["gain"]]
+            row += [_range([o["gain"]["mean"] for o in os_]),
+                    _range([o["pace"]["mean"] for o in os_]),
+                    f"{np.mean([o['l2']['mean'] for o in os_]):.0%}" if os_ else "-",
+                    _range([o["length_vs_plain"]["mean"] for o in os_]),
+                    sum(o["short_answers"] for o in os_)]
+        rows.append(row)
     headers = ["no-gradient rate", "regime (of RO's runs)", "cells"]
     for label in OVERSAMPLING:
         name = OVERSAMPLING_LABELS[label]
