@@ -95,6 +95,10 @@ def _check(args: argparse.Namespace) -> None:
     if args.mode == "run" and args.out:
         inputs.output_dir(args.out, "--out")
     if args.mode in ("experiments", "regimes"):
+        # A tiny sweep must never overwrite the shipped results of the full one in docs/.
+        base = Path("out/sim-tiny") if args.tiny else Path("docs")
+        args.results_dir = args.results_dir or str(base / "results")
+        args.img_dir = args.img_dir or str(base / "img")
         inputs.output_dir(args.results_dir, "--results-dir")
         inputs.output_dir(args.img_dir, "--img-dir")
 
@@ -147,8 +151,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--concurrency", type=int, help="max running requests per instance (override)")
     o = parser.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help="write results.json and PNG figures here")
-    o.add_argument("--results-dir", default="docs/results", help="experiments: JSON goes here")
-    o.add_argument("--img-dir", default="docs/img", help="experiments: PNGs go here")
+    o.add_argument("--results-dir", default=None,
+                   help="experiments: JSON goes here (default docs/results; out/sim-tiny/results "
+                        "with --tiny)")
+    o.add_argument("--img-dir", default=None,
+                   help="experiments: PNGs go here (default docs/img; out/sim-tiny/img with --tiny)")
     o.add_argument("--only", default="1,2,3,4,5,6",
                    help="experiments: which ones (1 correctness, 2 throughput, 3 ceiling, "
                         "4 filtering, 5 timeout, 6 regime map; default all)")

@@ -104,3 +104,14 @@ def test_regimes_tiny_writes_json_tables_and_heatmaps(tmp_path, capsys):
     assert "## exp6_regimes" in (tmp_path / "r" / "tables.md").read_text()
     for name in ("sim_regimes_hardware.png", "sim_regimes_filtering.png"):
         assert (tmp_path / "i" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_tiny_sweep_never_writes_into_docs(tmp_path, monkeypatch):
+    # Run from a directory laid out like a checkout: the tiny sweep's defaults must not replace
+    # the shipped results of the full sweep (docs/results, docs/img).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    assert main(["simulate", "regimes", "--tiny", "--no-progress"]) == 0
+    assert not any((tmp_path / "docs").rglob("*.*"))
+    assert (tmp_path / "out" / "sim-tiny" / "results" / "regimes.json").is_file()
+    assert (tmp_path / "out" / "sim-tiny" / "img" / "sim_regimes_hardware.png").is_file()
