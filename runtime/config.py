@@ -15,9 +15,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from reserve_occupy.config import MAX_STALENESS
+
 from .units import DriverSettings
 
-MAX_ETA = 10_000  # versions a trajectory may lag
+# The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
+# refused here, naming the config key, rather than later by reserve_occupy.Config.
+MAX_ETA = MAX_STALENESS  # versions a trajectory may lag
 MAX_GROUPS = 100_000  # groups per batch, slots per buffer, groups in flight
 MAX_CANDIDATES = 10_000  # samples per group
 
