@@ -222,6 +222,14 @@ class StalenessController:
     def event_count(self) -> int:
         return len(self._events)
 
+    def events_since(self, seq: int) -> tuple[Event, ...]:
+        """The events numbered ``seq`` and later, in O(new events): a reader that polls the
+        log (a runtime counting once per step) takes what it has not seen yet without copying
+        the whole log, as ``events`` does."""
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ValueError(f"events_since takes an event number >= 0, got {seq!r}")
+        return tuple(self._events[seq:])
+
     def unit_state(self, unit_id: UnitId) -> UnitState:
         self._check_id("unit_state", unit_id)
         state = self._state_of(unit_id)

@@ -169,14 +169,14 @@ class ControllerCounts:
     def counts(self) -> dict[str, int]:
         from reserve_occupy.trace import event_to_record
 
-        events = self.controller.events
+        new = self.controller.events_since(self._seen)  # once per step: not the whole log
         metas = getattr(self.controller, "metas", {})
-        for event in events[self._seen:]:
+        for event in new:
             record = event_to_record(event)
             if event.seq in metas:
                 record["meta"] = metas[event.seq]
             self.log.add(record)
-        self._seen = len(events)
+        self._seen += len(new)
         return dict(self.log.counts)
 
     def summary(self) -> dict[str, Any]:

@@ -104,3 +104,15 @@ def test_last_event_and_count_track_the_log():
     c.reserve("a")
     c.reserve("b")
     assert c.event_count == 2 and c.last_event == c.events[-1] and c.last_event.unit_id == "b"
+
+
+def test_events_since_returns_the_unseen_tail():
+    c = StalenessController(Config(1, 1))
+    c.reserve("a")
+    c.reserve("b")
+    assert c.events_since(0) == c.events
+    assert [e.unit_id for e in c.events_since(1)] == ["b"]
+    assert c.events_since(2) == () and c.events_since(5) == ()
+    for bad in (-1, True, "1", 1.0):
+        with pytest.raises(ValueError):
+            c.events_since(bad)
