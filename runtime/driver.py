@@ -106,8 +106,9 @@ class Driver:
         self.start_step = resume.step
         self.records: list[StepRecord] = []
         self.trace: list[dict[str, Any]] = []  # driver-side events, for tests and debugging
-        self.counts = dict.fromkeys(
-            ("admitted", "aborted", "filtered", "resumed", "released_stuck", "rejected"), 0)
+        # What only the driver sees: requests resumed, completion messages rejected. Unit and
+        # step counts are not kept here: they come from the controller's log (below).
+        self.counts = dict.fromkeys(("resumed", "rejected"), 0)
         self._change = asyncio.Event()
         self._open = asyncio.Event()  # cleared while weights sync: nothing new may start
         self._running: dict[str, CandidateRun] = {}
@@ -117,8 +118,7 @@ class Driver:
         self._draws = resume.draws  # prompts drawn from the shuffled stream so far
         self._readmit = list(resume.readmit)  # prompts of units a crash lost: admitted first
         self.accounting = Accounting(self.clock)
-        # unit and step counts come from the controller's event log (one source of truth);
-        # self.counts keeps what only the driver sees (requests resumed, messages rejected)
+        # unit and step counts come from the controller's event log (one source of truth)
         self.log_counts = ControllerCounts(self.controller)
         # the samples' response lengths, joined with the log's fates for the length bias
         self.lengths = lengths if lengths is not None else LengthLog()
@@ -211,7 +211,6 @@ class Driver:
                          [CandidateRun(i) for i in range(self.s.n_candidates)],
                          prompt_position=meta["prompt"])
             self._seq += 1
-            self.counts["admitted"] += 1
             self.groups[unit_id] = g
             g.task = self._spawn(self._run_group(g))
             self._notify()
@@ -333,7 +332,6 @@ class Driver:
             # that is dropped a moment later.
             removal = self.controller.abort(g.unit_id, meta={"reason": "no_gradient"})
             g.fate = "filtered"
-            self.counts["filtered"] += 1
             self.groups.pop(g.unit_id, None)
             self._log("filter", g, reward=rewards[0])
             self._count_dropped("no_gradient")
@@ -410,7 +408,6 @@ class Driver:
 
     def _close_aborted(self, g: GroupRun, reason: str) -> None:
         g.closed, g.fate = True, f"aborted:{reason}"
-        self.counts["aborted"] += 1
         self.groups.pop(g.unit_id, None)
         self._log("abort", g, reason=reason)
         self._stop_candidates(g, g.candidates, reason)
@@ -523,7 +520,6 @@ class Driver:
                 self._abort_group(g, "timeout")
         if self._stuck_since is not None and now >= self._stuck_since + self.s.stuck_timeout_s:
             released = self.controller.release_stuck(meta={"reason": "stuck_timeout"})
-            self.counts["released_stuck"] += len(released)
             self.trace.append({"t": self.accounting.elapsed(), "event": "release_stuck",
                                "units": list(released)})
             self._stuck_since = None

@@ -201,7 +201,7 @@ def test_zero_variance_groups_are_filtered_not_trained():
     driver, _, trainer, clock = make(script=script, reward=lambda p, c: float(len(c) == 3),
                                            steps=4)
     run(driver, clock)
-    assert driver.counts["filtered"] > 0
+    assert driver.log_counts.counts()["filtered"] > 0
     filtered = {e["unit"] for e in driver.trace if e["event"] == "filter"}
     # Rewards are known before placement, so the reservation is dropped, never occupied.
     assert all(driver.controller.unit_state(u) is UnitState.ABORTED for u in filtered)

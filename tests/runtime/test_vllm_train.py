@@ -219,7 +219,7 @@ async def test_reward_exception_aborts_its_group_cleanly(engine, tiny_model, tmp
                           hook=_record_batches)
     driver = result.driver
     errors = {e["unit"] for e in driver.trace if e["event"] == "reward_error"}
-    assert errors and driver.counts["aborted"] >= len(errors)
+    assert errors and driver.log_counts.counts()["aborted"] >= len(errors)
     for unit in errors:
         assert driver.controller.unit_state(unit) is UnitState.ABORTED
         assert all(unit not in [g.unit_id for g in b.groups] for b in driver.seen_batches)
