@@ -24,6 +24,18 @@ def int_in(option: str, value: int | None, lo: int, hi: int) -> None:
         raise InputError(f"{option} must be in [{lo:,}, {hi:,}], got {value:,}")
 
 
+def int_list(option: str, text: str, lo: int = 0) -> list[int]:
+    """A non-empty comma-separated list of integers, each ``>= lo`` (``--eta 1,2,3``)."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{option} must be a comma-separated list of integers, "
+                         f"got {text!r}") from None
+    if not values or any(v < lo for v in values):
+        raise InputError(f"{option} must list integers >= {lo}, got {text!r}")
+    return values
+
+
 def number_in(option: str, value: float | None, lo: float, hi: float,
               open_low: bool = False) -> None:
     """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``); None: not given."""

@@ -43,6 +43,7 @@ import math
 import sys
 from dataclasses import dataclass
 
+from ..inputs import InputError, int_list
 from .checks import CheckFailed, check_run
 from .core import Simulator
 from .cost import CostError, CostModel, preset
@@ -338,16 +339,6 @@ TABLE_POLICIES = ("reserve_occupy", "nemo_in_order", "nemo_weight_fifo", "verl_d
                   "roll", "areal", "synchronous", "unbounded")
 
 
-def _ints(text: str, what: str, low: int) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BoundError(f"--{what}: expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < low for v in values):
-        raise BoundError(f"--{what}: every value must be an integer >= {low}, got {text!r}")
-    return values
-
-
 def table(seeds: list[int], etas: list[int], *, cost: CostModel, batches: int,
           batch_size: int) -> list[str]:
     """Markdown lines: per eta, the bound and every policy as a fraction of it, mean over seeds
@@ -393,12 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="qwen3-8b-h20", help="cost preset")
     args = parser.parse_args(argv)
     try:
-        seeds = _ints(args.seeds, "seeds", 0)
-        etas = _ints(args.eta, "eta", 0)
-        batches = _ints(args.batches, "batches", 1)[0]
-        batch_size = _ints(args.batch_size, "batch-size", 1)[0]
+        seeds = int_list("--seeds", args.seeds)
+        etas = int_list("--eta", args.eta)
+        batches = int_list("--batches", args.batches, 1)[0]
+        batch_size = int_list("--batch-size", args.batch_size, 1)[0]
         cost = preset(args.preset)
-    except (BoundError, CostError) as exc:
+    except (InputError, BoundError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for line in table(seeds, etas, cost=cost, batches=batches, batch_size=batch_size):

@@ -59,13 +59,7 @@ MAX_STUCK_TIMEOUT_S = 1e9
 
 
 def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"--{what} must be a comma-separated list of integers, got {text!r}") \
-            from None
-    if not values or any(v < 0 for v in values):
-        raise UsageError(f"--{what} must list integers >= 0, got {text!r}")
+    values = inputs.int_list(f"--{what}", text)
     if what == "eta" and max(values) > MAX_STALENESS:
         raise UsageError(f"--eta values must be <= {MAX_STALENESS}, got {max(values)}")
     return values

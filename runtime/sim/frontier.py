@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .. import inputs
 from .cost import CostModel, preset
 from .metrics import RunResult
 from .report import markdown
@@ -229,12 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true",
                         help="seconds-long smoke run (1 seed, η = 1, 4 batches, 128 groups)")
     args = parser.parse_args(argv)
+    try:  # before the runs, not after them (docs/cli.md)
+        results = inputs.output_dir(args.results_dir, "--results-dir")
+        img = inputs.output_dir(args.img_dir, "--img-dir")
+    except inputs.InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.tiny:
         payload = run(seeds=(0,), etas=(1,), batches=4, batch_size=4, groups=128)
     else:
         payload = run()
-    results, img = Path(args.results_dir), Path(args.img_dir)
-    results.mkdir(parents=True, exist_ok=True)
     name = "frontier_tiny" if args.tiny else "frontier"
     (results / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
     plot(payload, img / f"sim_{name}.png")

@@ -158,3 +158,10 @@ def test_cli_flags(capsys):
         args = parser.parse_args(["--batch-size", "4", "--groups", "64", "--no-progress"] + bad)
         assert cli.run(args) == 2
         assert "error" in capsys.readouterr().err
+
+
+def test_frontier_refuses_an_unusable_output_dir_before_running(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(frontier, "run", lambda **kw: pytest.fail("ran before checking"))
+    (tmp_path / "file").write_text("")
+    assert frontier.main(["--results-dir", str(tmp_path / "file"), "--tiny"]) == 2
+    assert "--results-dir" in capsys.readouterr().err
