@@ -24,6 +24,8 @@ from runtime.rollout.base import GenerationRequest, Segment
 from runtime.session import run_training
 from runtime.tasks.arithmetic import ExactAnswerReward
 
+from .helpers import LOGPROB_TOL
+
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 
 
@@ -105,7 +107,7 @@ async def test_short_run_respects_eta_and_publishes_real_weights(engine, tokeniz
                      for a, b in zip(s.logprobs, t))
     diff_base = max(abs(a - b) for s, t in zip(segs, base.score(ids, toks))
                     for a, b in zip(s.logprobs, t))
-    assert diff_final < 1e-4
+    assert diff_final < LOGPROB_TOL
     assert diff_base > 1e-2
 
 
@@ -151,7 +153,7 @@ async def test_partial_rollout_keeps_tokens_oldest_version_and_right_logprobs(
         for v in sorted(set(s.versions)):
             scored = scorer(v).score([list(g.prompt_ids)], [list(s.token_ids)])[0]
             idx = [i for i, x in enumerate(s.versions) if x == v]
-            assert max(abs(scored[i] - s.logprobs[i]) for i in idx) < 1e-4
+            assert max(abs(scored[i] - s.logprobs[i]) for i in idx) < LOGPROB_TOL
             assert max(abs(a - b) for a, b in zip(scored, s.logprobs)) > 1e-3
 
 
