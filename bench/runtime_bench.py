@@ -30,6 +30,7 @@ async def bench(etas: list[int], steps: int, overrides: dict, out: Path) -> list
     from runtime.config import load_config
     from runtime.data import load_prompts
     from runtime.models.tiny import ensure_tiny_model
+    from runtime.recovery.rundir import move_aside, run_files
     from runtime.session import build_rollout, run_training
     from runtime.tasks.base import load_reward
 
@@ -47,7 +48,10 @@ async def bench(etas: list[int], steps: int, overrides: dict, out: Path) -> list
         for eta in etas:
             cfg = base.model_copy(update={"staleness": base.staleness.model_copy(
                 update={"eta": eta})})
-            r = await run_training(cfg, model, prompts, reward, out / f"eta{eta}",
+            run_dir = out / f"eta{eta}"
+            if run_files(run_dir):  # an earlier bench's run: kept, under DIR.replaced-N
+                move_aside(run_dir)
+            r = await run_training(cfg, model, prompts, reward, run_dir,
                                    rollout=rollout, log=lambda _: None)
             s = r.summary
             samples = steps * cfg.staleness.batch_size * cfg.staleness.group_size

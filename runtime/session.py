@@ -153,15 +153,26 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     a new run from its weights and optimizer state.
 
     ``cluster``: a started ``RayBackend`` to borrow (its engines and trainer; left running).
+
+    A new run (no ``resume``, or a checkpoint directory) never starts in a directory that holds
+    a run: that raises ``RunDirError`` before anything is written, as ``train`` exits 2 (move
+    the old run aside first with ``recovery.rundir.move_aside``, as ``--overwrite`` does).
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
-    train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
-                                                cfg.run.eval_holdout)
+    from .recovery.rundir import RunDirError, run_files
+
     continuing = resume is not None and is_run_dir(resume)
     if continuing and resume.resolve() != out_dir.resolve():  # type: ignore[union-attr]
         raise ValueError(f"--resume {resume}: a run directory is continued in place; set "
                          f"run.output_dir to it (or leave --output-dir out)")
+    held = [] if continuing else run_files(out_dir)
+    if held:
+        raise RunDirError(f"{out_dir} holds a run ({', '.join(held)}): continue it with "
+                          f"resume={out_dir}, move it aside (recovery.rundir.move_aside) or "
+                          f"choose another directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
+    train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
+                                                cfg.run.eval_holdout)
     # The run's own config is on disk before anything else of it (and before any engine
     # starts): a directory with an event log always has the config that wrote it.
     _write_config(cfg, out_dir)

@@ -209,6 +209,37 @@ def test_starting_into_a_run_needs_resume_or_overwrite(finished_run, tmp_path, c
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
 
 
+def test_run_training_as_a_library_never_starts_a_new_run_into_one(finished_run, tmp_path):
+    """``session.run_training`` keeps the same rule as ``train``: a new run (no resume, or a
+    trainer checkpoint) into a directory holding a run raises before it writes anything; the
+    run continued in place passes that check."""
+    import asyncio
+
+    from runtime.config import load_config
+    from runtime.recovery.rundir import RunDirError
+    from runtime.session import run_training
+    from runtime.tasks.base import load_reward
+
+    out = _copy(finished_run, tmp_path)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    cfg = load_config(out / "config.json", {})
+    reward = load_reward(cfg.reward.name)
+    missing_model = tmp_path / "no-model"  # anything past the check fails on it
+    for resume in (None, out / "checkpoint"):
+        with pytest.raises(RunDirError, match="holds a run"):
+            asyncio.run(run_training(cfg, missing_model, [], reward, out, resume=resume,
+                                     log=lambda _: None))
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "metrics.jsonl").write_text("")  # any run file counts
+    with pytest.raises(RunDirError, match="metrics.jsonl"):
+        asyncio.run(run_training(cfg, missing_model, [], reward, tmp_path / "half"))
+    with pytest.raises(Exception) as exc:  # continuing in place: past the check
+        asyncio.run(run_training(cfg, missing_model, [], reward, out, resume=out,
+                                 log=lambda _: None))
+    assert not isinstance(exc.value, RunDirError)
+
+
 def test_resume_with_an_empty_log_is_refused_and_changes_nothing(finished_run, tmp_path,
                                                                  capsys):
     out = _copy(finished_run, tmp_path)
