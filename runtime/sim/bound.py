@@ -59,6 +59,8 @@ SCHEDULE_CANDIDATES: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = (
     ("clairvoyant", (("fill", "fifo"),)),
     ("clairvoyant", (("fill", "fifo"), ("max_running", 40))),
     ("clairvoyant", (("fill", "fifo"), ("max_running", 56))),
+    ("clairvoyant", (("fill", "long"), ("start", "longest"))),
+    ("clairvoyant", (("fill", "fifo"), ("start", "longest"))),
     ("reserve_occupy", ()),
     ("nemo_in_order", ()),
     ("nemo_weight_fifo", ()),

@@ -19,7 +19,8 @@ BATCHES = 20
 WARMUP = BATCHES // 5
 BOUNDED_DROP_FREE = [("reserve_occupy", {}), ("nemo_in_order", {}), ("nemo_weight_fifo", {}),
                      ("synchronous", {}), ("clairvoyant", {"fill": "long"}),
-                     ("clairvoyant", {"fill": "fifo", "max_running": 8})]
+                     ("clairvoyant", {"fill": "fifo", "max_running": 8}),
+                     ("clairvoyant", {"fill": "long", "start": "longest"})]
 
 
 def _steady(name, eta, opts, workload, cost):
@@ -128,11 +129,31 @@ def test_clairvoyant_at_eta_0_is_the_synchronous_loop(workload, cost):
     assert [r.t_published for r in a.ledger.batches] == [r.t_published for r in b.ledger.batches]
 
 
+def test_clairvoyant_longest_first_queues_each_admission_burst_longest_first(workload, cost):
+    """start="longest": the groups the deadlines allow are admitted together, in the order of
+    their longest member (not workload order); nothing is skipped or admitted twice."""
+    sim = run_policy(("clairvoyant", 1, {"start": "longest"}), workload, cost, batches=6)
+    plain = run_policy(("clairvoyant", 1), workload, cost, batches=6)
+    n = len(workload.groups)
+    longest = [max(g.spec.response_lens) for g in sim.groups]
+    first = BATCH * 2  # eta = 1: the first burst is two batches' worth of groups
+    assert longest[:first] == sorted(longest[:first], reverse=True)
+    assert sorted(g.spec.group for g in sim.groups[:first]) == \
+        sorted(workload.groups[i % n].group for i in range(first))
+    assert [g.spec.group for g in plain.groups[:first]] == \
+        [workload.groups[i].group for i in range(first)]  # fifo: workload order
+    check_drop_free(sim, 1)
+
+
 def test_clairvoyant_rejects_bad_options():
     with pytest.raises(ValueError, match="fill"):
         bound_mod.make_policy("clairvoyant", 1, fill="random")
     with pytest.raises(ValueError, match="max_running"):
         bound_mod.make_policy("clairvoyant", 1, max_running=0)
+    with pytest.raises(ValueError, match="start"):
+        bound_mod.make_policy("clairvoyant", 1, start="shortest")
+    with pytest.raises(ValueError, match="max_running applies"):
+        bound_mod.make_policy("clairvoyant", 1, start="longest", max_running=8)
 
 
 def test_bound_api_and_bad_arguments(workload, cost, bounds):

@@ -12,7 +12,11 @@ on B groups per step), so it never drops, aborts or overruns:
 * L1: admit the next group while an engine slot is free and the untrained admitted groups are
   fewer than ``B`` times the batches still to be taken up to the new group's deadline; with
   ``max_running`` it also stops while that many requests are decoding (a clairvoyant throttle
-  that keeps stragglers' decode steps short).
+  that keeps stragglers' decode steps short). With ``start="longest"`` it admits every group
+  the deadlines allow at once, whether or not slots are free, and queues them longest first
+  (the next groups of the workload, ordered by their longest member): at η = 1 each batch
+  waits for a length-cap straggler, and one queued behind its batch's other groups starts
+  about a minute late (docs/simulator.md, "What sets the period at η = 1").
 * L3: a step takes every group due at it (it waits until they have finished), then as many
   finished groups as the later deadlines require, then fills up to ``B`` with finished groups.
   ``fill="long"`` fills with the longest finished groups first (the clairvoyant choice: long
@@ -29,6 +33,7 @@ from ..core import Group
 from .base import Policy, members
 
 FILLS = ("long", "short", "fifo")
+STARTS = ("fifo", "longest")
 
 
 class Clairvoyant(Policy):
@@ -37,22 +42,30 @@ class Clairvoyant(Policy):
     source = "reference: knows every length in advance; earliest-deadline-first on B per step"
     bounded = True
 
-    def __init__(self, eta: int, fill: str = "long", max_running: int | None = None) -> None:
+    def __init__(self, eta: int, fill: str = "long", max_running: int | None = None,
+                 start: str = "fifo") -> None:
         super().__init__(eta)
         if fill not in FILLS:
             raise ValueError(f"clairvoyant: fill must be one of {FILLS}, got {fill!r}")
+        if start not in STARTS:
+            raise ValueError(f"clairvoyant: start must be one of {STARTS}, got {start!r}")
+        if start == "longest" and max_running is not None:
+            raise ValueError("clairvoyant: start='longest' admits regardless of running "
+                             "requests; max_running applies to start='fifo' only")
         if max_running is not None and (isinstance(max_running, bool)
                                         or not isinstance(max_running, int) or max_running < 1):
             raise ValueError(f"clairvoyant: max_running must be an int >= 1 or None, "
                              f"got {max_running!r}")
         self.fill = fill
         self.max_running = max_running
+        self.start = start
 
     def attach(self, sim) -> None:
         super().attach(sim)
         self._untrained: list[Group] = []  # admitted, not trained or filtered, by deadline
         self._order = 0  # finishing order, for fill="fifo"
         self._finished_at: dict[int, int] = {}
+        self._cursor = 0  # start="longest": the next workload index not admitted yet
 
     def _deadline(self, group: Group) -> int:
         return group.v_tag + self.eta
@@ -65,6 +78,9 @@ class Clairvoyant(Policy):
 
     def admit(self) -> None:
         sim = self.sim
+        if self.start == "longest":
+            self._admit_longest_first()
+            return
         while sim.rollout_has_room():
             if len(self._untrained) + 1 > self.batch_size * self._steps_left():
                 return
@@ -73,6 +89,20 @@ class Clairvoyant(Policy):
                 if running >= self.max_running:
                     return
             self._untrained.append(sim.admit())
+
+    def _admit_longest_first(self) -> None:
+        sim = self.sim
+        if sim.paused:
+            return
+        room = self.batch_size * self._steps_left() - len(self._untrained)
+        if room <= 0:
+            return
+        groups = sim.workload.groups
+        n = len(groups)
+        nxt = range(self._cursor, self._cursor + room)
+        for i in sorted(nxt, key=lambda i: (-max(groups[i % n].response_lens), i)):
+            self._untrained.append(sim.admit(spec=i))
+        self._cursor += room
 
     def on_group_done(self, group: Group) -> None:
         if group.no_grad:
@@ -123,7 +153,7 @@ class Clairvoyant(Policy):
 
     def settings(self) -> dict:
         return {"eta": self.eta, "fill": self.fill, "max_running": self.max_running,
-                "knows_lengths": True}
+                "start": self.start, "knows_lengths": True}
 
     def describe_state(self) -> str:
         done = sum(1 for g in self._untrained if g.done)
