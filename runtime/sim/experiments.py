@@ -253,13 +253,17 @@ def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_di
         result = regimes.run_sweep(cost, sweep, progress=progress)
         summary, cells = regimes.summary_table(result), regimes.cell_table(result)
         over = regimes.oversampling_table(result)
+        goals = regimes.targets_summary(result)
         # one table on stdout (scripts read its "cells" column); the oversampling table, one row
         # per (filter rate, regime) like it, goes to tables.md
         say(f"\nExperiment 6: the regime map ({len(regimes.distinct_cells(result))} cells, "
             f"{sweep.seeds} seeds, {sweep.batches} batches; {result['seconds']:.0f} s)\n{summary}"
             f"\nBoth oversampling modes in every cell: {results_dir / 'tables.md'} "
-            f"(exp6_oversampling)")
-        tables.update(exp6_regimes=summary, exp6_oversampling=over, exp6_cells=cells)
+            f"(exp6_oversampling)\nIssue 11's targets, points meeting each / points with the "
+            f"cells it needs: " + ", ".join(f"{k} {a}/{n}" for k, (a, n) in goals.items())
+            + f" (every point: {results_dir / 'tables.md'}, exp6_targets)")
+        tables.update(exp6_regimes=summary, exp6_oversampling=over, exp6_cells=cells,
+                      exp6_targets=regimes.targets_table(result))
         _dump(results_dir / "regimes.json", {"cost": cost.to_json(), **regimes.compact(result)})
         heatmaps.regime_map(result, "hardware", img_dir / "sim_regimes_hardware.png")
         heatmaps.regime_map(result, "filter", img_dir / "sim_regimes_filtering.png",

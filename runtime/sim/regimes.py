@@ -22,6 +22,12 @@ plain Reserve–Occupy's. A mode that is ahead of plain Reserve–Occupy in tok/
 that relative length ratio is below ``SHORT_BIAS`` is labelled "short answers": it gains only by
 training shorter answers.
 
+Each cell also runs two references that do not depend on its eta, once per point of the map
+(``REFERENCES``): the unbounded policy and AReaL at eta = 1 (which trains staleness up to 2).
+``targets_table`` checks issue 11's targets at every point: Reserve–Occupy >= 1.10x in_order at
+eta = 1, >= 0.95x unbounded at eta = 2, faster than AReaL at AReaL's achieved maximum staleness,
+and never below a bounded baseline.
+
 Regimes are defined from what the simulator measures over the run (``core.Simulator.gate_time``):
 
 * ``trainer-bound``: the trainer waited for data less than ``TRAINER_IDLE_MAX`` of the wall time,
@@ -58,6 +64,11 @@ CANDIDATES_EXTRA = 2  # group-level oversampling: candidates = group size + this
 OVERSAMPLING = ("reserve_occupy/capacity+4", "reserve_occupy/candidates+2")
 OVERSAMPLING_LABELS = {"reserve_occupy/capacity+4": "RO C=B+4",
                        "reserve_occupy/candidates+2": "RO cand=G+2"}
+# References whose runs do not depend on the cell's eta (cached once per point and seed): the
+# unbounded ceiling, and AReaL at a fixed eta (label -> the eta it runs at; None: any).
+REFERENCES = {"unbounded": None, "areal/eta1": 1}
+TARGET_IN_ORDER = 1.10  # issue 11: RO >= 1.10x in_order at eta = 1
+TARGET_UNBOUNDED = 0.95  # ... and >= 0.95x unbounded at eta = 2
 
 
 def classify(trainer_idle: float, slot_held: float, engine_full: float) -> str:
@@ -145,6 +156,7 @@ def _policies(cell: Cell, sweep: Sweep, group_size: int) -> list[tuple[str, tupl
         out.append((IN_ORDER_DROP, (("on_no_gradient", "drop"),), None))
     out.append((OVERSAMPLING[0], (("capacity", sweep.batch_size + CAPACITY_EXTRA),), None))
     out.append((OVERSAMPLING[1], (), group_size + CANDIDATES_EXTRA))
+    out += [(label, (), None) for label in REFERENCES]
     return out
 
 
@@ -184,9 +196,13 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
         workload = generate(seed, shape)
         filt = RewardFilter(cell.filter_rate, seed=seed) if cell.filter_rate > 0 else None
         for label, options, candidates in _policies(cell, sweep, workload.group_size):
+            eta = cell.eta
             key = (cell.key(), seed, label)
+            if label in REFERENCES:  # the same run at every eta of this point
+                eta = REFERENCES[label] if REFERENCES[label] is not None else cell.eta
+                key = (cell.key()[1:], seed, label)
             if key not in cache:
-                spec = RunSpec(label.split("/")[0], cell.eta, sweep.batches, sweep.batch_size,
+                spec = RunSpec(label.split("/")[0], eta, sweep.batches, sweep.batch_size,
                                options=options, filtering=filt, candidates=candidates)
                 try:
                     r, _ = simulate(spec, workload, c)
@@ -198,7 +214,8 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
                                   "rollout_idle": r.rollout_idle, "admission": r.admission,
                                   "regime": classify_run(r),
                                   "l2": r.waste_l2_tokens / total if total else 0.0,
-                                  "length_ratio": r.length_ratio, "length_ks": r.length_ks}
+                                  "length_ratio": r.length_ratio, "length_ks": r.length_ks,
+                                  "max_staleness": r.max_staleness}
                 except SimulationStalled as exc:
                     cache[key] = {"stalled": str(exc).split(";")[0]}
             runs.setdefault(label, []).append(cache[key])
@@ -229,7 +246,7 @@ def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
               cells: Iterable[Cell] | None = None) -> dict:
     cells = list(cells if cells is not None else sweep.cells())
     unique = {c.key() for c in cells}
-    per_cell = sweep.seeds * (len(BASELINES) + 1 + len(OVERSAMPLING))
+    per_cell = sweep.seeds * (len(BASELINES) + 1 + len(OVERSAMPLING) + len(REFERENCES))
     total = sum(per_cell + (sweep.seeds if k[-1] > 0 else 0) for k in unique)
     bar = None
     if progress:
@@ -385,10 +402,87 @@ def cell_table(result: dict) -> str:
                      f"{gate['policy_held']:.2f}", f"{gate['engine_full']:.2f}",
                      round(c["ro_steady"]["mean"]), ratio("nemo_in_order"),
                      ratio("nemo_weight_fifo"), ratio("verl_drop"), ratio(IN_ORDER_DROP),
+                     ratio("unbounded"), ratio("areal/eta1"),
                      _over(c, OVERSAMPLING[0]), _over(c, OVERSAMPLING[1])])
     over = "tok/s ÷ RO / batches/s ÷ RO / length ratio ÷ RO's"
     return markdown(["η", "train ×", "conc.", "at cap", "no-grad", "regime", "trainer idle",
                      "slot-held", "engines full", "RO tok/s", "÷ in_order", "÷ weight_fifo",
-                     "÷ verl", "÷ in_order drop",
+                     "÷ verl", "÷ in_order drop", "÷ unbounded", "÷ AReaL η = 1",
                      f"{OVERSAMPLING_LABELS[OVERSAMPLING[0]]}: {over}",
                      f"{OVERSAMPLING_LABELS[OVERSAMPLING[1]]}: {over}"], rows)
+
+
+def _point(c: dict) -> tuple:
+    return (c["train_mult"], c["concurrency"], c["truncated"], c["filter_rate"])
+
+
+def targets(result: dict) -> list[dict]:
+    """Issue 11's targets at every point of the map (a point: every axis but eta), from the
+    cells' seed means. ``None`` where the point lacks the cell a target needs."""
+    by_point: dict[tuple, dict[int, dict]] = {}
+    for c in _unique(result):
+        by_point.setdefault(_point(c), {})[c["eta"]] = c
+    out = []
+    for point, cells in sorted(by_point.items()):
+        def ratio(eta: int, label: str) -> float | None:
+            r = cells.get(eta, {}).get("ratios", {}).get(label, {})
+            return r.get("mean")
+        areal = next((c["runs"].get("areal/eta1") for c in cells.values()
+                      if "areal/eta1" in c["runs"]), None)
+        areal_stale = max((r.get("max_staleness", 0) for r in areal or [] if "steady" in r),
+                          default=None)
+        lowest = [(ratio(eta, b), eta, b) for eta in cells for b in BASELINES
+                  if ratio(eta, b) is not None]
+        low = min(lowest) if lowest else (None, None, None)
+        out.append({"train_mult": point[0], "concurrency": point[1], "truncated": point[2],
+                    "filter_rate": point[3],
+                    "vs_in_order_eta1": ratio(1, "nemo_in_order"),
+                    "vs_unbounded_eta2": ratio(2, "unbounded"),
+                    "areal_eta1_staleness": areal_stale,
+                    "vs_areal_at_its_staleness": (ratio(areal_stale, "areal/eta1")
+                                                  if areal_stale is not None else None),
+                    "lowest_vs_bounded": low[0], "lowest_at": (low[1], low[2])})
+    return out
+
+
+def _met(value: float | None, target: float, strict: bool = False) -> str:
+    if value is None:
+        return "–"
+    ok = value > target if strict else value >= target
+    return f"{value:.2f}{'' if ok else ' ✗'}"
+
+
+def targets_table(result: dict) -> str:
+    """One row per point: the four targets of issue 11 (✗: missed)."""
+    from .report import markdown
+
+    rows = []
+    for t in targets(result):
+        at = t["lowest_at"]
+        rows.append([f"{t['train_mult']:g}", t["concurrency"], f"{t['truncated']:g}",
+                     f"{t['filter_rate']:g}",
+                     _met(t["vs_in_order_eta1"], TARGET_IN_ORDER),
+                     _met(t["vs_unbounded_eta2"], TARGET_UNBOUNDED),
+                     t["areal_eta1_staleness"] if t["areal_eta1_staleness"] is not None
+                     else "–",
+                     _met(t["vs_areal_at_its_staleness"], 1.0, strict=True),
+                     (_met(t["lowest_vs_bounded"], 1.0) + f" (η = {at[0]}, {at[1]})")
+                     if t["lowest_vs_bounded"] is not None else "–"])
+    return markdown(["train ×", "conc.", "at cap", "no-grad",
+                     f"RO ÷ in_order, η = 1 (≥ {TARGET_IN_ORDER:g})",
+                     f"RO ÷ unbounded, η = 2 (≥ {TARGET_UNBOUNDED:g})",
+                     "AReaL η = 1: max staleness s", "RO at η = s ÷ AReaL η = 1 (> 1)",
+                     "lowest RO ÷ bounded baseline (≥ 1)"], rows)
+
+
+def targets_summary(result: dict) -> dict:
+    """How many points meet each target, of how many that have the cells it needs."""
+    ts = targets(result)
+
+    def count(key: str, ok) -> tuple[int, int]:
+        vals = [t[key] for t in ts if t[key] is not None]
+        return sum(1 for v in vals if ok(v)), len(vals)
+    return {"in_order_eta1": count("vs_in_order_eta1", lambda v: v >= TARGET_IN_ORDER),
+            "unbounded_eta2": count("vs_unbounded_eta2", lambda v: v >= TARGET_UNBOUNDED),
+            "areal": count("vs_areal_at_its_staleness", lambda v: v > 1.0),
+            "never_below": count("lowest_vs_bounded", lambda v: v >= 1.0)}

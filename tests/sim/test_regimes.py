@@ -94,6 +94,20 @@ def test_tiny_sweep_is_complete_and_deterministic(cost):
             assert o["gain"]["min"] <= o["gain"]["mean"] <= o["gain"]["max"]
             assert o["pace"]["mean"] > 0 and 0 < o["length_ratio"]["mean"] <= 1.5
             assert o["l2"]["mean"] > 0  # the surplus is aborted in flight: L2 waste
+    for cell in a["cells"]:  # the references ran once per point, whatever the cell's eta
+        for label, eta in regimes.REFERENCES.items():
+            assert cell["ratios"][label]["mean"] > 0
+            twin = next(c for c in a["cells"] if c["eta"] != cell["eta"]
+                        and regimes._point(c) == regimes._point(cell))
+            assert twin["runs"][label] == cell["runs"][label]
+    areal = a["cells"][0]["runs"]["areal/eta1"]
+    assert all(r["max_staleness"] >= 2 for r in areal)  # AReaL at eta 1 overruns it
+    goals = regimes.targets(a)
+    assert len(goals) == len({regimes._point(c) for c in a["cells"]})
+    mine = next(g for g in goals if tuple(g[k] for k in ("train_mult", "concurrency",
+                                                         "truncated", "filter_rate"))
+                == regimes._point(a["cells"][0]))
+    assert mine["areal_eta1_staleness"] == max(r["max_staleness"] for r in areal)
     table = regimes.summary_table(a)
     assert "slot-bound" in table or "engine-bound" in table
     assert regimes.cell_table(a).count("\n") >= len({c["eta"] for c in a["cells"]})
@@ -148,3 +162,30 @@ def test_default_sweep_covers_every_axis():
     assert {c.slice for c in cells} == {"hardware", "workload", "filter"}
     assert sweep.batches >= 50 and sweep.seeds >= 3
     assert preset("qwen3-8b-h20").concurrency in sweep.concurrencies
+
+
+def _cell(eta, ratios, areal_staleness=2, point=(1.0, 40, 0.03, 0.0)):
+    runs = {"areal/eta1": [{"steady": 1.0, "max_staleness": areal_staleness}]}
+    return {"slice": "hardware", "eta": eta, "train_mult": point[0], "concurrency": point[1],
+            "truncated": point[2], "filter_rate": point[3], "runs": runs,
+            "ratios": {k: {"mean": v} for k, v in ratios.items()}}
+
+
+def test_targets_on_hand_built_cells():
+    """Each target reads the right cell: in_order at eta 1, unbounded at eta 2, AReaL at the
+    eta equal to its achieved staleness, and the lowest ratio to any bounded baseline."""
+    bounded = {"nemo_in_order": 1.0, "nemo_weight_fifo": 1.0, "verl_drop": 1.0}
+    cells = [_cell(1, {**bounded, "nemo_in_order": 1.12, "unbounded": 0.80, "areal/eta1": 0.9}),
+             _cell(2, {**bounded, "verl_drop": 0.97, "unbounded": 0.96, "areal/eta1": 1.05}),
+             _cell(3, {**bounded, "unbounded": 0.99, "areal/eta1": 0.5})]
+    t, = regimes.targets({"cells": cells})
+    assert t["vs_in_order_eta1"] == 1.12 and t["vs_unbounded_eta2"] == 0.96
+    assert t["areal_eta1_staleness"] == 2 and t["vs_areal_at_its_staleness"] == 1.05
+    assert t["lowest_vs_bounded"] == 0.97 and t["lowest_at"] == (2, "verl_drop")
+    summary = regimes.targets_summary({"cells": cells})
+    assert summary == {"in_order_eta1": (1, 1), "unbounded_eta2": (1, 1), "areal": (1, 1),
+                       "never_below": (0, 1)}
+    assert "0.97 ✗" in regimes.targets_table({"cells": cells})
+    # AReaL reaching a staleness the map has no cell for: that target is not counted
+    cells = [_cell(1, bounded, areal_staleness=5)]
+    assert regimes.targets_summary({"cells": cells})["areal"] == (0, 0)
