@@ -185,7 +185,12 @@ def test_targets_on_hand_built_cells():
     summary = regimes.targets_summary({"cells": cells})
     assert summary == {"in_order_eta1": (1, 1), "unbounded_eta2": (1, 1), "areal": (1, 1),
                        "never_below": (0, 1)}
-    assert "0.97 ✗" in regimes.targets_table({"cells": cells})
+    assert "0.970 ✗" in regimes.targets_table({"cells": cells})
+    # a tie (identical schedules, up to float order) is not below, and not faster
+    cells = [_cell(1, {**bounded, "verl_drop": 1 - 1e-6, "areal/eta1": 1.0 + 1e-6}),
+             _cell(2, {**bounded, "areal/eta1": 1 + 1e-6})]
+    got = regimes.targets_summary({"cells": cells})
+    assert got["never_below"] == (1, 1) and got["areal"] == (0, 1)
     # AReaL reaching a staleness the map has no cell for: that target is not counted
     cells = [_cell(1, bounded, areal_staleness=5)]
     assert regimes.targets_summary({"cells": cells})["areal"] == (0, 0)
