@@ -58,6 +58,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("RO", "reserve_occupy", what="Reserve–Occupy, source protocol"),
     Variant("clairvoyant", "clairvoyant",
             what="EDF schedule knowing every length (bound.py's reference; not realisable)"),
+    Variant("clairvoyant longest-first", "clairvoyant", (("start", "longest"),),
+            what="+ each admission burst queued longest first (bound.py's best at eta 0-1)"),
     Variant("RO C=20", "reserve_occupy", (("capacity", 20),),
             what="batch-level oversampling (7.6), capacity 20"),
     Variant("RO C=20 progress-close", "reserve_occupy",
