@@ -64,9 +64,9 @@ CANDIDATES_EXTRA = 2  # group-level oversampling: candidates = group size + this
 OVERSAMPLING = ("reserve_occupy/capacity+4", "reserve_occupy/candidates+2")
 OVERSAMPLING_LABELS = {"reserve_occupy/capacity+4": "RO C=B+4",
                        "reserve_occupy/candidates+2": "RO cand=G+2"}
-# References whose runs do not depend on the cell's eta (cached once per point and seed): the
-# unbounded ceiling, and AReaL at a fixed eta (label -> the eta it runs at; None: any).
-REFERENCES = {"unbounded": None, "areal/eta1": 1}
+# References that run at a fixed eta whatever the cell's (cached once per point and seed):
+# label -> that eta. The unbounded ceiling ignores eta; AReaL runs at eta = 1.
+REFERENCES = {"unbounded": 1, "areal/eta1": 1}
 TARGET_IN_ORDER = 1.10  # issue 11: RO >= 1.10x in_order at eta = 1
 TARGET_UNBOUNDED = 0.95  # ... and >= 0.95x unbounded at eta = 2
 # Two ratios closer than this are a tie (identical schedules give 1 up to float summation
@@ -202,8 +202,7 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
             eta = cell.eta
             key = (cell.key(), seed, label)
             if label in REFERENCES:  # the same run at every eta of this point
-                eta = REFERENCES[label] if REFERENCES[label] is not None else cell.eta
-                key = (cell.key()[1:], seed, label)
+                eta, key = REFERENCES[label], (cell.key()[1:], seed, label)
             if key not in cache:
                 spec = RunSpec(label.split("/")[0], eta, sweep.batches, sweep.batch_size,
                                options=options, filtering=filt, candidates=candidates)

@@ -95,7 +95,7 @@ def test_tiny_sweep_is_complete_and_deterministic(cost):
             assert o["pace"]["mean"] > 0 and 0 < o["length_ratio"]["mean"] <= 1.5
             assert o["l2"]["mean"] > 0  # the surplus is aborted in flight: L2 waste
     for cell in a["cells"]:  # the references ran once per point, whatever the cell's eta
-        for label, eta in regimes.REFERENCES.items():
+        for label in regimes.REFERENCES:
             assert cell["ratios"][label]["mean"] > 0
             twin = next(c for c in a["cells"] if c["eta"] != cell["eta"]
                         and regimes._point(c) == regimes._point(cell))
