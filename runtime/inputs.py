@@ -36,6 +36,25 @@ def int_list(option: str, text: str, lo: int = 0) -> list[int]:
     return values
 
 
+def one_int(option: str, text: str, lo: int = 0) -> int:
+    """Exactly one integer ``>= lo`` (``--batches 40``): a list is refused, not cut to its
+    first value."""
+    values = int_list(option, text, lo)
+    if len(values) != 1:
+        raise InputError(f"{option} takes one integer, got {text!r}")
+    return values[0]
+
+
+def number(option: str, text: str, lo: float, hi: float, open_low: bool = False) -> float:
+    """A number given as text, checked as ``number_in`` checks it."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{option} must be a number, got {text!r}") from None
+    number_in(option, value, lo, hi, open_low=open_low)
+    return value
+
+
 def number_in(option: str, value: float | None, lo: float, hi: float,
               open_low: bool = False) -> None:
     """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``); None: not given."""

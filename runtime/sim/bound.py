@@ -43,7 +43,9 @@ import math
 import sys
 from dataclasses import dataclass
 
-from ..inputs import InputError, int_list
+from reserve_occupy.config import MAX_STALENESS
+
+from ..inputs import InputError, int_in, int_list, one_int
 from .checks import CheckFailed, check_run
 from .core import Simulator
 from .cost import CostError, CostModel, preset
@@ -388,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         seeds = int_list("--seeds", args.seeds)
         etas = int_list("--eta", args.eta)
-        batches = int_list("--batches", args.batches, 1)[0]
-        batch_size = int_list("--batch-size", args.batch_size, 1)[0]
+        int_in("--eta", max(etas), 0, MAX_STALENESS)
+        batches = one_int("--batches", args.batches, 1)
+        batch_size = one_int("--batch-size", args.batch_size, 1)
         cost = preset(args.preset)
     except (InputError, BoundError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -73,7 +73,7 @@ def _check(args: argparse.Namespace) -> None:
                      open_low=True)
     if args.mode == "run":
         etas = _int_list(args.eta, "eta")
-        names = _policies(args.policy)
+        names = policy_names(args.policy)
         if args.filter_rate:
             RewardFilter(args.filter_rate, args.filter_skew, args.seed)  # validates both
         slots = args.capacity or args.batch_size
@@ -176,7 +176,8 @@ def _workload(args: argparse.Namespace) -> Workload:
     return generate(args.seed, MathReasoningShape(groups=args.groups))
 
 
-def _policies(text: str) -> list[str]:
+def policy_names(text: str) -> list[str]:
+    """The policies a ``--policy``/``--policies`` comma list names ("all": every one)."""
     if text.strip() == "all":
         return list(POLICIES)
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -208,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import RunSpec, run_grid
 
     batches = 10 if args.batches is None else args.batches
-    names, etas = _policies(args.policy), _int_list(args.eta, "eta")
+    names, etas = policy_names(args.policy), _int_list(args.eta, "eta")
     if "reserve_occupy" in names:  # first, so the speed-ups have their reference
         names.insert(0, names.pop(names.index("reserve_occupy")))
     cost, workload = _cost(args), _workload(args)

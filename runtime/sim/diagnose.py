@@ -32,11 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import InputError, int_list, number_in
+from ..inputs import InputError, int_in, int_list, number, one_int
 from .cost import CostError, CostModel, preset
 from .core import Simulator
 from .filtering import RewardFilter
-from .policies import POLICIES
+from .policies import UnknownPolicy
 from .runner import RunSpec, simulate
 from .workload import MathReasoningShape, generate
 
@@ -168,16 +168,10 @@ def _report(policies: list[str], seeds: list[int], cost: CostModel, *, eta: int,
     return lines
 
 
-def _number(option: str, text: str, lo: float, hi: float, open_low: bool = False) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{option} must be a number, got {text!r}") from None
-    number_in(option, value, lo, hi, open_low=open_low)
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
+    from reserve_occupy.config import MAX_STALENESS
+
+    from .cli import policy_names
     from .regimes import scaled
 
     parser = argparse.ArgumentParser(
@@ -200,20 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="qwen3-8b-h20", help="cost preset")
     args = parser.parse_args(argv)
     try:
-        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        unknown = [p for p in policies if p not in POLICIES]
-        if not policies or unknown:
-            raise InputError(f"--policies: unknown {', '.join(unknown) or '(none given)'} "
-                             f"(choose from {', '.join(POLICIES)})")
-        eta = int_list("--eta", args.eta)[0]
+        policies = policy_names(args.policies)
+        eta = one_int("--eta", args.eta)
+        int_in("--eta", eta, 0, MAX_STALENESS)
         seeds = int_list("--seeds", args.seeds)
-        batches = int_list("--batches", args.batches, 1)[0]
-        mult = _number("--train-mult", args.train_mult, 1e-3, 1e3, open_low=True)
-        conc = int_list("--concurrency", args.concurrency, 1)[0]
-        truncated = _number("--truncated", args.truncated, 0.0, 1.0)
-        rate = _number("--filter-rate", args.filter_rate, 0.0, 0.95)
+        batches = one_int("--batches", args.batches, 1)
+        mult = number("--train-mult", args.train_mult, 1e-3, 1e3, open_low=True)
+        conc = one_int("--concurrency", args.concurrency, 1)
+        truncated = number("--truncated", args.truncated, 0.0, 1.0)
+        rate = number("--filter-rate", args.filter_rate, 0.0, 0.95)
         cost = scaled(preset(args.preset), mult, conc)
-    except (InputError, CostError, ValueError) as exc:
+    except (InputError, UnknownPolicy, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for line in _report(policies, seeds, cost, eta=eta, batches=batches, truncated=truncated,

@@ -175,4 +175,8 @@ def test_cli_prints_the_table_and_rejects_bad_input(capsys):
     assert out.count("\n") == 3 and "| 1 |" in out and "reserve_occupy" in out
     assert bound_mod.main(["--eta", "one"]) == 2
     assert "--eta" in capsys.readouterr().err
+    for bad, needle in ((["--batches", "4,5"], "takes one integer"),
+                        (["--eta", "5000"], "--eta must be in")):
+        assert bound_mod.main(bad) == 2  # refused before any run, not cut or left to the core
+        assert needle in capsys.readouterr().err
     assert bound_mod.main(["--preset", "nope"]) == 2

@@ -79,7 +79,9 @@ def test_cli_prints_the_tables_and_rejects_bad_input(capsys):
     out = capsys.readouterr().out
     assert "| 0 | reserve_occupy |" in out and "| nemo_in_order |" in out
     assert "1 − 1e-4" in out
-    for bad in (["--policies", "nope"], ["--eta", "one"], ["--train-mult", "0"],
-                ["--truncated", "2"], ["--preset", "nope"]):
+    for bad in (["--policies", "nope"], ["--policies", ""], ["--eta", "one"],
+                ["--eta", "1,2"], ["--eta", "5000"], ["--train-mult", "0"],
+                ["--train-mult", "x"], ["--concurrency", "40,80"], ["--truncated", "2"],
+                ["--preset", "nope"]):
         assert diagnose.main(bad) == 2
         assert "error:" in capsys.readouterr().err
