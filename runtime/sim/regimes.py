@@ -304,10 +304,15 @@ def distinct_cells(result: dict) -> list[dict]:
     return _unique(result)
 
 
+def _point(c: dict) -> tuple:
+    """A cell's point of the map: every axis but eta (``Cell.key`` without its first field)."""
+    return (c["train_mult"], c["concurrency"], c["truncated"], c["filter_rate"])
+
+
 def _unique(result: dict) -> list[dict]:
     seen, out = set(), []
     for c in result["cells"]:
-        key = (c["eta"], c["train_mult"], c["concurrency"], c["truncated"], c["filter_rate"])
+        key = (c["eta"], *_point(c))
         if key not in seen:
             seen.add(key)
             out.append(c)
@@ -412,10 +417,6 @@ def cell_table(result: dict) -> str:
                      "÷ verl", "÷ in_order drop", "÷ unbounded", "÷ AReaL η = 1",
                      f"{OVERSAMPLING_LABELS[OVERSAMPLING[0]]}: {over}",
                      f"{OVERSAMPLING_LABELS[OVERSAMPLING[1]]}: {over}"], rows)
-
-
-def _point(c: dict) -> tuple:
-    return (c["train_mult"], c["concurrency"], c["truncated"], c["filter_rate"])
 
 
 def targets(result: dict) -> list[dict]:
