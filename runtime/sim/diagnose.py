@@ -140,9 +140,11 @@ def _report(policies: list[str], seeds: list[int], cost: CostModel, *, eta: int,
         wl = generate(seed, MathReasoningShape(truncated=truncated))
         filt = RewardFilter(filter_rate, seed=seed) if filter_rate > 0 else None
         first = None
+        plain: dict[str, float] = {}  # the unperturbed runs, reused by the spread below
         for name in policies:
             r, sim = simulate(RunSpec(name, eta, batches, filtering=filt), wl, cost)
             first = first or r.steady_throughput
+            plain[name] = r.steady_throughput
             e = engine_time(sim)
             path = critical_path(sim)
             mean = (lambda k: float(np.mean([getattr(s, k) for s in path])) if path
@@ -155,10 +157,9 @@ def _report(policies: list[str], seeds: list[int], cost: CostModel, *, eta: int,
                 f"{mean('queue_s'):.0f} | {mean('run_s'):.0f} | {mean('step_ms'):.1f} |")
         if perturb:
             s = perturbation_spread(policies, wl, cost, eta=eta, batches=batches,
-                                    filtering=filt)
-            base = s[policies[0]][0]
+                                    factors=(1 - 1e-4, 1 + 1e-4), filtering=filt)
             for name in policies:
-                spreads.setdefault(name, []).extend(v / base for v in s[name])
+                spreads.setdefault(name, []).extend(v / first for v in [plain[name], *s[name]])
     if perturb:
         lines += ["", "per_ctx_token_s × 1, 1 − 1e-4, 1 + 1e-4 on every seed; steady tok/s ÷ "
                       f"{policies[0]}'s unperturbed run on the same seed:", "",
