@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -28,8 +29,13 @@ def paths(tmp_path: Path) -> dict[str, str]:
     a_file.write_text("x")
     binary = tmp_path / "binary.json"
     binary.write_bytes(NOT_UTF8)
+    # A port that fails the same way every time: it reads the first request and exits
+    # without answering. (``true`` raced: it could exit before or after the runner's first
+    # write, which gives "exited before reading its input" instead.)
+    python = shlex.quote(sys.executable)
     return {"FILE": str(a_file), "UNDER_FILE": str(a_file / "sub"), "BINARY": str(binary),
-            "DIR": str(tmp_path), "MISSING": str(tmp_path / "missing.jsonl")}
+            "DIR": str(tmp_path), "MISSING": str(tmp_path / "missing.jsonl"),
+            "READS_THEN_EXITS": f"{python} -c 'import sys; sys.stdin.readline()'"}
 
 
 def _one_line_exit_2(capsys, argv: list[str], needle: str) -> None:
@@ -148,7 +154,7 @@ def test_config_limits_are_typed_errors():
 
 CONFORMANCE = [
     (["--adapter-cmd", "MISSING"], "cannot be started"),
-    (["--adapter-cmd", "true"], "closed its output"),
+    (["--adapter-cmd", "READS_THEN_EXITS"], "closed its output"),
     (["--adapter-cmd", "sleep 30", "--adapter-timeout", "0.3"], "no answer within 0.3 s"),
     (["--adapter-cmd", "'unbalanced"], "quotation"),
     (["--adapter-cmd", " "], "empty"),
