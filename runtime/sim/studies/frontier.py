@@ -34,6 +34,7 @@ import numpy as np
 from ... import inputs
 from ..model.cost import CostModel, preset
 from ..model.metrics import RunResult
+from . import pages
 from .report import markdown
 from ..model.runner import RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
@@ -247,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     (results / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
     plot(payload, img / f"sim_{name}.png")
     print(f"wrote {results / (name + '.json')} and {img / ('sim_' + name + '.png')}")
+    for page in pages.update(pages.fed_by(f"{name}.json"), results):  # docs/results only
+        print(f"rewrote {page}")
     return 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..model.metrics import RunResult
 
 RO = "reserve_occupy"
@@ -65,3 +67,16 @@ def comparison(results: list[RunResult]) -> str:
     headers += ["trainer idle", "rollout idle", "s/batch", "max staleness",
                 "length bias: ratio / KS"]
     return markdown(headers, rows)
+
+
+def merge_tables(path: Path, tables: dict[str, str]) -> None:
+    """Write the tables to ``path`` (docs/results/tables.md: one ``## name`` section each),
+    keeping the sections of studies not rerun this time."""
+    merged: dict[str, str] = {}
+    if path.exists():
+        for part in ("\n" + path.read_text()).split("\n## ")[1:]:
+            name, _, body = part.partition("\n\n")
+            merged[name.strip()] = body.strip()
+    merged.update(tables)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(f"## {k}\n\n{v}" for k, v in merged.items()) + "\n")
