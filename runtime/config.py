@@ -199,8 +199,8 @@ def _describe(exc: ValidationError) -> list[str]:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        got = f" (got {err['input']!r})" if err["type"] not in ("extra_forbidden", "missing") \
-            and not isinstance(err["input"], dict) else ""
+        got = (f" (got {err['input']!r})" if err["type"] not in ("extra_forbidden", "missing")
+               and not isinstance(err["input"], dict) else "")
         lines.append(f"  {where}: {msg}{got}")
     return lines
 
@@ -242,8 +242,8 @@ def load_config(path: str | Path | None = None,
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigFileError("\n".join([f"{source}: invalid configuration:", *_describe(exc)])) \
-            from None
+        raise ConfigFileError(
+            "\n".join([f"{source}: invalid configuration:", *_describe(exc)])) from None
 
 
 def parse_override(item: str) -> tuple[str, Any]:

@@ -286,8 +286,8 @@ class Driver:
                 if not c.paused:
                     self._candidate_failed(g, c, "aborted by the engine")
                     return
-            c.finish_reason = segment.finish_reason if segment.finish_reason != "abort" \
-                else "length"
+            c.finish_reason = (segment.finish_reason if segment.finish_reason != "abort"
+                               else "length")
             self._candidate_finished(g, c)
             return
 

@@ -62,8 +62,8 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
     async def one(i: int, p: Prompt, k: int, temp: float) -> float:
         seg = await rollout.generate(GenerationRequest(
             f"{tag}-{i}-{k}-{temp}", tok.encode(p.text), max_tokens, temp, seed * 7 + i * 131 + k))
-        ids = seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id \
-            else seg.token_ids
+        ids = (seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id
+               else seg.token_ids)
         try:
             return float(reward_fn(p, tok.decode(ids)))
         except Exception:  # evaluation only reports: a completion it cannot score earns 0

@@ -171,8 +171,8 @@ class FaultyReserveOccupy(ReserveOccupy):
         ctl = self.controller
         wanted = {"duplicate": (UnitState.FINISHED, UnitState.CONSUMED),
                   "late": (UnitState.ABORTED, UnitState.FILTERED)}.get(kind, ())
-        pool = [g.gid for g in self.sim.groups if ctl.unit_state(g.gid) in wanted] \
-            if wanted else []
+        pool = ([g.gid for g in self.sim.groups if ctl.unit_state(g.gid) in wanted]
+                if wanted else [])
         unit = pool[target % len(pool)] if pool else 10**6 + target
         expected = IllegalUnitState if pool else UnknownUnit
         before, n = ctl.snapshot(), len(ctl.events)

@@ -58,8 +58,8 @@ def test_every_generated_token_and_every_trained_sample_is_accounted(overrides):
     assert mine == trained
     # a record per unit whose generation ended, written after its aborted requests returned:
     # every token the engine returned is in exactly one of them
-    assert sum(sum(r["lengths"]) for r in driver.lengths.records.values()) \
-        == driver.accounting.tokens_generated
+    assert (sum(sum(r["lengths"]) for r in driver.lengths.records.values())
+            == driver.accounting.tokens_generated)
     if "candidates" in overrides:
         assert summary["length_ratio"] < 1.0
     if "capacity" in overrides:  # the closing rule aborted reservations, with their tokens

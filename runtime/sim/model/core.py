@@ -210,8 +210,8 @@ class Simulator:
         group_spec = self.workload.groups[index % len(self.workload)]
         group = Group(gid, group_spec, self.version if v_tag is None else v_tag, self.now)
         size = self.candidates
-        lengths = group_spec.candidate_lens(size) if size > self.group_size \
-            else group_spec.response_lens
+        lengths = (group_spec.candidate_lens(size) if size > self.group_size
+                   else group_spec.response_lens)
         fresh = []
         for i, length in enumerate(lengths):
             req = Request(gid * size + i, group, i, length, group_spec.prompt_len)
@@ -443,8 +443,8 @@ class Simulator:
         return req.tokens if req.state != Request.QUEUED else 0.0
 
     def _stall_report(self, why: str = "") -> str:
-        gone = {t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped) \
-            | set(self.ledger.filtered)
+        gone = ({t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped)
+                | set(self.ledger.filtered))
         done = sum(1 for g in self.groups
                    if g.state == Group.DONE and g.requests[0].tid not in gone)
         running = sum(i.k for i in self.instances)

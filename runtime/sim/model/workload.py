@@ -131,8 +131,8 @@ def parse_trace(lines: Iterable[str], path: str = "<trace>") -> Workload:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise TraceError(path, lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") \
-                from None
+            raise TraceError(
+                path, lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(record, dict):
             raise TraceError(path, lineno, f"must be a JSON object, got {type(record).__name__}")
         for key in ("group", "prompt_len", "response_lens"):

@@ -106,8 +106,8 @@ def source_table(results: list[RunResult]) -> str:
             src_up = SOURCE_SPEEDUP.get(name, "")
             if isinstance(src_up, dict):
                 src_up = src_up.get(eta, "")
-            ours_up = "" if name == "reserve_occupy" else \
-                f"{ro[eta].throughput / r.throughput:.2f}"
+            ours_up = ("" if name == "reserve_occupy" else
+                       f"{ro[eta].throughput / r.throughput:.2f}")
             rows.append([eta, label, src_thr, round(r.throughput), src_up, ours_up])
     return markdown(["η", "policy", "source tok/s", "our tok/s", "source RO ÷ it",
                      "our RO ÷ it"], rows)

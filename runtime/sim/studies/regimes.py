@@ -78,8 +78,8 @@ def classify(trainer_idle: float, slot_held: float, engine_full: float) -> str:
     """The regime of a run from three fractions of its wall time (see the module docstring)."""
     for name, value in (("trainer_idle", trainer_idle), ("slot_held", slot_held),
                         ("engine_full", engine_full)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not 0.0 <= value <= 1.0 + 1e-9:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not 0.0 <= value <= 1.0 + 1e-9):
             raise ValueError(f"classify: {name} must be a fraction in [0, 1], got {value!r}")
     if trainer_idle < TRAINER_IDLE_MAX:
         return "trainer-bound"
@@ -208,8 +208,8 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
                                options=options, filtering=filt, candidates=candidates)
                 try:
                     r, _ = simulate(spec, workload, c)
-                    total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
-                        + r.waste_filtered_tokens
+                    total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
+                             + r.waste_filtered_tokens)
                     cache[key] = {"throughput": r.throughput, "steady": r.steady_throughput,
                                   "batch_s": _steady_batch_s(r),
                                   "trainer_idle": r.trainer_idle,
