@@ -155,7 +155,7 @@ class RunConfig(_Section):
     output_dir: str = "out/runtime/demo"
     progress: bool = True
     tensorboard: bool = False
-    trace: bool = True  # write driver_trace.jsonl, and events.jsonl when recovery is off
+    trace: bool = True  # write driver_notes.jsonl, and events.jsonl when recovery is off
     plot: bool = True
     eval_prompts: int = Field(100, ge=0)  # prompts scored before and after training
     eval_holdout: bool = False  # True: those prompts are the data's last ones, never trained on

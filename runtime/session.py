@@ -382,7 +382,7 @@ def _log_summary(driver: Driver, out_dir: Path) -> dict[str, Any]:
 
 
 def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool) -> None:
-    """config.json, and with ``run.trace`` the driver's trace and the controller's event log.
+    """config.json, and with ``run.trace`` the driver's notes and the controller's event log.
     The event log is ``events.jsonl`` in the trace format either way: crash recovery
     (``streamed``) already wrote it line by line, else it is written here, once."""
     _write_config(cfg, out_dir)
@@ -401,8 +401,8 @@ def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bo
                 if record.get("seq") in metas:  # why a unit was aborted, as when streamed
                     record["meta"] = metas[record["seq"]]
                 f.write(dumps(record) + "\n")
-    with (out_dir / "driver_trace.jsonl").open("w") as f:
-        for row in driver.trace:
+    with (out_dir / "driver_notes.jsonl").open("w") as f:
+        for row in driver.notes:
             f.write(json.dumps(row, default=_jsonable) + "\n")
 
 
