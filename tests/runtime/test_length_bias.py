@@ -75,7 +75,7 @@ def test_each_step_reports_the_bias_so_far():
     assert rows[-1]["length_admitted_mean"] > rows[-1]["length_trained_mean"]
 
 
-def _log(*records):
+def _fates_of(*records):
     counts = LogCounts()
     for r in records:
         counts.add(r)
@@ -83,7 +83,7 @@ def _log(*records):
 
 
 def test_a_samples_fate_joins_its_role_with_its_units_fate(tmp_path):
-    fates = _log(
+    fates = _fates_of(
         {"op": "reserve", "unit": "t"}, {"op": "reserve", "unit": "f"},
         {"op": "occupy", "unit": "t", "aborted": ["c"]},
         {"op": "consume", "batch": {"units": [{"unit": "t", "staleness": 0}]}},
