@@ -325,8 +325,8 @@ class Driver:
         rewards = [g.candidates[i].reward for i in g.group.committed]
         self.accounting.completed_rewards += rewards  # type: ignore[arg-type]
         if self.s.filter_zero_variance and max(rewards) == min(rewards):  # type: ignore
-            # Known useless before placement (rewards come before occupy, source 7.4), so its
-            # reservation is dropped (source 7.2: a unit found faulty) rather than occupied and
+            # Known useless before placement (rewards come before occupy, spec §6.4), so its
+            # reservation is dropped (spec §6.2: a unit found faulty) rather than occupied and
             # then filtered: occupying could complete a buffer and, under batch-level
             # oversampling, close spare slots and abort other groups' reservations for a group
             # that is dropped a moment later.

@@ -121,13 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="tilt of the no-gradient share toward long (>0) or short (<0) groups (1)")
     g.add_argument("--stuck-timeout", type=float, default=None, metavar="SECONDS",
                    help="reserve_occupy: release a STUCK head buffer after the trainer waited "
-                        "this long (source 7.2; off)")
+                        "this long (spec §6.2; off)")
     v = parser.add_argument_group("oversampling and extensions (reserve_occupy unless noted)")
     v.add_argument("--capacity", type=int, default=None,
-                   help="slots per buffer, > batch size: batch-level oversampling (source 7.6)")
+                   help="slots per buffer, > batch size: batch-level oversampling (spec §6.6)")
     v.add_argument("--candidates", type=int, default=None,
                    help="every policy: samples admitted per group; the first group-size to "
-                        "finish commit, the rest are aborted (source 7.5)")
+                        "finish commit, the rest are aborted (spec §6.5)")
     v.add_argument("--progress-close", action="store_true",
                    help="at closure abort the reservations that decoded least (needs --capacity)")
     v.add_argument("--idle-surplus", action="store_true",

@@ -7,7 +7,7 @@ robustness runs that explain where our numbers differ.
    over 8 workload seeds (spread of the ratios) and over 100 batches (steady state), and NeMo-RL
    weight_fifo with ``min_groups_for_streaming_train = batch_size`` (it can wedge).
 3. Reserve–Occupy against the unbounded-staleness ceiling at each eta (100 batches).
-4. Reward filtering across every policy, and 5. the 7.2 timeout (``scenarios.py``).
+4. Reward filtering across every policy, and 5. the timeout of spec §6.2 (``scenarios.py``).
 6. The regime map (``regimes.py``), with Reserve–Occupy's two oversampling modes in every cell.
 
 Experiment 2 also runs at eta 4 and 5, which the source did not measure.
@@ -35,7 +35,7 @@ from .report import comparison, markdown
 from ..model.runner import RunSpec, run_grid, simulate
 from ..model.workload import Workload, generate
 
-# The source's reported numbers (reserve-occupy-blog.zh.txt, section 10): tokens/s, and the
+# The source's reported numbers (its section 10): tokens/s, and the
 # speed-up of Reserve–Occupy over each baseline ("1.11-1.14x" is a range over eta 1..3).
 SOURCE_THROUGHPUT = {"reserve_occupy": {1: 1929, 2: 2007, 3: 2056},
                      "verl_drop": {1: 1438}, "trl": {1: 1612}, "roll": {1: 1512}}

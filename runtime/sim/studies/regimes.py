@@ -15,7 +15,7 @@ the first fifth of the batches is left out as start-up transient). A cell report
 ratio to each baseline (mean, min, max over seeds) and the regime its Reserve–Occupy runs are in.
 
 Each cell also runs Reserve–Occupy with both oversampling modes of the source (``OVERSAMPLING``):
-batch-level with capacity B + 4 (7.6) and group-level with group size + 2 candidates (7.5). For
+batch-level with capacity B + 4 (§6.6) and group-level with group size + 2 candidates (§6.5). For
 those a cell reports what turning the mode on does: tok/s and batches/s ÷ plain Reserve–Occupy,
 the L2 waste, and the length ratio (mean trained ÷ mean admitted response length) relative to
 plain Reserve–Occupy's. A mode that is ahead of plain Reserve–Occupy in tok/s or batches/s while

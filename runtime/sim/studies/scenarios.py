@@ -1,4 +1,4 @@
-"""Experiments 4 and 5: reward filtering across every policy, and Reserve–Occupy's 7.2 timeout.
+"""Experiments 4 and 5: reward filtering across every policy, and Reserve–Occupy's timeout (§6.2).
 
 4. Filtering: at the shipped setting, every policy at eta 1..3 with a share of groups that carry no
    gradient (``filtering.RewardFilter``: rate 0.2 and 0.4 tilted toward long groups, and rate 0.2
