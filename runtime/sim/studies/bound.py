@@ -227,8 +227,8 @@ def straggler_time(group, cost: CostModel) -> float:
     ``max(F, a + b + c*(P + x))`` (at least itself running, with its own context)."""
     r = cost.rollout
     L, P = max(group.response_lens), group.prompt_len
-    floor, alpha, beta = r.floor_s, r.step_s + r.per_request_s + r.per_ctx_token_s * P, \
-        r.per_ctx_token_s
+    floor, alpha, beta = (r.floor_s, r.step_s + r.per_request_s + r.per_ctx_token_s * P,
+                          r.per_ctx_token_s)
     if alpha >= floor:
         decode = alpha * L + 0.5 * beta * L * L
     else:

@@ -36,7 +36,7 @@ from .report import comparison, markdown, merge_tables
 from ..model.runner import RunSpec, run_grid, simulate
 from ..model.workload import Workload, generate
 
-# The source's reported numbers (reserve-occupy-blog.zh.txt, section 10): tokens/s, and the
+# The source's reported numbers (its section 10): tokens/s, and the
 # speed-up of Reserve–Occupy over each baseline ("1.11-1.14x" is a range over eta 1..3).
 SOURCE_THROUGHPUT = {"reserve_occupy": {1: 1929, 2: 2007, 3: 2056},
                      "verl_drop": {1: 1438}, "trl": {1: 1612}, "roll": {1: 1512}}
@@ -95,8 +95,8 @@ def source_table(results: list[RunResult]) -> str:
             src_up = SOURCE_SPEEDUP.get(name, "")
             if isinstance(src_up, dict):
                 src_up = src_up.get(eta, "")
-            ours_up = "" if name == "reserve_occupy" else \
-                f"{ro[eta].throughput / r.throughput:.2f}"
+            ours_up = ("" if name == "reserve_occupy" else
+                       f"{ro[eta].throughput / r.throughput:.2f}")
             rows.append([eta, label, src_thr, round(r.throughput), src_up, ours_up])
     return markdown(["η", "policy", "source tok/s", "our tok/s", "source RO ÷ it",
                      "our RO ÷ it"], rows)

@@ -180,8 +180,8 @@ def _table(runs, bounds, seeds, etas, variants) -> str:
             label += " (short answers)"
         if not x["bounded"]:
             label += " (not bounded)"
-        ratio = "-" if x["ratio"] is None else \
-            f"{x['ratio']:.2f} [{x['ratio_min']:.2f}, {x['ratio_max']:.2f}]"
+        ratio = ("-" if x["ratio"] is None else
+                 f"{x['ratio']:.2f} [{x['ratio_min']:.2f}, {x['ratio_max']:.2f}]")
         rows.append([x["eta"], label, round(x["throughput"]), ratio,
                      "-" if x["pace"] is None else f"{x['pace']:.2f}",
                      "-" if x["bound_fraction"] is None else f"{x['bound_fraction']:.0%}",

@@ -15,12 +15,21 @@ the first fifth of the batches is left out as start-up transient). A cell report
 ratio to each baseline (mean, min, max over seeds) and the regime its Reserve–Occupy runs are in.
 
 Each cell also runs Reserve–Occupy with both oversampling modes of the source (``OVERSAMPLING``):
+<<<<<<< HEAD
 batch-level with capacity B + 4 (spec §6.6) and group-level with group size + 2 candidates
 (spec §6.5). For those a cell reports what turning the mode on does: tok/s and batches/s ÷
 plain Reserve–Occupy, the L2 waste, and the length ratio (mean trained ÷ mean admitted
 response length) relative to plain Reserve–Occupy's. A mode that is ahead of plain
 Reserve–Occupy in tok/s or batches/s while that relative length ratio is below ``SHORT_BIAS``
 is labelled "short answers": it gains only by training shorter answers.
+=======
+batch-level with capacity B + 4 (§6.6) and group-level with group size + 2 candidates (§6.5). For
+those a cell reports what turning the mode on does: tok/s and batches/s ÷ plain Reserve–Occupy,
+the L2 waste, and the length ratio (mean trained ÷ mean admitted response length) relative to
+plain Reserve–Occupy's. A mode that is ahead of plain Reserve–Occupy in tok/s or batches/s while
+that relative length ratio is below ``SHORT_BIAS`` is labelled "short answers": it gains only by
+training shorter answers.
+>>>>>>> i18small
 
 Each cell also runs two references that do not depend on its eta, once per point of the map
 (``REFERENCES``): the unbounded policy and AReaL at eta = 1 (which trains staleness up to 2).
@@ -78,8 +87,8 @@ def classify(trainer_idle: float, slot_held: float, engine_full: float) -> str:
     """The regime of a run from three fractions of its wall time (see the module docstring)."""
     for name, value in (("trainer_idle", trainer_idle), ("slot_held", slot_held),
                         ("engine_full", engine_full)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not 0.0 <= value <= 1.0 + 1e-9:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not 0.0 <= value <= 1.0 + 1e-9):
             raise ValueError(f"classify: {name} must be a fraction in [0, 1], got {value!r}")
     if trainer_idle < TRAINER_IDLE_MAX:
         return "trainer-bound"
@@ -208,8 +217,8 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
                                options=options, filtering=filt, candidates=candidates)
                 try:
                     r, _ = simulate(spec, workload, c)
-                    total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
-                        + r.waste_filtered_tokens
+                    total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
+                             + r.waste_filtered_tokens)
                     cache[key] = {"throughput": r.throughput, "steady": r.steady_throughput,
                                   "batch_s": _steady_batch_s(r),
                                   "trainer_idle": r.trainer_idle,

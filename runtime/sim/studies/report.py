@@ -27,8 +27,8 @@ def _fmt(value: object) -> str:
 
 
 def _numeric(text: str) -> bool:
-    return text.replace(".", "", 1).replace("-", "", 1).replace("×", "").replace("%", "") \
-        .isdigit()
+    return (text.replace(".", "", 1).replace("-", "", 1).replace("×", "").replace("%", "")
+            .isdigit())
 
 
 def comparison(results: list[RunResult]) -> str:
@@ -46,8 +46,8 @@ def comparison(results: list[RunResult]) -> str:
                 continue
             base = ro.get(eta)
             speedup = f"{base.throughput / r.throughput:.2f}×" if base and r.throughput else "-"
-            total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
-                + r.waste_filtered_tokens
+            total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
+                     + r.waste_filtered_tokens)
             row = [eta, r.label, round(r.throughput), speedup,
                    f"{r.waste_l2_tokens / total:.1%}" if total else "-",
                    f"{r.waste_l3_tokens / total:.1%}" if total else "-"]

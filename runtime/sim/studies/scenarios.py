@@ -71,8 +71,8 @@ def filtering(cost: CostModel, etas=(1, 2, 3), settings=FILTER_SETTINGS, seeds: 
                                        filtering=filt)
                         try:
                             r, _ = simulate(spec, workload, cost)
-                            total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
-                                + r.waste_filtered_tokens
+                            total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
+                                     + r.waste_filtered_tokens)
                             per[label].append({
                                 "throughput": r.throughput, "steady": r.steady_throughput,
                                 "filtered": r.waste_filtered_tokens / total,
