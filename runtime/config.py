@@ -126,6 +126,13 @@ class TrainerConfig(_Section):
     micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only)
     device: str = "cpu"  # auto: cuda when available, else cpu; checked by resolve_device
     threads: int | None = Field(None, ge=1)
+    # fp32; bf16-mixed: float32 weights, bfloat16 autocast; bf16: weights and optimizer state
+    # in bfloat16 too (docs/runtime.md, "Your own model"); checked by check_precision
+    precision: Literal["fp32", "bf16-mixed", "bf16"] = "fp32"
+    gradient_checkpointing: bool = False  # recompute activations in backward (memory)
+    warmup_steps: int = Field(0, ge=0)  # linear learning-rate warm-up over this many steps
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # after the warm-up
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)  # linear/cosine end at lr * this
 
 
 class RecoveryConfig(_Section):
@@ -257,6 +264,18 @@ def parse_override(item: str) -> tuple[str, Any]:
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
+
+
+def check_precision(precision: str, device_type: str) -> None:
+    """Refuse ``trainer.precision`` bf16 on a CUDA device without bfloat16 (before Ampere)
+    with one line naming the setting; CPUs emulate bfloat16 where they lack it."""
+    if precision == "fp32" or device_type != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_bf16_supported():
+        raise ValueError(f"trainer.precision {precision}: this GPU "
+                         f"({torch.cuda.get_device_name()}) has no bfloat16; use fp32")
 
 
 def resolve_device(name: str) -> str:

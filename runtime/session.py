@@ -200,7 +200,8 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
             from .trainer.grpo import GRPOTrainer
 
             trainer = GRPOTrainer(model_path, cfg.trainer, out_dir, cfg.rollout.temperature,
-                                  seed=cfg.run.seed, keep_weights=cfg.run.keep_weights)
+                                  seed=cfg.run.seed, keep_weights=cfg.run.keep_weights,
+                                  total_steps=cfg.run.steps)
         controller = resume_point = None
         start_weights: Any = model_path
         if continuing:

@@ -156,10 +156,11 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
     Returns the model directory (None: the embedded tiny model). Raises ``ValueError``."""
     import json
 
-    from .config import resolve_device
+    from .config import check_precision, resolve_device
     from .session import check_lengths
 
-    resolve_device(cfg.trainer.device)
+    device = resolve_device(cfg.trainer.device)
+    check_precision(cfg.trainer.precision, device.split(":")[0])
     if cfg.model.path is None:  # the tiny model's tokenizer is built, not loaded
         from .models.tiny import build_tokenizer
 
