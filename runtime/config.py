@@ -40,6 +40,7 @@ class TinyModelConfig(_Section):
     warmup_lr: float = Field(3e-3, gt=0)
     max_operand: int = Field(9, ge=1)
     seed: int = 0
+    chat: bool = False  # a tokenizer with a chat template and printable ASCII (recipe tests)
 
     @model_validator(mode="after")
     def _head_dim(self) -> TinyModelConfig:
@@ -56,9 +57,10 @@ class ModelConfig(_Section):
 
 class DataConfig(_Section):
     path: str | None = None  # JSONL or Parquet; null: the shipped arithmetic task
-    prompt_field: str = "prompt"
+    prompt_field: str = "prompt"  # a string, or a list of {"role", "content"} messages
     answer_field: str | None = "answer"
     limit: int | None = Field(None, ge=1)
+    chat_template: bool = True  # render prompts with the tokenizer's template when it has one
 
 
 class RewardConfig(_Section):

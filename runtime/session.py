@@ -170,6 +170,9 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
                           f"resume={out_dir}, move it aside (recovery.rundir.move_aside) or "
                           f"choose another directory")
     out_dir.mkdir(parents=True, exist_ok=True)
+    from .prompts import render_for_model
+
+    prompts = render_for_model(prompts, model_path, cfg.data.chat_template)  # runtime.prompts
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
     train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
                                                 cfg.run.eval_holdout)
@@ -234,7 +237,7 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
             log(f"evaluation reward before training: {before['reward']:.3f} "
                 f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
         sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
-                           append=continuing)
+                           append=continuing, counters=getattr(reward_fn, "metrics", None))
         if continuing and sink.rows:  # keep what only the driver counts cumulative
             driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
         else:

@@ -288,8 +288,16 @@ class GRPOTrainer:
     def _write_model(self, path: Path) -> None:
         """``path`` as a Hugging Face model directory (config, generation config, one
         ``model.safetensors``; tied weights stored once, as ``from_pretrained`` expects)."""
+        from transformers.utils import logging as hf_logging
+
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path, safe_serialization=True, max_shard_size=_ONE_SHARD)
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a "Writing model shards" bar at every publish
+        try:
+            self.model.save_pretrained(path, safe_serialization=True, max_shard_size=_ONE_SHARD)
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
 
     def _export(self, version: int) -> Path:
         root = self.out_dir / "weights"
