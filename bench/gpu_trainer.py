@@ -43,6 +43,9 @@ from runtime.rollout.env import configure
 
 configure()
 
+# What the trainer side imports (no vLLM, no matplotlib: run.plot is off)
+NEEDS = ("torch", "transformers", "tokenizers", "safetensors", "pydantic", "yaml",
+         "transitions", "tqdm")
 # (label, trainer.precision, trainer.gradient_checkpointing)
 CONFIGS = [("fp32", "fp32", False), ("fp32+ckpt", "fp32", True),
            ("bf16-mixed", "bf16-mixed", False), ("bf16-mixed+ckpt", "bf16-mixed", True),
@@ -168,6 +171,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="start no configuration after this many seconds (default 420)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "gpu_trainer.json")
     args = ap.parse_args(argv)
+    import importlib.util
+
+    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"gpu_trainer: missing {', '.join(missing)} (needs torch with CUDA, "
+              f"transformers, tokenizers, safetensors, pydantic, pyyaml, transitions, tqdm; "
+              f"vLLM is not needed)", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available() and not args.tiny:

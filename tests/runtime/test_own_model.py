@@ -99,3 +99,16 @@ async def test_the_math_recipe_runs_a_few_steps_on_cpu(tiny_chat_model, tmp_path
     assert lrs[0] == pytest.approx(cfg.trainer.lr / 2) and lrs[1] == pytest.approx(cfg.trainer.lr)
     for ck in ("checkpoint-2", "checkpoint"):
         AutoModelForCausalLM.from_pretrained(str(out / ck))
+
+
+def test_the_precision_table_in_the_docs_is_the_benchmarks_output():
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("precision_curve",
+                                                  ROOT / "bench" / "precision_curve.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = json.loads((ROOT / "docs" / "results" / "precision_curve.json").read_text())
+    assert [r["precision"] for r in results] == ["fp32", "bf16-mixed", "bf16"]
+    assert bench.doc_table(bench.DOC.read_text()) == bench.render_table(results)
