@@ -16,7 +16,9 @@ read: a data problem, counted rather than crashing the run). All but ``correct``
 term that rewards answering in the expected form.
 
 The verifier's timeouts are ``signal.alarm`` based: they apply when the reward runs in the main
-thread, as it does in ``train`` (the driver's event loop); elsewhere it runs without one.
+thread, as it does in ``train`` (the driver's event loop); elsewhere it runs without one. A
+completion that runs into the timeout holds the driver's loop for up to ``timeout_s`` (most
+are scored in milliseconds), so keep it short.
 """
 
 from __future__ import annotations
