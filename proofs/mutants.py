@@ -204,9 +204,10 @@ class StreamLaterBuffer(SlotTable):
         out = []
         for v in range(self.head, self.top + 1):  # MUTANT: every open buffer, not the head only
             buf = self.buffers[v]
-            out += [e for st, e in zip(buf.state, buf.entry)
-                    if st == OCCUPIED and e.unit_id not in handed]  # type: ignore[union-attr]
-        return tuple(out)  # type: ignore[arg-type]
+            out += [BatchUnit(u, w, self.head - w)  # handed as if it trained in the head
+                    for st, u, w in zip(buf.state, buf.unit, buf.version)
+                    if st == OCCUPIED and u not in handed]
+        return tuple(out)
 
 
 class StreamNewestFirst(SlotTable):
