@@ -328,14 +328,14 @@ def stream_checks(pre: StalenessController, op: str, post: StalenessController,
         if list(post._streamed) != [*pre._streamed, *(bu.unit_id for bu in result)]:
             return "edge:stream", "the streamed set is not the old one plus the units handed"
     elif op == "consume":
-        if set(result.streamed) != set(pre._streamed) or \
-                not set(pre._streamed) <= set(result.unit_ids):
+        if (set(result.streamed) != set(pre._streamed)
+                or not set(pre._streamed) <= set(result.unit_ids)):
             return "edge:stream", (f"batch {result.version} names {list(result.streamed)} as "
                                    f"streamed; {list(pre._streamed)} were handed")
     else:
         if list(post._streamed) != list(pre._streamed):
-            return "edge:stream", f"{op} changed the streamed set {list(pre._streamed)} -> " \
-                                  f"{list(post._streamed)}"
+            return "edge:stream", (f"{op} changed the streamed set {list(pre._streamed)} -> "
+                                   f"{list(post._streamed)}")
         for u in pre._streamed:
             try:
                 a, b = pre._table.locate(u), post._table.locate(u)

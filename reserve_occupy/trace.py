@@ -253,9 +253,9 @@ def _batch(line: int, value: object) -> Batch:
         elif v_traj is not None:
             stale = version - v_traj
         units.append(BatchUnit(_unit(line, f + ".unit", u["unit"]), v_traj, stale))  # type: ignore
-    streamed = tuple(_unit(line, f"batch.streamed[{k}]", u)
-                     for k, u in enumerate(_list(line, "batch.streamed", b["streamed"]))) \
-        if "streamed" in b else ()
+    streamed = (tuple(_unit(line, f"batch.streamed[{k}]", u)
+                      for k, u in enumerate(_list(line, "batch.streamed", b["streamed"])))
+                if "streamed" in b else ())
     return Batch(version, tuple(units), streamed)
 
 

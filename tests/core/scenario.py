@@ -99,8 +99,8 @@ def _compare(where: str, c: StalenessController, step: dict[str, Any], result: A
         assert result is not None, f"{where}: consume was refused"
         got = [[u.unit_id, u.staleness] for u in result.units]
         assert got == step["batch"], f"{where}: batch {got}"
-        assert list(result.streamed) == step.get("streamed", []), \
-            f"{where}: streamed {list(result.streamed)}"
+        assert list(result.streamed) == step.get("streamed", []), (
+            f"{where}: streamed {list(result.streamed)}")
     elif op == "stream":
         got = [[u.unit_id, u.staleness] for u in result]
         assert got == step["batch"], f"{where}: handed {got}"
