@@ -56,7 +56,8 @@ def abstract(c: StalenessController) -> dict[str, Any]:
             (r if st == RESERVED else o)[k][d] += 1
     states = list(c._unit_states().values())
     return {"training": c._phase == "TRAINING", "r": r, "o": o,
-            "in_flight": c._in_flight, "finished": states.count(UnitState.FINISHED),
+            "in_flight": c._in_flight,
+            "finished": states.count(UnitState.FINISHED) + states.count(UnitState.STREAMED),
             "admitted": len(c._units), "consumed": c._consumed, "aborted": c._aborted,
             "filtered": c._filtered}
 

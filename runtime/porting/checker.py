@@ -92,7 +92,8 @@ def _describe(event: Event | None, refused_what: str = "") -> str:
 
 _REFUSAL = {"reserve": "refuse: admission must wait",
             "consume": "refuse: the head buffer is not READY",
-            "release_stuck": "refuse: the head buffer is not STUCK"}
+            "release_stuck": "refuse: the head buffer is not STUCK",
+            "stream": "refuse: the head buffer holds no finished unit not handed yet"}
 
 
 def _strict_step(ref: StalenessController, entry: TraceEntry,

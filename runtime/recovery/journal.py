@@ -181,6 +181,9 @@ class JournaledController(StalenessController):
     def publish(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().publish)
 
+    def stream(self, meta=None):  # type: ignore[no-untyped-def,override]
+        return self._with(meta, super().stream)
+
 
 # ------------------------------------------------------------------------- reading back ------
 
