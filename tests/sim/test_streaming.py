@@ -212,3 +212,17 @@ def test_the_page_shows_the_results_file():
         block = page.split("<!-- BEGIN generated:streaming-regimes -->\n")[1].split(
             "\n<!-- END generated:streaming-regimes -->")[0]
         assert block == streaming.regimes_table(payload["regimes"])
+
+
+def test_regime_map_comparison_runs_every_unique_cell():
+    from runtime.sim.studies import streaming
+    from runtime.sim.studies.regimes import Sweep
+
+    sweep = Sweep(etas=(1,), train_mults=(1.0,), concurrencies=(8,), truncations=(0.03,),
+                  filter_rates=(0.0,), seeds=1, batches=6, groups=64, batch_size=4)
+    reg = streaming.run_regimes(sweep=sweep, say=lambda _m: None)
+    assert len(reg["cells"]) == len({c.key() for c in sweep.cells()}) == 2
+    for cell in reg["cells"]:
+        assert set(cell["ratios"]) == {"RO stream", "RO stream in-flight"}
+        assert all(v["min"] > 0 for v in cell["ratios"].values())
+    assert "η = 1: 2" in streaming.regimes_table(reg)
