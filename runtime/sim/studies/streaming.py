@@ -91,6 +91,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
     Framework("unbounded full", "unbounded", "full", "re-prefill"),
     Framework("unbounded stream", "unbounded", "stream", "re-prefill",
               what="the ceiling on the streaming trainer"),
+    Framework("unbounded stream in-flight", "unbounded", "stream", "in-flight",
+              what="the ceiling on the streaming trainer and the in-flight engine"),
     Framework("AReaL", "areal", "full", "re-prefill",
               what="prepare_batch: the trainer takes a whole batch"),
 )
@@ -232,12 +234,12 @@ def targets(payload: dict) -> list[dict]:
             _ratio(payload, eta, "RO stream", REFERENCE), TARGET_SHIPPED)
         add(f"RO stream in-flight ÷ NeMo in_order as shipped, eta {eta}",
             _ratio(payload, eta, "RO stream in-flight", REFERENCE), TARGET_SHIPPED)
-    if 2 in etas:
-        add("RO stream ÷ unbounded stream, eta 2",
-            _ratio(payload, 2, "RO stream", "unbounded stream"), TARGET_CEILING)
-    if 1 in etas:
-        add("RO stream ÷ unbounded stream, eta 1 (the gap)",
-            _ratio(payload, 1, "RO stream", "unbounded stream"), None)
+    for ro, ceiling in (("RO stream", "unbounded stream"),
+                        ("RO stream in-flight", "unbounded stream in-flight")):
+        if 2 in etas:
+            add(f"{ro} ÷ {ceiling}, eta 2", _ratio(payload, 2, ro, ceiling), TARGET_CEILING)
+        if 1 in etas:
+            add(f"{ro} ÷ {ceiling}, eta 1 (the gap)", _ratio(payload, 1, ro, ceiling), None)
     return out
 
 
