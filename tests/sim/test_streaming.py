@@ -226,3 +226,21 @@ def test_regime_map_comparison_runs_every_unique_cell():
         assert set(cell["ratios"]) == {"RO stream", "RO stream in-flight"}
         assert all(v["min"] > 0 for v in cell["ratios"].values())
     assert "η = 1: 2" in streaming.regimes_table(reg)
+
+
+@pytest.mark.parametrize("argv", [["--eta", "2000"], ["--batches", "1"], ["--seeds", "x"]])
+def test_study_refuses_bad_options_before_running(argv, capsys):
+    from runtime.sim.studies import streaming
+
+    assert streaming.main(argv + ["--page", ""]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_study_refuses_a_page_without_its_blocks_before_running(tmp_path, capsys):
+    from runtime.sim.studies import streaming
+
+    page = tmp_path / "page.md"
+    page.write_text("no markers\n")
+    assert streaming.main(["--page", str(page), "--results-dir", str(tmp_path / "r"),
+                           "--img-dir", str(tmp_path / "i")]) == 2
+    assert "streaming-table" in capsys.readouterr().err

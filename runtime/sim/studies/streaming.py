@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from reserve_occupy.config import MAX_STALENESS
 
 from ... import inputs
 from .bound import clairvoyant_bound
@@ -302,6 +303,10 @@ def targets_table(payload: dict) -> str:
     return "\n".join(lines)
 
 
+BLOCKS = {"streaming-table": table, "streaming-bound": bound_table,
+          "streaming-sweep": sweep_table, "streaming-targets": targets_table}
+
+
 # --------------------------------------------------------------------------- the regime map ----
 
 def run_regimes(cost: CostModel | None = None, sweep=None, say=print) -> dict:
@@ -425,12 +430,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         seeds = tuple(inputs.int_list("--seeds", args.seeds))
         etas = tuple(inputs.int_list("--eta", args.eta))
+        inputs.int_in("--eta", max(etas), 0, MAX_STALENESS)
         batches = inputs.one_int("--batches", args.batches, 2)
         if args.tiny:
             args.results_dir, args.img_dir, args.page = ("out/sim-tiny/results",
                                                          "out/sim-tiny/img", "")
         inputs.output_dir(args.results_dir, "--results-dir")
         inputs.output_dir(args.img_dir, "--img-dir")
+        if args.page:  # before the runs: a missing marker must not cost a 30-minute run
+            text = inputs.text_file(args.page, "--page")
+            names = list(BLOCKS) + (["streaming-regimes"] if args.regimes else [])
+            for name in names:
+                if f"<!-- BEGIN generated:{name} -->" not in text \
+                        or f"<!-- END generated:{name} -->" not in text:
+                    raise inputs.InputError(f"--page {args.page}: no generated block {name!r}")
     except inputs.InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -438,9 +451,7 @@ def main(argv: list[str] | None = None) -> int:
               chunk_sweep=(1, 2)) if args.tiny else dict(seeds=seeds, etas=etas, batches=batches)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     payload = run(say=say, **kw)
-    blocks = {"streaming-table": table(payload), "streaming-bound": bound_table(payload),
-              "streaming-sweep": sweep_table(payload),
-              "streaming-targets": targets_table(payload)}
+    blocks = {name: make(payload) for name, make in BLOCKS.items()}
     if args.regimes:
         from .regimes import TINY
 
