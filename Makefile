@@ -75,7 +75,7 @@ sim-bound: $(STAMP)
 	$(PY) -m runtime.sim.studies.bound --eta 0,1,2,3
 
 ## Every policy as its framework ships it x trainer (whole-batch / streaming) x eta 1-3, seeds
-## 0-2, with the bound for each trainer and the regime map (~25 min on two cores): the tables of
+## 0-2, with the bound for each trainer and the regime map (~45 min on two cores): the tables of
 ## docs/sim/streaming.md, docs/results/streaming.json and docs/img/sim_streaming.png.
 sim-streaming: $(STAMP)
 	$(PY) -m runtime.sim.studies.streaming --regimes
