@@ -29,11 +29,10 @@ from typing import Any
 
 from reserve_occupy import Batch, UnitId, UnitState
 
-from ..driver import assemble
 from ..recovery.durable import group_from_record
 from ..recovery.journal import read_log, rebuild
 from ..tasks.base import Prompt
-from ..trainer.base import TrainBatch
+from ..trainer.base import TrainBatch, assemble
 from .fakes import INITIAL, Weights, batch_digest, behaviour_logprob, chain
 
 
@@ -72,8 +71,8 @@ def check_trace(ev: Evidence) -> tuple[list[str], int]:
         return [], report.events
     p = report.problem
     what = p.violation.invariant if p.violation else ", ".join(d.field for d in p.differences)
-    return [f"check-trace (strict) fails at line {p.entry.line}: {what} {p.expected}"], \
-        report.events
+    return ([f"check-trace (strict) fails at line {p.entry.line}: {what} {p.expected}"],
+            report.events)
 
 
 def check_conservation(ev: Evidence) -> tuple[list[str], int]:

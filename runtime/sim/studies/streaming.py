@@ -348,6 +348,11 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print) -> dict:
     return {"sweep": dataclasses.asdict(sweep), "cells": cells}
 
 
+def regimes_block(payload: dict) -> str:
+    """The regime-map table of a payload that has one (``--regimes``)."""
+    return regimes_table(payload["regimes"])
+
+
 def regimes_table(reg: dict) -> str:
     lines = ["| cells | RO stream ÷ in_order as shipped: min (mean) | cells ≥ 0.99 "
              "| RO stream in-flight ÷ in_order as shipped: min (mean) | cells ≥ 0.99 |",
