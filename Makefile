@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-core demo bench bench-runtime proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-core demo bench bench-runtime bench-precision bench-gpu proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,15 @@ bench: $(STAMP)
 ## Runtime throughput on CPU: tokens/s and idle fractions, eta=0 vs eta=1 (starts vLLM).
 bench-runtime: $(STAMP)
 	$(PY) bench/runtime_bench.py
+
+## The demo's learning curve in fp32, bf16-mixed and bf16 (one vLLM engine; ~10 min on 2 cores);
+## writes docs/results/precision_curve.json and its table in docs/runtime.md.
+bench-precision: $(STAMP)
+	$(PY) bench/precision_curve.py --docs
+
+## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
+bench-gpu: $(STAMP)
+	$(PY) bench/gpu_trainer.py
 
 ## Regenerate the generated parts of spec/ (state diagram).
 spec: $(STAMP)
