@@ -1,0 +1,117 @@
+"""Ray across nodes on one host: ``reserve-occupy train --backend ray`` on a three-node cluster
+(a head for the trainer, two engine nodes), all on 127.0.0.1, with the engine's node killed
+mid-run.
+
+The cluster is Ray's own multi-node harness (``ray.cluster_utils.Cluster``: one GCS, one raylet
+per node, each with its own object store and custom resources); ``ray start --address`` refuses
+to add a node on the loopback switch (runtime/ray_backend/loopback.py). The run is the CLI, a
+separate driver joining the cluster (``ray.address``), with the real vLLM CPU engine. The
+engine is placed by resource (``engine_node``), the trainer on the head (``trainer_node``).
+When the engine's node is removed (its raylet and every process on it killed) the engine's
+requests fail, their units are aborted, and the replacement engine is placed on the other
+engine node, where it loads the current weights from the object store; the run finishes with
+a log that ``check-trace`` accepts (staleness within eta, every reserved unit accounted for).
+
+Slow (vLLM engines starting on a shared 2-core machine): ``make test-multinode`` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime.porting.checker import STRICT, check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.vllm,
+              pytest.mark.skipif(os.environ.get("RO_TEST_MULTINODE") != "1",
+                                 reason="multi-node Ray on one host: make test-multinode")]
+
+
+def _engine_node(ray) -> str | None:
+    """The node id of the live engine actor (read from the GCS actor table; no dashboard)."""
+    from ray._private import state
+
+    for a in state.actors().values():
+        if a.get("ActorClassName", "").endswith("EngineActor") and a.get("State") == "ALIVE":
+            return a["Address"]["NodeID"]
+    return None
+
+
+def _rows(out: Path) -> int:
+    path = out / "metrics.jsonl"
+    return sum(1 for _ in path.open()) if path.exists() else 0
+
+
+def test_the_engines_node_dies_and_the_engine_moves_to_another(tmp_path):
+    psutil = pytest.importorskip("psutil")
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    from runtime.models.tiny import ensure_tiny_model
+    from runtime.ray_backend import loopback
+
+    loopback.pin()
+    ensure_tiny_model(log=None)
+    t0 = time.monotonic()
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"trainer_node": 1}, "include_dashboard": False})
+    nodes = [cluster.add_node(num_cpus=1, resources={"engine_node": 1}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    up = time.monotonic() - t0
+    out = tmp_path / "run"
+    proc = None
+    try:
+        table = ray.nodes()
+        assert len(table) == 3 and {n["NodeManagerAddress"] for n in table} == {"127.0.0.1"}
+        me = psutil.Process()
+        assert loopback.exposed(me.children(recursive=True)) == []
+        env = {**os.environ, **loopback.ENV, "PYTHONPATH": str(ROOT)}
+        cmd = [sys.executable, "-m", "runtime", "train", "--backend", "ray",
+               "--output-dir", str(out), "--steps", "6", "--eta", "1",
+               "--set", f"ray.address={cluster.address}",
+               "--set", "ray.engine_resources={num_cpus: 1, engine_node: 1}",
+               "--set", "ray.trainer_resources={num_cpus: 1, trainer_node: 1}",
+               "--set", "rollout.engines=1", "--set", "staleness.batch_size=4",
+               "--set", "staleness.group_size=4", "--set", "rollout.max_tokens=8",
+               "--set", "run.eval_prompts=0", "--set", "run.plot=false",
+               "--set", "run.progress=false"]
+        log = (tmp_path / "train.log").open("w")
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 420
+        while _rows(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert proc.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
+        victim_id = _engine_node(ray)
+        victim = next(n for n in nodes if n.unique_id == victim_id)
+        killed_at = _rows(out)
+        cluster.remove_node(victim)  # the raylet and every process on that node
+        t_kill = time.monotonic()
+        rc = proc.wait(timeout=600)
+        text = (tmp_path / "train.log").read_text()
+        assert rc == 0, text[-3000:]
+        survivor = next(n for n in nodes if n is not victim)
+        assert _engine_node(ray) in (survivor.unique_id, None)  # None: closed at the end
+        events = [json.loads(line) for line in (out / "events.jsonl").open()]
+        with (out / "events.jsonl").open() as f:
+            report = check(f, STRICT)
+        assert report.ok, report
+        aborted = [e for e in events if e.get("op") == "abort" or e.get("event") == "abort"]
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+        assert len(rows) == 6 and killed_at < 6
+        print(f"\n3-node cluster on 127.0.0.1 up in {up:.1f} s; engine node killed after "
+              f"{killed_at} steps; run finished {time.monotonic() - t_kill:.1f} s later with "
+              f"{len(aborted)} units aborted; whole test {time.monotonic() - t0:.1f} s")
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        ray.shutdown()
+        cluster.shutdown()
