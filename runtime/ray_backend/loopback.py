@@ -2,7 +2,7 @@
 ray`` without ``ray.address``, its tests and tools) listen on 127.0.0.1 and nowhere else.
 
 What does it, in Ray 2.60 (read in ``ray/_private/services.py`` and checked by
-tests/resilience/test_ray_loopback.py):
+tests/resilience/test_ray.py and tests/integrations/test_verl.py):
 
 * ``ray.init(_node_ip_address="127.0.0.1")`` and ``ray start --node-ip-address=127.0.0.1`` are
   not enough: ``resolve_ip_for_localhost`` turns a loopback address into the machine's own

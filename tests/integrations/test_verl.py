@@ -237,3 +237,20 @@ def test_the_trainer_refuses_verl_own_replay_buffer():
     cfg = OmegaConf.create({"data": {"train_batch_size": 8}})
     with pytest.raises(VerlIntegrationError, match="custom_sampler.path=pkg://reserve_occupy"):
         t._check_sampler(cfg)
+
+
+def test_both_trainers_are_registered_with_verl_once():
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+
+    from reserve_occupy.integrations.verl import register, task_runner_class
+
+    first = register()
+    assert register() is first  # a second call (a second import in the actor) is a no-op
+    assert issubclass(get_trainer_cls("reserve_occupy_colocate_async"), PPOTrainerColocateAsync)
+    assert issubclass(get_trainer_cls("reserve_occupy_separate_async"), PPOTrainerSeparateAsync)
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    runner = task_runner_class().__ray_actor_class__
+    assert issubclass(runner, TaskRunnerV1.__ray_actor_class__)
