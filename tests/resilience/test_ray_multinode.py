@@ -119,3 +119,71 @@ def test_the_engines_node_dies_and_the_engine_moves_to_another(tmp_path):
             proc.kill()
         ray.shutdown()
         cluster.shutdown()
+
+
+def test_no_node_left_for_the_engine_stops_the_run_and_resume_continues(tmp_path):
+    """The engine's only node dies: no live node can hold a replacement, so the run stops at
+    once with a message naming the resources (instead of waiting forever for a pending actor),
+    and ``--resume`` continues the same log once a node with them has joined. Fake engines:
+    the placement and the recovery are the point here, not generation."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    from runtime.models.tiny import ensure_tiny_model
+    from runtime.ray_backend import loopback
+
+    loopback.pin()
+    ensure_tiny_model(log=None)
+    t0 = time.monotonic()
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"trainer_node": 1}, "include_dashboard": False})
+    engine_node = cluster.add_node(num_cpus=1, resources={"engine_node": 1})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    out = tmp_path / "run"
+    env = {**os.environ, **loopback.ENV, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "runtime", "train", "--backend", "ray",
+           "--set", f"ray.address={cluster.address}",
+           "--set", "ray.engine_resources={num_cpus: 1, engine_node: 1}",
+           "--set", "ray.trainer_resources={num_cpus: 1, trainer_node: 1}",
+           "--set", "rollout.engines=1", "--set", "rollout.backend=fake",
+           "--set", "rollout.fake_token_s=0.02", "--set", "staleness.batch_size=4",
+           "--set", "staleness.group_size=4", "--set", "recovery.checkpoint_every=1",
+           "--set", "run.eval_prompts=0", "--set", "run.plot=false",
+           "--set", "run.progress=false"]
+    proc = None
+    try:
+        log = (tmp_path / "first.log").open("w")
+        proc = subprocess.Popen(cmd + ["--output-dir", str(out), "--steps", "40", "--eta", "1"],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while _rows(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        cluster.remove_node(engine_node)
+        t_kill = time.monotonic()
+        rc = proc.wait(timeout=300)
+        stopped_after = time.monotonic() - t_kill
+        first = (tmp_path / "first.log").read_text()
+        assert rc != 0, first[-3000:]
+        assert "no live Ray node has the resources of an engine" in first, first[-3000:]
+        done = _rows(out)
+        assert 3 <= done < 40
+        cluster.add_node(num_cpus=1, resources={"engine_node": 1})
+        cluster.wait_for_nodes()
+        with (tmp_path / "resumed.log").open("w") as log:
+            rc = subprocess.run(cmd + ["--resume", str(out)], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, timeout=600).returncode
+        resumed = (tmp_path / "resumed.log").read_text()
+        assert rc == 0, resumed[-3000:]
+        with (out / "events.jsonl").open() as f:
+            report = check(f, STRICT)
+        assert report.ok, report
+        print(f"\nengine node lost after {done} steps: the run stopped {stopped_after:.1f} s "
+              f"later naming the missing resources; --resume on a new node finished the 40 "
+              f"steps; whole test {time.monotonic() - t0:.1f} s")
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        ray.shutdown()
+        cluster.shutdown()
