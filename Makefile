@@ -34,8 +34,8 @@ test: $(STAMP)
 test-core: $(STAMP)
 	$(PY) -m pytest tests/core
 
-## Ray across nodes on one host: a 3-node cluster on 127.0.0.1, `train --backend ray` with a
-## vLLM engine whose node is killed mid-run (minutes on 2 cores; not part of `make test`).
+## Ray across nodes on one host: clusters of 3 and 2 nodes on 127.0.0.1, `train --backend ray`
+## with the engine's node killed mid-run (13 min on a loaded 2-core machine; not in `make test`).
 test-multinode: $(STAMP)
 	RO_TEST_MULTINODE=1 $(PY) -m pytest tests/resilience/test_ray_multinode.py -s
 

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     loopback.pin()
     t0 = time.monotonic()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    tq.init()
+    tq.init(vs.ONE_STORAGE_UNIT)
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {loopback.LOOPBACK}
     print(f"Ray + TransferQueue on {loopback.LOOPBACK} up in {time.monotonic() - t0:.1f} s; "
           f"{args.steps} steps of {args.batch} groups, parameter_sync_step {args.sync_step}\n")

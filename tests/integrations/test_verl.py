@@ -36,7 +36,7 @@ def tq_on_loopback():
     loopback.pin()
     t0 = time.monotonic()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    tq.init()
+    tq.init(vs.ONE_STORAGE_UNIT)
     print(f"\nRay + TransferQueue up in {time.monotonic() - t0:.1f} s")
     try:
         assert {n["NodeManagerAddress"] for n in ray.nodes()} == {loopback.LOOPBACK}

@@ -26,6 +26,9 @@ import torch
 import transfer_queue as tq
 
 TRAIN = "train"
+# TransferQueue's default is two storage actors (one per node of a cluster); on one machine one
+# does, and starts faster.
+ONE_STORAGE_UNIT = {"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}
 
 
 def durations(n: int, seed: int, *, mean_s: float = 1.0, tail: float = 0.1,
