@@ -268,8 +268,8 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
         head_units = {u for st, u in zip(pre._table.buffers[pre.head].state,
                                          pre._table.buffers[pre.head].unit) if st == OCCUPIED}
         for bu in result.units:
-            if not (0 <= bu.staleness <= cfg.max_staleness) or \
-                    bu.staleness != result.version - bu.v_traj:
+            if (not (0 <= bu.staleness <= cfg.max_staleness)
+                    or bu.staleness != result.version - bu.v_traj):
                 return "edge:batch_staleness", f"batch {result.version} trained {bu}"
             if bu.unit_id not in head_units:
                 return "edge:batch", f"unit {bu.unit_id!r} was not OCCUPIED in the head buffer"

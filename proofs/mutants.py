@@ -249,7 +249,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("reserve_first_empty", "Reserve takes the first EMPTY slot of the buffer, not the "
            "last", "Reserve: last EMPTY slot of the buffer", _with_table(ReserveFirstEmpty)),
     Mutant("reserve_into_ready", "Reserve may use a READY buffer's spare slot",
-           "Reserve: not-READY buffers only (7.6)", _with_table(ReserveIntoReady),
+           "Reserve: not-READY buffers only (§6.6)", _with_table(ReserveIntoReady),
            oversampling=True),
     Mutant("occupy_without_shift", "the gap a finished (or aborted) unit leaves is never taken "
            "by an earlier reservation", "Occupy (b): shift", _with_table(NoShift)),
@@ -264,7 +264,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("place_latest", "a finished unit goes to the latest legal EMPTY slot",
            "Occupy (c): earliest legal EMPTY slot", _with_table(PlaceLatest)),
     Mutant("place_into_ready", "a finished unit may land in a READY buffer's spare slot",
-           "Occupy (c): not-READY buffers only (7.6)", _with_table(PlaceIntoReady),
+           "Occupy (c): not-READY buffers only (§6.6)", _with_table(PlaceIntoReady),
            oversampling=True),
     Mutant("ready_not_closed", "READY buffers keep their reservations under oversampling",
            "correction 2: close READY buffers", _with_table(NoClose), oversampling=True),
@@ -287,6 +287,6 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("concurrency_unchecked", "admission ignores max_concurrency",
            "Reserve: in-flight < max_concurrency", _with_controller(ConcurrencyUnchecked)),
     Mutant("release_stuck_one", "the stuck-head timeout aborts only the first reservation",
-           "Abort timeout (7.2): abort all reservations of a STUCK head",
+           "Abort timeout (§6.2): abort all reservations of a STUCK head",
            _with_controller(StuckReleasesOne)),
 )}

@@ -100,5 +100,5 @@ def conformance(ops: Operations, pre_c: StalenessController, op: str, unit_id: A
 
 
 def _diff(want: SpecState, got: SpecState) -> str:
-    return "  encoding:\n    " + want.render().replace("\n", "\n    ") + \
-        "\n  code:\n    " + got.render().replace("\n", "\n    ")
+    return ("  encoding:\n    " + want.render().replace("\n", "\n    ")
+            + "\n  code:\n    " + got.render().replace("\n", "\n    "))

@@ -202,7 +202,7 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @rule(size=st.integers(1, 3), extra=st.integers(0, 2))
     def admit_group(self, size: int, extra: int) -> None:
-        """A GRPO group takes one slot; ``extra`` > 0 is group-level oversampling (7.5)."""
+        """A GRPO group takes one slot; ``extra`` > 0 is group-level oversampling (spec §6.5)."""
         gid = f"g{self.next_unit}"
         self.next_unit += 1
         _, refused = self._run("reserve", gid)

@@ -141,5 +141,5 @@ def test_progress_cooperative_needs_a_path_without_abort_filter_or_timeout() -> 
     ops.append(_OP["reserve"])
     assert mc._progress(3, goal, src, dst, ops) is None
     goal = bytearray([1, 0, 0])
-    assert mc._progress(3, goal, array("I", [1]), array("I", [0]), array("B", [1]))[2] == \
-        "progress"
+    assert (mc._progress(3, goal, array("I", [1]), array("I", [0]), array("B", [1]))[2]
+            == "progress")

@@ -129,8 +129,8 @@ class CounterRefinement:
             r = solver.check()
             if r == z3.sat:
                 return None
-            return f"{op}: no choice makes the counter relation reach the code's post-state" \
-                   f" ({r}): pre={a_pre} post={a_post}"
+            return (f"{op}: no choice makes the counter relation reach the code's post-state"
+                    f" ({r}): pre={a_pre} post={a_post}")
         finally:
             solver.pop()
 

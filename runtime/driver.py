@@ -105,7 +105,7 @@ class Driver:
         self.groups: dict[Any, GroupRun] = dict(resume.groups)  # admitted, not yet consumed
         self.start_step = resume.step
         self.records: list[StepRecord] = []
-        self.trace: list[dict[str, Any]] = []  # driver-side events, for tests and debugging
+        self.notes: list[dict[str, Any]] = []  # driver-side events, for tests and debugging
         # What only the driver sees: requests resumed, completion messages rejected. Unit and
         # step counts are not kept here: they come from the controller's log (below).
         self.counts = dict.fromkeys(("resumed", "rejected"), 0)
@@ -267,7 +267,7 @@ class Driver:
                 return
             except Exception as exc:  # one request failed: the candidate fails, not the run
                 self._request_ended(request.request_id)
-                self._log("request_error", g, c, error=repr(exc))
+                self._note("request_error", g, c, error=repr(exc))
                 self._last_error = f"engine: {exc!r}"
                 self._candidate_failed(g, c, f"engine error: {exc!r}")
                 return
@@ -281,13 +281,13 @@ class Driver:
                     return
                 if c.paused and len(c.token_ids) < self.s.max_tokens:
                     self.counts["resumed"] += 1
-                    self._log("resume", g, c, kept=len(c.token_ids), version=version)
+                    self._note("resume", g, c, kept=len(c.token_ids), version=version)
                     continue
                 if not c.paused:
                     self._candidate_failed(g, c, "aborted by the engine")
                     return
-            c.finish_reason = segment.finish_reason if segment.finish_reason != "abort" \
-                else "length"
+            c.finish_reason = (segment.finish_reason if segment.finish_reason != "abort"
+                               else "length")
             self._candidate_finished(g, c)
             return
 
@@ -301,7 +301,7 @@ class Driver:
             if math.isnan(c.reward):
                 raise ValueError("reward is NaN")
         except Exception as exc:  # a group that cannot be scored fairly is dropped whole
-            self._log("reward_error", g, c, error=repr(exc))
+            self._note("reward_error", g, c, error=repr(exc))
             self._last_error = f"reward function: {exc!r}"
             self._abort_group(g, "reward_error")
             return
@@ -325,22 +325,22 @@ class Driver:
         rewards = [g.candidates[i].reward for i in g.group.committed]
         self.accounting.completed_rewards += rewards  # type: ignore[arg-type]
         if self.s.filter_zero_variance and max(rewards) == min(rewards):  # type: ignore
-            # Known useless before placement (rewards come before occupy, source 7.4), so its
-            # reservation is dropped (source 7.2: a unit found faulty) rather than occupied and
+            # Known useless before placement (rewards come before occupy, spec §6.4), so its
+            # reservation is dropped (spec §6.2: a unit found faulty) rather than occupied and
             # then filtered: occupying could complete a buffer and, under batch-level
             # oversampling, close spare slots and abort other groups' reservations for a group
             # that is dropped a moment later.
             removal = self.controller.abort(g.unit_id, meta={"reason": "no_gradient"})
             g.fate = "filtered"
             self.groups.pop(g.unit_id, None)
-            self._log("filter", g, reward=rewards[0])
+            self._note("filter", g, reward=rewards[0])
             self._count_dropped("no_gradient")
             self._dropped_by_controller(removal.aborted)
         else:
             if self.persist is not None:  # the data is durable before the log says FINISHED
                 self.persist.group_finished(g)
             placement = self.controller.occupy(g.unit_id)
-            self._log("occupy", g, slot=tuple(placement.slot))
+            self._note("occupy", g, slot=tuple(placement.slot))
             self._dropped_by_controller(placement.aborted)
             self._dropped_in_a_row = 0  # a group will train: the run makes progress
             self._dropped_reasons.clear()
@@ -354,7 +354,7 @@ class Driver:
         message for a group still generating is premature (the driver holds its data and knows
         it is incomplete); every other one goes to the controller, whose typed errors reject it
         (``UnknownUnit``: never admitted; ``IllegalUnitState``: already finished, consumed,
-        aborted or filtered). Rejections are counted and logged in the driver's trace."""
+        aborted or filtered). Rejections are counted and kept in the driver's notes."""
         g = self.groups.get(unit_id)
         if g is not None and g.fate == "in_flight":
             self._reject(unit_id, "premature", f"group {unit_id!r} is still generating")
@@ -369,7 +369,7 @@ class Driver:
 
     def _reject(self, unit_id: Any, error: str, detail: str) -> None:
         self.counts["rejected"] += 1
-        self.trace.append({"t": self.accounting.elapsed(), "event": "rejected_completion",
+        self.notes.append({"t": self.accounting.elapsed(), "event": "rejected_completion",
                            "unit": unit_id, "error": error, "detail": detail})
 
     def _count_dropped(self, reason: str) -> None:
@@ -409,7 +409,7 @@ class Driver:
     def _close_aborted(self, g: GroupRun, reason: str) -> None:
         g.closed, g.fate = True, f"aborted:{reason}"
         self.groups.pop(g.unit_id, None)
-        self._log("abort", g, reason=reason)
+        self._note("abort", g, reason=reason)
         self._stop_candidates(g, g.candidates, reason)
         if not self._stopping:  # once the run is over there is nothing left to detect
             self._count_dropped(reason)
@@ -423,7 +423,7 @@ class Driver:
                 if c.request_id in self._running:
                     ids.append(c.request_id)
         if ids:
-            self._log("engine_abort", g, requests=ids, reason=reason)
+            self._note("engine_abort", g, requests=ids, reason=reason)
             self._spawn(self.rollout.abort(ids))
 
     # ------------------------------------------------------------------ trainer --------------
@@ -520,7 +520,7 @@ class Driver:
                 self._abort_group(g, "timeout")
         if self._stuck_since is not None and now >= self._stuck_since + self.s.stuck_timeout_s:
             released = self.controller.release_stuck(meta={"reason": "stuck_timeout"})
-            self.trace.append({"t": self.accounting.elapsed(), "event": "release_stuck",
+            self.notes.append({"t": self.accounting.elapsed(), "event": "release_stuck",
                                "units": list(released)})
             self._stuck_since = None
             self._dropped_by_controller(released)
@@ -558,9 +558,9 @@ class Driver:
         if self.s.check_invariants:
             self.controller.check()
 
-    def _log(self, event: str, g: GroupRun, c: CandidateRun | None = None, **extra: Any) -> None:
+    def _note(self, event: str, g: GroupRun, c: CandidateRun | None = None, **extra: Any) -> None:
         row = {"t": self.accounting.elapsed(), "event": event, "unit": g.unit_id}
         if c is not None:
             row["candidate"] = c.index
         row.update(extra)
-        self.trace.append(row)
+        self.notes.append(row)

@@ -21,8 +21,8 @@ class DriverSettings:
     eta: int = 1
     batch_size: int = 8  # groups per training step
     group_size: int = 8  # samples per group that train
-    candidates: int | None = None  # > group_size: group-level oversampling (source 7.5)
-    capacity: int | None = None  # > batch_size: batch-level oversampling (source 7.6)
+    candidates: int | None = None  # > group_size: group-level oversampling (spec §6.5)
+    capacity: int | None = None  # > batch_size: batch-level oversampling (spec §6.6)
     max_concurrency: int | None = None  # groups in flight at once
     steps: int = 10
     max_tokens: int = 8

@@ -118,11 +118,11 @@ def _strict_step(ref: StalenessController, entry: TraceEntry,
     except IllegalOperation as exc:
         if entry.refused:  # e.g. a consume logged as refused while training: nothing happened
             return None, [], f"refuse: {exc}"
-        return None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))], \
-            f"refuse: {exc}"
+        return (None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))],
+                f"refuse: {exc}")
     except ProtocolError as exc:
-        return None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))], \
-            f"refuse: {exc}"
+        return (None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))],
+                f"refuse: {exc}")
     if produced is None:
         return None, [Difference("decision", _REFUSAL[op], "performed",
                                  rule_for(op, "decision"))], _REFUSAL[op]

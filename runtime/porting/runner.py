@@ -341,8 +341,8 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
             outcomes.append(record)
             entry = parse_record(record, k + 2)
         except TraceFormatError as exc:
-            failure = f"the adapter's answer is not a valid record: {exc.reason} " \
-                      f"(field {exc.field})"
+            failure = (f"the adapter's answer is not a valid record: {exc.reason} "
+                       f"(field {exc.field})")
         except AdapterError:
             raise  # no answer at all: not a verdict on this vector
         except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer

@@ -260,8 +260,8 @@ def load(families: list[str] | None = None,
                 vector = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise CorpusError(f"{path}: line {number}: not a JSON vector ({exc})") from None
-            if not isinstance(vector, dict) or not {"id", "config", "events"} <= set(vector) \
-                    or not isinstance(vector["events"], list):
+            if (not isinstance(vector, dict) or not {"id", "config", "events"} <= set(vector)
+                    or not isinstance(vector["events"], list)):
                 raise CorpusError(f"{path}: line {number}: a vector needs 'id', 'config' and a "
                                   f"list of 'events'")
             yield vector

@@ -76,8 +76,8 @@ class RecoveryReport:
                + (f" -> {self.version}" if self.version != self.version_logged else "")]
         if self.torn:
             out.append(f"recovery: {self.torn}")
-        ck = "none (training from the initial weights)" if self.checkpoint is None \
-            else f"step {self.checkpoint}"
+        ck = ("none (training from the initial weights)" if self.checkpoint is None
+              else f"step {self.checkpoint}")
         out.append(f"recovery: checkpoint {ck}; retrained batches {self.retrained or 'none'}"
                    + ("; published the batch that was training" if self.published else ""))
         out.append(f"recovery: {len(self.finished)} finished units reloaded, {len(self.salvaged)}"
@@ -260,8 +260,8 @@ class Recovery:
         resume = ResumePoint(next_seq=max(seqs, default=-1) + 1,
                              draws=max(draws, default=-1) + 1, readmit=pending, groups=finished,
                              step=controller.version)
-        weights = await self.trainer.export_weights(controller.version) \
-            if controller.version else None
+        weights = (await self.trainer.export_weights(controller.version)
+                   if controller.version else None)
         _report(self.store, report, self.say)
         return Recovered(self.store, controller, resume, weights, report)
 

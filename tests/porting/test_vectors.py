@@ -120,14 +120,14 @@ def test_spec_vectors_match_the_hand_written_scenarios() -> None:
             if "slot" in step:
                 assert event["slot"] == step["slot"], (path.name, step)
             if "moves" in step:
-                assert [[m["unit"], m["from"], m["to"], m["reason"]] for m in event["moves"]] \
-                    == step["moves"], (path.name, step)
-            if step["op"] in ("occupy", "abort", "filter", "release_stuck") and \
-                    not step.get("refused"):
+                assert ([[m["unit"], m["from"], m["to"], m["reason"]] for m in event["moves"]]
+                        == step["moves"]), (path.name, step)
+            if (step["op"] in ("occupy", "abort", "filter", "release_stuck")
+                    and not step.get("refused")):
                 assert sorted(event.get("aborted", [])) == sorted(step.get("aborted", []))
             if "batch" in step:
-                assert [[u["unit"], u["staleness"]] for u in event["batch"]["units"]] \
-                    == step["batch"], (path.name, step)
+                assert ([[u["unit"], u["staleness"]] for u in event["batch"]["units"]]
+                        == step["batch"]), (path.name, step)
             checked += 1
     assert checked > 80
 
