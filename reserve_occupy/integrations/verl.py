@@ -250,7 +250,8 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
             ctl.abort(self._unit_of[uid])
             removed.add(uid)
         for uid in self.finished_keys[TRAIN] - self._placed:
-            if uid in dapo:
+            if uid in dapo:  # finished, then dropped for want of signal (spec §6.3)
+                ctl.occupy(self._unit_of[uid])
                 ctl.filter(self._unit_of[uid])
                 removed.add(uid)
             else:

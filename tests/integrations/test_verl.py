@@ -84,6 +84,32 @@ def test_failed_groups_are_aborted_and_readmitted(tq_on_loopback):
     vs.clear_partition()
 
 
+def test_groups_without_signal_are_filtered_and_readmitted(tq_on_loopback):
+    """DAPO through verl's own classifier (``_dapo_filtered_keys`` on ``rm_scores``)."""
+    vs.clear_partition()
+    rollout = vs.Rollout(vs.durations(200, seed=4), no_signal_every=5)
+    buf = vs.protocol_buffer(1, 8, rollout.submit, filter_groups_metric="reward")
+    r = vs.play("ours", buf, rollout, steps=4, batch_size=8, protocol=True)
+    filtered = {e.unit_id for e in buf.controller.events if e.op == "filter"}
+    trained = {u for b in buf.trained for u in b.unit_ids}
+    assert filtered and not filtered & trained
+    assert len(r.trained) == 32 and r.max_staleness <= 1 and r.dropped == 0
+    vs.clear_partition()
+
+
+def test_a_prompt_that_never_finishes_is_released_by_the_fail_safe(tq_on_loopback):
+    vs.clear_partition()
+    sched = vs.durations(200, seed=5, tail=0.0)  # no stragglers: nothing else waits long
+    sched[3] = 1e9  # the fourth prompt admitted never finishes
+    rollout = vs.Rollout(sched)
+    buf = vs.protocol_buffer(1, 8, rollout.submit, stuck_timeout_s=1.0)
+    r = vs.play("ours", buf, rollout, steps=3, batch_size=8, protocol=True)
+    assert len(buf.released) == 1 and len(r.trained) == 24 and r.max_staleness <= 1
+    never = next(uid for uid, (t, _, _) in rollout.running.items() if t >= 1e9)
+    assert never in buf._discarded  # its results, should they come, are cleared, not trained
+    vs.clear_partition()
+
+
 def test_verl_settings_that_would_drop_or_stall_are_refused():
     from reserve_occupy.integrations.verl import ReserveOccupyReplayBuffer, VerlIntegrationError
 

@@ -52,6 +52,7 @@ class Rollout:
     schedule: list[float]
     sessions: int = 2
     fail_every: int = 0  # every Nth prompt ends in 'failure' (0: none)
+    no_signal_every: int = 0  # every Nth prompt's sessions all get the same reward (0: none)
     now: float = 0.0
     global_steps: int = 1  # the trainer's step, stamped on submitted prompts
     submitted: int = 0
@@ -82,18 +83,24 @@ class Rollout:
             failed = self.fail_every and (index + 1) % self.fail_every == 0
             if not failed:
                 keys = [f"{uid}_{s}_0" for s in range(self.sessions)]
+                flat = self.no_signal_every and (index + 1) % self.no_signal_every == 0
                 tq.kv_batch_put(keys=keys, partition_id=TRAIN,
-                                fields=_rows(len(keys)),
+                                fields=_rows(len(keys), flat),
                                 tags=[{"is_prompt": False, "global_steps": tag} for _ in keys])
             tq.kv_put(key=uid, partition_id=TRAIN,
                       tag={"is_prompt": True, "status": "failure" if failed else "finished",
                            "global_steps": tag})
 
 
-def _rows(n: int):
+def _rows(n: int, flat: bool = False):
+    """A group's trajectory rows; ``rm_scores`` (verl's reward field, read by its DAPO filter)
+    alternate 0/1 across sessions, or are all 0 for a group without signal."""
     from tensordict import TensorDict
 
-    return TensorDict({"input_ids": torch.ones(n, 3, dtype=torch.long)}, batch_size=[n])
+    scores = torch.zeros(n, 3) if flat else torch.tensor([[0.0, 0.0, float(i % 2)]
+                                                          for i in range(n)])
+    return TensorDict({"input_ids": torch.ones(n, 3, dtype=torch.long), "rm_scores": scores},
+                      batch_size=[n])
 
 
 @dataclass
@@ -183,13 +190,15 @@ def verl_buffer(strategy: Optional[str], threshold: Optional[int], refill) -> An
                              poll_interval=0.05, refill_fn=refill)
 
 
-def protocol_buffer(eta: int, batch_size: int, refill, parameter_sync_step: int = 1) -> Any:
+def protocol_buffer(eta: int, batch_size: int, refill, parameter_sync_step: int = 1,
+                    **sampler_kwargs: Any) -> Any:
     from reserve_occupy.integrations.verl import ReserveOccupyReplayBuffer
 
     return ReserveOccupyReplayBuffer(
         trainer_mode="separate_async", trainer_config={"parameter_sync_step": parameter_sync_step},
         max_off_policy_threshold=None, max_off_policy_strategy="drop",
-        sampler_kwargs={"max_staleness": eta, "batch_size": batch_size, "poll_interval": 0.05},
+        sampler_kwargs={"max_staleness": eta, "batch_size": batch_size, "poll_interval": 0.05,
+                        **sampler_kwargs},
         refill_fn=refill)
 
 
