@@ -230,8 +230,8 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
             last_debug = self._wait_for_next_poll(TRAIN, last_debug)
 
     def _sync(self) -> None:
-        """One TransferQueue snapshot: bind new uids to reservations, then occupy / abort /
-        filter every group that reached a terminal status since the last sync."""
+        """One TransferQueue snapshot: occupy / abort / filter every group that reached a
+        terminal status since the last sync (``admit`` bound each uid to its reservation)."""
         self._sync_metadata_from_transfer_queue()
         ctl = self.controller
         steps = self.prompt_global_steps[TRAIN]
