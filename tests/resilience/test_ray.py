@@ -29,14 +29,21 @@ def test_ray_is_imported_only_by_the_ray_backend():
 def ray_cluster():
     ray = pytest.importorskip("ray")
     psutil = pytest.importorskip("psutil")
+    from runtime.ray_backend import loopback
     from runtime.ray_backend.backend import _env
 
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     t0 = time.monotonic()
+    loopback.pin()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": _env()})
     print(f"\nlocal Ray cluster up in {time.monotonic() - t0:.1f} s")
+    # on 127.0.0.1 only: the node table, and every port the GCS, raylet, workers and agents
+    # listen on
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {loopback.LOOPBACK}
+    assert loopback.listening(me.children(recursive=True))
+    assert loopback.exposed(me.children(recursive=True)) == []
     yield ray
     ray.shutdown()
     deadline = time.monotonic() + 30
