@@ -67,9 +67,9 @@ clean:
 ## Policies, oversampling modes and extension prototypes x eta on the shipped setting (~1 min):
 ## the frontier table, docs/results/frontier.json and docs/img/sim_frontier.png.
 sim-frontier: $(STAMP)
-	$(PY) -m runtime.sim.frontier
+	$(PY) -m runtime.sim.studies.frontier
 
 ## The clairvoyant limit alone: the provable bound, the best schedule and every policy as a
 ## fraction of it, eta 0-3, seeds 0-2 (~40 s).
 sim-bound: $(STAMP)
-	$(PY) -m runtime.sim.bound --eta 0,1,2,3
+	$(PY) -m runtime.sim.studies.bound --eta 0,1,2,3

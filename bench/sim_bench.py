@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from runtime.sim.cost import preset
-from runtime.sim.runner import RunSpec, simulate
-from runtime.sim.workload import generate
+from runtime.sim.model.cost import preset
+from runtime.sim.model.runner import RunSpec, simulate
+from runtime.sim.model.workload import generate
 
 
 def main() -> None:

@@ -220,7 +220,7 @@ ROLES = ("committed", "surplus", "failed", "stopped", "unstarted")
 class LengthLog:
     """The response length (tokens) of every sample of every unit whose generation ended, and
     the length bias they show (``runtime/lengthbias.py``: mean trained / mean admitted length,
-    and the KS distance), defined as the simulator defines it (``runtime/sim/metrics.py``).
+    and the KS distance), defined as the simulator defines it (``runtime/sim/model/metrics.py``).
 
     Design: one source of truth per fact. *What happened to a unit* is the event log's
     (``LogCounts.fates``: trained, filtered, aborted and why); *how long its samples were* is

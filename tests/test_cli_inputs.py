@@ -83,7 +83,7 @@ def test_simulate_rejects(argv, needle, paths, capsys):
 
 
 def test_simulate_out_is_checked_before_the_work(paths, capsys, monkeypatch):
-    import runtime.sim.runner as runner
+    import runtime.sim.model.runner as runner
 
     monkeypatch.setattr(runner, "run_grid", lambda *a, **k: pytest.fail("ran before the check"))
     _one_line_exit_2(capsys, ["simulate", "--out", paths["FILE"], "--no-progress"], "--out")

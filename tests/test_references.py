@@ -107,7 +107,7 @@ def test_every_reference_can_be_followed():
 def test_the_scan_covers_the_documents_and_the_code():
     names = {name for name, _, _ in _sources()}
     for expected in ("README.md", "docs/simulator.md", "spec/PROTOCOL.md", "configs/demo.yaml",
-                     "runtime/sim/policies/reserve_occupy.py", "reserve_occupy/config.py",
+                     "runtime/sim/model/policies/reserve_occupy.py", "reserve_occupy/config.py",
                      "proofs/modelcheck.py"):
         assert expected in names
 
@@ -132,7 +132,7 @@ def test_the_scanner_finds(text, what):
 @pytest.mark.parametrize("text", [
     "Source: verl-project/verl @ 1dda039b, ``verl/trainer/ppo/v1/trainer_base.py``",
     "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/guide.md",
-    "see spec/PROTOCOL.md and runtime/sim/policies/ and docs/cli.md.",
+    "see spec/PROTOCOL.md and runtime/sim/model/policies/ and docs/cli.md.",
     "[cli](cli.md#simulate) and [x](https://example.com/a)",
     "a ratio 3/4 and a/b, and 1/tmp",
     "the metric 'reserve_occupy/in_flight' and tests/integrations/test_upstream_{areal,verl}.py",

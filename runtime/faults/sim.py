@@ -33,12 +33,12 @@ from typing import Any
 from reserve_occupy import IllegalUnitState, UnitState, UnknownUnit, replay
 from reserve_occupy.trace import dumps, parse_lines, trace_records
 
-from ..sim.checks import CheckFailed, check_run
-from ..sim.core import Group, SimulationError, Simulator
-from ..sim.cost import preset
-from ..sim.engine import Request
-from ..sim.policies.reserve_occupy import ReserveOccupy
-from ..sim.workload import GroupSpec, Workload
+from ..sim.model.checks import CheckFailed, check_run
+from ..sim.model.core import Group, SimulationError, Simulator
+from ..sim.model.cost import preset
+from ..sim.model.engine import Request
+from ..sim.model.policies.reserve_occupy import ReserveOccupy
+from ..sim.model.workload import GroupSpec, Workload
 
 SIM_KINDS = ("engine_crash", "hung", "nan_reward", "duplicate", "late", "unknown", "restart")
 HUNG_LENGTH = 10**9

@@ -1,16 +1,15 @@
 """A discrete-event simulator of asynchronous RL: the Reserve–Occupy controller against the
 staleness controls of verl, NeMo-RL, TRL, ROLL and AReaL on one workload and one cost model.
 
-Modules: ``cost`` (how long things take, named presets), ``workload`` (trace files and the
-synthetic generator), ``engine`` (one continuous-batching instance in closed form), ``core`` (the
-event loop and ledger), ``policies`` (one module per staleness control), ``metrics`` (what a run
-measured), ``checks`` (conservation, staleness bound, batch sizes, determinism), ``runner`` (run
-one or many simulations), ``plots``, ``experiments`` (the source's experiments) and ``cli``.
+Two subpackages and a command line: ``model`` (cost, workload, engine, event loop, policies,
+metrics, checks, runner: what a simulated run is), ``studies`` (the questions asked of the model:
+the source's experiments, the regime map, the clairvoyant bound, the frontier, diagnosis) and
+``cli`` (``reserve-occupy simulate``). Imports run one way: cli -> studies -> model.
 """
 
-from .core import PolicyError, SimulationError, SimulationStalled, Simulator
-from .cost import PRESETS, CostModel, load_cost, preset
-from .workload import TraceError, Workload, generate, load_trace
+from .model.core import PolicyError, SimulationError, SimulationStalled, Simulator
+from .model.cost import PRESETS, CostModel, load_cost, preset
+from .model.workload import TraceError, Workload, generate, load_trace
 
 __all__ = ["CostModel", "PRESETS", "PolicyError", "SimulationError", "SimulationStalled",
            "Simulator", "TraceError", "Workload", "generate", "load_cost", "load_trace", "preset"]

@@ -30,12 +30,12 @@ from reserve_occupy.config import MAX_SLOTS, MAX_STALENESS
 
 from .. import inputs
 from ..inputs import InputError
-from .checks import CheckFailed
-from .core import PolicyError, SimulationStalled
-from .cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
-from .filtering import FilterError, RewardFilter
-from .policies import POLICIES, UnknownPolicy
-from .workload import MathReasoningShape, TraceError, Workload, generate, load_trace
+from .model.checks import CheckFailed
+from .model.core import PolicyError, SimulationStalled
+from .model.cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
+from .model.filtering import FilterError, RewardFilter
+from .model.policies import POLICIES, UnknownPolicy, policy_names
+from .model.workload import MathReasoningShape, TraceError, Workload, generate, load_trace
 
 PROG = "reserve-occupy simulate"
 
@@ -176,19 +176,6 @@ def _workload(args: argparse.Namespace) -> Workload:
     return generate(args.seed, MathReasoningShape(groups=args.groups))
 
 
-def policy_names(text: str) -> list[str]:
-    """The policies a ``--policy``/``--policies`` comma list names ("all": every one)."""
-    if text.strip() == "all":
-        return list(POLICIES)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        if n not in POLICIES:
-            raise UnknownPolicy(f"unknown policy {n!r} (choose from {', '.join(POLICIES)})")
-    if not names:
-        raise UsageError("--policy is empty")
-    return names
-
-
 def _list() -> int:
     print("policies:")
     for name, cls in POLICIES.items():
@@ -204,9 +191,9 @@ def _list() -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import plots
-    from .report import comparison
-    from .runner import RunSpec, run_grid
+    from .studies import plots
+    from .studies.report import comparison
+    from .model.runner import RunSpec, run_grid
 
     batches = 10 if args.batches is None else args.batches
     names, etas = policy_names(args.policy), _int_list(args.eta, "eta")
@@ -260,7 +247,7 @@ def _filter(args: argparse.Namespace) -> RewardFilter | None:
 
 
 def _experiments(args: argparse.Namespace, only: tuple[int, ...] | None = None) -> int:
-    from .experiments import run_all
+    from .studies.experiments import run_all
 
     if only is None:
         only = tuple(_int_list(args.only, "only"))

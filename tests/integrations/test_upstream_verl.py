@@ -25,11 +25,11 @@ pytest.importorskip("transfer_queue", reason="verl extra not installed")
 rb_module = pytest.importorskip("verl.trainer.ppo.v1.replay_buffer",
                                 reason="verl is not installed (make install puts verl==0.9.1 in)")
 
-from runtime.sim.core import Group, Simulator  # noqa: E402
-from runtime.sim.cost import preset  # noqa: E402
-from runtime.sim.filtering import RewardFilter  # noqa: E402
-from runtime.sim.policies.verl_drop import VerlDrop  # noqa: E402
-from runtime.sim.workload import MathReasoningShape, generate  # noqa: E402
+from runtime.sim.model.core import Group, Simulator  # noqa: E402
+from runtime.sim.model.cost import preset  # noqa: E402
+from runtime.sim.model.filtering import RewardFilter  # noqa: E402
+from runtime.sim.model.policies.verl_drop import VerlDrop  # noqa: E402
+from runtime.sim.model.workload import MathReasoningShape, generate  # noqa: E402
 
 
 class MemoryKV:

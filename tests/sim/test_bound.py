@@ -1,4 +1,4 @@
-"""The clairvoyant limit (runtime/sim/bound.py): every strictly bounded, drop-free policy stays
+"""The clairvoyant limit (runtime/sim/studies/bound.py): every strictly bounded, drop-free policy stays
 under the upper bound, the bound's argument is needed as written (a variant that forgets that
 staleness windows overlap is beaten), the constructed schedule is valid, and the CLI."""
 
@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 from sim_helpers import BATCH, run_policy
 
-from runtime.sim import bound as bound_mod
-from runtime.sim.bound import (Bound, BoundError, _train_time, bound_terms, check_drop_free,
+from runtime.sim.studies import bound as bound_mod
+from runtime.sim.studies.bound import (Bound, BoundError, _train_time, bound_terms, check_drop_free,
                                clairvoyant_bound, inflight_collect_time, window_groups)
-from runtime.sim.checks import CheckFailed
-from runtime.sim.metrics import steady_throughput
+from runtime.sim.model.checks import CheckFailed
+from runtime.sim.model.metrics import steady_throughput
 
 BATCHES = 20
 WARMUP = BATCHES // 5
@@ -117,7 +117,7 @@ def test_drop_free_check_catches_a_group_left_behind(workload, cost):
                 return
             super().on_group_done(group)
 
-    from runtime.sim.core import Simulator
+    from runtime.sim.model.core import Simulator
     sim = Simulator(LeavesOneBehind(1), workload, cost, batches=BATCHES, batch_size=BATCH).run()
     with pytest.raises(CheckFailed, match="group 5"):
         check_drop_free(sim, 1)

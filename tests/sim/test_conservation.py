@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sim.checks import CheckFailed, check_batches, check_conservation, check_tokens
-from runtime.sim.core import PolicyError
-from runtime.sim.engine import Instance
-from runtime.sim.policies import POLICIES
-from runtime.sim.policies.roll import Roll
-from runtime.sim.policies.unbounded import Unbounded
+from runtime.sim.model.checks import CheckFailed, check_batches, check_conservation, check_tokens
+from runtime.sim.model.core import PolicyError
+from runtime.sim.model.engine import Instance
+from runtime.sim.model.policies import POLICIES
+from runtime.sim.model.policies.roll import Roll
+from runtime.sim.model.policies.unbounded import Unbounded
 
 from sim_helpers import BATCH, run_policy
 

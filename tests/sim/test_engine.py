@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from runtime.sim.cost import RolloutCost
-from runtime.sim.engine import Instance, Request
+from runtime.sim.model.cost import RolloutCost
+from runtime.sim.model.engine import Instance, Request
 
 COST = RolloutCost(floor_s=0.008, step_s=0.003, per_request_s=2e-4, per_ctx_token_s=5e-7,
                    prefill_per_token_s=0.0)

@@ -8,11 +8,11 @@ import math
 import pytest
 
 from runtime.lengthbias import ks_distance, length_bias
-from runtime.sim import frontier
-from runtime.sim.core import Simulator
-from runtime.sim.policies import make_policy
-from runtime.sim.runner import RunSpec, simulate
-from runtime.sim.workload import parse_trace
+from runtime.sim.studies import frontier
+from runtime.sim.model.core import Simulator
+from runtime.sim.model.policies import make_policy
+from runtime.sim.model.runner import RunSpec, simulate
+from runtime.sim.model.workload import parse_trace
 
 from sim_helpers import BATCH
 

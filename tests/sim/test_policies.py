@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sim.core import SimulationStalled
-from runtime.sim.cost import preset
-from runtime.sim.runner import RunSpec, simulate
-from runtime.sim.workload import generate
+from runtime.sim.model.core import SimulationStalled
+from runtime.sim.model.cost import preset
+from runtime.sim.model.runner import RunSpec, simulate
+from runtime.sim.model.workload import generate
 from sim_helpers import run_policy
 
 

@@ -1,18 +1,18 @@
 """Every simulated run ends: a policy that can make no progress raises ``SimulationStalled``
 (exit status 1 from the command line) instead of looping. One test per detector of
-``runtime.sim.core`` ("Termination")."""
+``runtime.sim.model.core`` ("Termination")."""
 
 from __future__ import annotations
 
 import pytest
 
 from runtime.cli import main
-from runtime.sim import core
-from runtime.sim.core import SimulationStalled, Simulator
-from runtime.sim.cost import preset
-from runtime.sim.policies.base import Policy
-from runtime.sim.runner import RunSpec, simulate
-from runtime.sim.workload import MathReasoningShape, generate
+from runtime.sim.model import core
+from runtime.sim.model.core import SimulationStalled, Simulator
+from runtime.sim.model.cost import preset
+from runtime.sim.model.policies.base import Policy
+from runtime.sim.model.runner import RunSpec, simulate
+from runtime.sim.model.workload import MathReasoningShape, generate
 
 
 @pytest.mark.timeout(60)

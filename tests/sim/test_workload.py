@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.sim.workload import (
+from runtime.sim.model.workload import (
     MathReasoningShape,
     TraceError,
     generate,

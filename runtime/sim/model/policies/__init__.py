@@ -36,9 +36,22 @@ def make_policy(name: str, eta: int, **options) -> Policy:
     try:
         cls = POLICIES[name]
     except KeyError:
-        raise UnknownPolicy(f"unknown policy {name!r} (choose from {', '.join(POLICIES)})") \
-            from None
+        raise UnknownPolicy(
+            f"unknown policy {name!r} (choose from {', '.join(POLICIES)})") from None
     return cls(eta, **options)
 
 
-__all__ = ["POLICIES", "Policy", "SOURCE_BASELINES", "UnknownPolicy", "make_policy"]
+def policy_names(text: str) -> list[str]:
+    """The policies a ``--policy``/``--policies`` comma list names ("all": every one)."""
+    if text.strip() == "all":
+        return list(POLICIES)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UnknownPolicy(f"the policy list is empty (choose from {', '.join(POLICIES)})")
+    for n in names:
+        if n not in POLICIES:
+            raise UnknownPolicy(f"unknown policy {n!r} (choose from {', '.join(POLICIES)})")
+    return names
+
+
+__all__ = ["POLICIES", "Policy", "SOURCE_BASELINES", "UnknownPolicy", "make_policy", "policy_names"]

@@ -18,12 +18,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .core import SimulationStalled
-from .cost import CostModel
-from .filtering import RewardFilter
+from ..model.core import SimulationStalled
+from ..model.cost import CostModel
+from ..model.filtering import RewardFilter
 from .report import markdown
-from .runner import RunSpec, simulate
-from .workload import MathReasoningShape, generate
+from ..model.runner import RunSpec, simulate
+from ..model.workload import MathReasoningShape, generate
 
 # (label, policy, options) of experiment 4, Reserve–Occupy first
 FILTER_POLICIES: tuple[tuple[str, str, tuple], ...] = (

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..lengthbias import length_bias
+from ...lengthbias import length_bias
 from .core import Simulator
 from .engine import Request
 

@@ -33,7 +33,7 @@ between their publishes):
   and weight_fifo, synchronous). Each run must pass ``checks.check_run`` and ``check_drop_free``.
   It is a lower bound on the optimum, so the optimum lies in ``[schedule_tok_s, upper_tok_s]``.
 
-``python -m runtime.sim.bound`` prints both, and every policy as a fraction of the bound.
+``python -m runtime.sim.studies.bound`` prints both, and every policy as a fraction of the bound.
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ from dataclasses import dataclass
 
 from reserve_occupy.config import MAX_STALENESS
 
-from ..inputs import InputError, int_in, int_list, one_int
-from .checks import CheckFailed, check_run
-from .core import Simulator
-from .cost import CostError, CostModel, preset
-from .metrics import steady_throughput
-from .policies import make_policy
-from .workload import Workload, generate
+from ...inputs import InputError, int_in, int_list, one_int
+from ..model.checks import CheckFailed, check_run
+from ..model.core import Simulator
+from ..model.cost import CostError, CostModel, preset
+from ..model.metrics import steady_throughput
+from ..model.policies import make_policy
+from ..model.workload import Workload, generate
 
 # Strictly bounded policies that never drop, abort or filter (without reward filtering), so each
 # run is a valid schedule of the class the bound is about.
@@ -347,7 +347,7 @@ def table(seeds: list[int], etas: list[int], *, cost: CostModel, batches: int,
           batch_size: int) -> list[str]:
     """Markdown lines: per eta, the bound and every policy as a fraction of it, mean over seeds
     (each policy's steady-state throughput divided by its own seed's bound)."""
-    from .runner import RunSpec, simulate
+    from ..model.runner import RunSpec, simulate
 
     lines = ["| η | upper bound tok/s | binding term | best schedule tok/s (÷ bound) | "
              + " | ".join(TABLE_POLICIES) + " |",
@@ -376,7 +376,7 @@ def table(seeds: list[int], etas: list[int], *, cost: CostModel, batches: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m runtime.sim.bound",
+        prog="python -m runtime.sim.studies.bound",
         description="The clairvoyant limit per eta: the provable upper bound on steady-state "
                     "throughput of strictly bounded drop-free policies, the best schedule "
                     "constructed, and every policy as a fraction of the bound (cells: mean "

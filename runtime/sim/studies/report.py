@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .metrics import RunResult
+from ..model.metrics import RunResult
 
 RO = "reserve_occupy"
 

@@ -47,13 +47,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .core import SimulationStalled
-from .cost import CostModel
-from .filtering import RewardFilter
+from ..model.core import SimulationStalled
+from ..model.cost import CostModel
+from ..model.filtering import RewardFilter
 from .frontier import SHORT_BIAS  # length ratio below it: "short answers", as in the frontier
-from .metrics import RunResult
-from .runner import RunSpec, simulate
-from .workload import MathReasoningShape, generate
+from ..model.metrics import RunResult
+from ..model.runner import RunSpec, simulate
+from ..model.workload import MathReasoningShape, generate
 
 TRAINER_IDLE_MAX = 0.10
 REGIMES = ("slot-bound", "engine-bound", "trainer-bound")

@@ -17,7 +17,7 @@ Three read-only views of finished simulator runs (nothing here changes a run):
   which slot when) is chaotic and a single seed's throughput moves by a percent or two; the
   spread of a policy against *itself* is the noise floor for comparing two policies on one seed.
 
-``python -m runtime.sim.diagnose --eta 4 --train-mult 0.25`` prints all three for a cell of the
+``python -m runtime.sim.studies.diagnose --eta 4 --train-mult 0.25`` prints all three for a cell of the
 regime map (``regimes.scaled``: training cost multiplier and concurrency on the preset).
 """
 
@@ -32,13 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import InputError, int_in, int_list, number, one_int
-from .cost import CostError, CostModel, preset
-from .core import Simulator
-from .filtering import RewardFilter
-from .policies import UnknownPolicy
-from .runner import RunSpec, simulate
-from .workload import MathReasoningShape, generate
+from ...inputs import InputError, int_in, int_list, number, one_int
+from ..model.cost import CostError, CostModel, preset
+from ..model.core import Simulator
+from ..model.filtering import RewardFilter
+from ..model.policies import UnknownPolicy, policy_names
+from ..model.runner import RunSpec, simulate
+from ..model.workload import MathReasoningShape, generate
 
 
 @dataclass(frozen=True)
@@ -172,11 +172,10 @@ def _report(policies: list[str], seeds: list[int], cost: CostModel, *, eta: int,
 def main(argv: list[str] | None = None) -> int:
     from reserve_occupy.config import MAX_STALENESS
 
-    from .cli import policy_names
     from .regimes import scaled
 
     parser = argparse.ArgumentParser(
-        prog="python -m runtime.sim.diagnose",
+        prog="python -m runtime.sim.studies.diagnose",
         description="Where the engines' time goes, what each steady batch waited for, and the "
                     "schedule's own noise, for a few policies in one cell of the regime map.")
     parser.add_argument("--policies", default="reserve_occupy,nemo_in_order,verl_drop",

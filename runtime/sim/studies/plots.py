@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from .metrics import RunResult  # noqa: E402
-from .workload import Workload  # noqa: E402
+from ..model.metrics import RunResult  # noqa: E402
+from ..model.workload import Workload  # noqa: E402
 
 RO = "reserve_occupy"
 GREEN = "#2e7d32"

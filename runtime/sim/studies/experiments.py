@@ -27,13 +27,13 @@ from typing import Callable
 import numpy as np
 
 from . import plots
-from .core import SimulationStalled
-from .cost import CostModel
-from .metrics import RunResult
-from .policies import POLICIES
+from ..model.core import SimulationStalled
+from ..model.cost import CostModel
+from ..model.metrics import RunResult
+from ..model.policies import POLICIES
 from .report import comparison, markdown
-from .runner import RunSpec, run_grid, simulate
-from .workload import Workload, generate
+from ..model.runner import RunSpec, run_grid, simulate
+from ..model.workload import Workload, generate
 
 # The source's reported numbers (reserve-occupy-blog.zh.txt, section 10): tokens/s, and the
 # speed-up of Reserve–Occupy over each baseline ("1.11-1.14x" is a range over eta 1..3).

@@ -1,6 +1,6 @@
 """The frontier table: policies, oversampling modes and extension prototypes x eta, side by side.
 
-``python -m runtime.sim.frontier`` (``make sim-frontier``) runs every variant of ``VARIANTS`` on
+``python -m runtime.sim.studies.frontier`` (``make sim-frontier``) runs every variant of ``VARIANTS`` on
 the shipped setting (synthetic workload seeds 0, 1, 2; the ``qwen3-8b-h20`` preset; 40 batches of
 16 groups) at eta 1, 2, 3 and prints one row per (eta, variant), averaged over seeds:
 
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import inputs
-from .cost import CostModel, preset
-from .metrics import RunResult
+from ... import inputs
+from ..model.cost import CostModel, preset
+from ..model.metrics import RunResult
 from .report import markdown
-from .runner import RunSpec, simulate
-from .workload import MathReasoningShape, generate
+from ..model.runner import RunSpec, simulate
+from ..model.workload import MathReasoningShape, generate
 
 SHORT_BIAS = 0.97  # mean trained / admitted length below this: "gains by short answers"
 BASELINE = "in_order"
@@ -226,7 +226,7 @@ def plot(payload: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtime.sim.frontier",
+    parser = argparse.ArgumentParser(prog="python -m runtime.sim.studies.frontier",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", default="docs/results")
     parser.add_argument("--img-dir", default="docs/img")
