@@ -139,6 +139,7 @@ class Driver:
         self._handed: list[Any] = []
         self._handed_trained: set[Any] = set()
         self._ready_at: float | None = None  # when the head buffer became READY
+        self._missing = set(resume.missing)
 
     # ------------------------------------------------------------------ the run --------------
 
@@ -504,7 +505,9 @@ class Driver:
                                "units": [u.unit_id for u in handed]})
         if not self._handed or len(self._handed) < self.s.min_chunk_units:
             return None
-        chunk, self._handed = self._handed, []
+        chunk, self._handed = [u for u in self._handed if u.unit_id not in self._missing], []
+        if not chunk:
+            return None
         t0 = self.clock.now()
         await self.trainer.accumulate(assemble(Batch(self.controller.head, tuple(chunk)),
                                                self.groups))
@@ -514,6 +517,9 @@ class Driver:
         return self.clock.now() - t0
 
     def _assemble(self, batch: Batch) -> TrainBatch:
+        if self._missing:  # recovered STREAMED units without data: train the rest
+            batch = Batch(batch.version, tuple(u for u in batch.units
+                                               if u.unit_id not in self._missing))
         train_batch = assemble(batch, self.groups)
         for unit in batch.units:
             self.groups.pop(unit.unit_id).fate = "consumed"

@@ -133,10 +133,14 @@ class ResumePoint:
     """Where a recovered run continues (built by ``runtime.recovery.resume``): the driver
     starts its unit ids at ``next_seq``, has drawn ``draws`` prompts from its shuffled stream,
     admits the ``readmit`` prompts (of units lost in a crash: (prompt position, lost unit)) before
-    any new one, holds the FINISHED units' data in ``groups`` and has trained ``step`` steps."""
+    any new one, holds the FINISHED (and STREAMED) units' data in ``groups`` and has trained
+    ``step`` steps."""
 
     next_seq: int = 0
     draws: int = 0
     readmit: list[tuple[int, UnitId]] = field(default_factory=list)
     groups: dict[UnitId, GroupRun] = field(default_factory=dict)
     step: int = 0
+    # STREAMED units whose trajectory file was missing: still in their batch (nothing may
+    # remove them), trained without (recovery reported them)
+    missing: tuple[UnitId, ...] = ()

@@ -13,6 +13,11 @@
    is queued for re-admission.
 4. Units the log has FINISHED get their data back from the store; a unit whose file is missing
    is filtered (``meta.reason = "trajectory_missing"``) and reported, never silently dropped.
+   Units the log has STREAMED (``trainer.streaming``: handed to a trainer whose partial
+   gradient died with the process) are FINISHED units that no operation may remove: they get
+   their data back the same way and train again, with the rest of their batch, at its
+   ``consume``. One whose file is missing cannot be filtered; it is reported and its batch
+   trains without it (as a retrained batch does without a missing unit).
 5. If the crash fell while a batch was training (the log ends in TRAINING), that batch is
    trained (or was, by the checkpoint) and published now, so the controller is IDLE.
 6. The trainer exports the weights of the controller's version for the engines.
@@ -66,6 +71,8 @@ class RecoveryReport:
     finished: list[UnitId] = field(default_factory=list)  # FINISHED, data loaded
     missing: list[UnitId] = field(default_factory=list)  # FINISHED, no data: filtered
     missing_retrain: list[UnitId] = field(default_factory=list)  # consumed, no data to retrain
+    streamed: list[UnitId] = field(default_factory=list)  # STREAMED, data loaded: train again
+    missing_streamed: list[UnitId] = field(default_factory=list)  # STREAMED, no data
     deleted: int = 0  # orphaned or no longer needed files removed
     readmit: int = 0
     fresh: bool = False  # nothing to recover: the log had no complete header
@@ -87,6 +94,13 @@ class RecoveryReport:
         if self.missing:
             out.append(f"recovery: WARNING {len(self.missing)} finished units had no trajectory "
                        f"file and were filtered: {self.missing[:8]}")
+        if self.streamed:
+            out.append(f"recovery: {len(self.streamed)} units had been handed to the trainer "
+                       f"(streaming) before the crash; they train again with their batch")
+        if self.missing_streamed:
+            out.append(f"recovery: WARNING {len(self.missing_streamed)} streamed units had no "
+                       f"trajectory file; their batch will train without them: "
+                       f"{self.missing_streamed[:8]}")
         if self.missing_retrain:
             out.append(f"recovery: WARNING {len(self.missing_retrain)} consumed units had no "
                        f"trajectory file; their batches were retrained without them: "
@@ -205,7 +219,15 @@ class Recovery:
         """4. Finished units get their data back; a missing file is filtered and reported."""
         controller, report = self.controller, self.report
         for unit in self.order:
-            if controller.unit_state(unit) is not UnitState.FINISHED or unit in report.salvaged:
+            state = controller.unit_state(unit)
+            if state is UnitState.STREAMED:  # can no longer leave its batch: never filtered
+                if self.load(unit) is not None:
+                    report.finished.append(unit)
+                    report.streamed.append(unit)
+                else:
+                    report.missing_streamed.append(unit)
+                continue
+            if state is not UnitState.FINISHED or unit in report.salvaged:
                 continue
             if self.load(unit) is not None:
                 report.finished.append(unit)
@@ -257,10 +279,11 @@ class Recovery:
                 and (m := _SEQ.match(u))]
         draws = [m["draw"] for m in self.reserve_meta.values() if isinstance(m.get("draw"), int)]
         finished = {u: self.groups[u] for u in self.order
-                    if controller.unit_state(u) is UnitState.FINISHED}
+                    if controller.unit_state(u) in (UnitState.FINISHED, UnitState.STREAMED)
+                    and u in self.groups}
         resume = ResumePoint(next_seq=max(seqs, default=-1) + 1,
                              draws=max(draws, default=-1) + 1, readmit=pending, groups=finished,
-                             step=controller.version)
+                             step=controller.version, missing=tuple(report.missing_streamed))
         weights = await self.trainer.export_weights(controller.version) \
             if controller.version else None
         _report(self.store, report, self.say)
