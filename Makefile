@@ -37,9 +37,11 @@ test-core: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/core_bench.py
 
-## Runtime throughput on CPU: tokens/s and idle fractions, eta=0 vs eta=1 (starts vLLM).
+## Runtime on CPU: streaming training off vs on at eta=1 (the trainer's wait after the last
+## unit, tokens/s, steps/s) and the fixed-batch weight check (starts vLLM); writes the table
+## in docs/runtime.md. `python bench/runtime_bench.py --etas 0,1 --streaming off`: eta=0 vs 1.
 bench-runtime: $(STAMP)
-	$(PY) bench/runtime_bench.py
+	$(PY) bench/runtime_bench.py --set staleness.max_concurrency=4 --write
 
 ## Regenerate the generated parts of spec/ (state diagram).
 spec: $(STAMP)

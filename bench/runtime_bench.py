@@ -19,7 +19,11 @@ Asserts nothing about time: the numbers depend on the machine and its load (on a
 2-core machine the trainer and the engine also compete for the cores).
 
     python bench/runtime_bench.py [--steps 30] [--etas 1] [--streaming off,on]
-                                  [--set KEY=VALUE ...]
+                                  [--set KEY=VALUE ...] [--write]
+
+``--write`` (what ``make bench-runtime`` passes) stores the results in
+docs/results/runtime_bench.json and rewrites the table between the ``runtime-bench`` markers of
+docs/runtime.md from them (tests/runtime/test_bench_doc.py checks the two agree).
 """
 
 from __future__ import annotations
@@ -139,6 +143,58 @@ async def fixed_batch(cfg, model, prompts, reward, rollout, out: Path) -> dict:
             "streamed": apart(streamed), "wrong": apart(wrong)}
 
 
+RESULTS = ROOT / "docs" / "results" / "runtime_bench.json"
+DOC = ROOT / "docs" / "runtime.md"
+BEGIN, END = "<!-- begin: runtime-bench (generated) -->", "<!-- end: runtime-bench -->"
+
+
+def render(results: dict) -> str:
+    """The docs table of a results file (``--write``): one row per run, then the ratios and
+    the fixed-batch check."""
+    rows = results["runs"]
+    out = [f"`{results['command']}` ({results['steps']} steps per run):", "",
+           "| eta | training | tokens/s | steps/s | wait after last unit (s) | idle wait (s) | "
+           "chunks (s) | train after consume (s) | units streamed / step |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['eta']} | {'streaming' if r['streaming'] else 'full batch'} | "
+                   f"{r['tokens_per_s']:.0f} | {r['steps_per_s']:.3f} | {r['tail_s']:.3f} | "
+                   f"{r['wait_s']:.3f} | {r['stream_s']:.3f} | {r['train_s']:.3f} | "
+                   f"{r['streamed']:.1f} |")
+    out.append("")
+    for eta in sorted({r["eta"] for r in rows}):
+        pair = {r["streaming"]: r for r in rows if r["eta"] == eta}
+        if len(pair) == 2:
+            off, on = pair[False], pair[True]
+            out.append(f"eta={eta}, streaming / full batch: wait after the last unit "
+                       f"×{on['tail_s'] / off['tail_s']:.2f}, tokens/s "
+                       f"×{on['tokens_per_s'] / off['tokens_per_s']:.2f}, steps/s "
+                       f"×{on['steps_per_s'] / off['steps_per_s']:.2f}.")
+    f = results["fixed_batch"]
+    out.append(f"Fixed batch ({f['groups']} groups from the engine; one step moves a weight by "
+               f"{f['step_mean']:.1e} on average): streamed in one-group chunks vs whole, mean "
+               f"|Δw| {f['streamed'][0]:.1e} (max {f['streamed'][1]:.1e}); each chunk its own "
+               f"token mean (wrong) vs whole: mean {f['wrong'][0]:.1e} (max "
+               f"{f['wrong'][1]:.1e}).")
+    return "\n".join(out)
+
+
+def doc_block(text: str) -> str:
+    """What stands between the markers of docs/runtime.md."""
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[start:end].strip("\n")
+
+
+def write(results: dict) -> None:
+    import json
+
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    text = DOC.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    DOC.write_text(text[:start] + "\n" + render(results) + "\n" + text[end:])
+    print(f"wrote {RESULTS.relative_to(ROOT)} and the table in {DOC.relative_to(ROOT)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=30)
@@ -146,6 +202,8 @@ def main() -> int:
     ap.add_argument("--streaming", default="off,on", help="off, on, or off,on")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "runtime")
+    ap.add_argument("--write", action="store_true",
+                    help="store the results and regenerate the table in docs/runtime.md")
     args = ap.parse_args()
     import yaml
 
@@ -184,6 +242,10 @@ def main() -> int:
           f"chunks vs whole: mean |dw| {same['streamed'][0]:.1e}, max {same['streamed'][1]:.1e}; "
           f"per-chunk token mean (wrong) vs whole: mean {same['wrong'][0]:.1e}, "
           f"max {same['wrong'][1]:.1e}")
+    if args.write:
+        argv = " ".join(sys.argv[1:]).replace(" --write", "").replace("--write", "").strip()
+        write({"command": f"python bench/runtime_bench.py {argv}".strip(),
+               "steps": args.steps, "runs": rows, "fixed_batch": same})
     return 0
 
 

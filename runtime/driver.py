@@ -15,7 +15,7 @@ and acts on the answers. Its own job is the I/O around them. Four tasks share on
 * trainer: ``consume`` a READY batch, train, export weights, sync them into the engine and
   ``publish``; with ``streaming``, while it waits for the head buffer it also takes the
   buffer's finished units (``stream``) and trains them in chunks, so that at ``consume`` only
-  the rest is left before the optimiser step (see "Streaming" in ``_trainer_loop``);
+  the rest is left before the optimiser step (``_train_chunk``);
 * watchdog: the unit timeout and the STUCK timeout (``release_stuck``), measured by ``clock``.
 
 A weight sync pauses the engine, which ends every running request; each candidate keeps its
