@@ -60,7 +60,7 @@ from .clock import Clock, MonotonicClock
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
 from .tasks.base import Prompt, RewardFn
-from .trainer.base import GroupSample, Sample, TrainBatch, Trainer
+from .trainer.base import TrainBatch, Trainer, assemble
 from .units import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
 
 
@@ -628,17 +628,3 @@ class Driver:
             row["candidate"] = c.index
         row.update(extra)
         self.trace.append(row)
-
-
-def assemble(batch: Batch, groups: dict[Any, GroupRun]) -> TrainBatch:
-    """The trainer's view of a consumed batch: each unit's committed samples, in the batch's
-    order, with the controller's ``v_traj`` and staleness (recovery rebuilds batches with it)."""
-    out = []
-    for unit in batch.units:
-        g = groups[unit.unit_id]
-        samples = tuple(Sample(tuple(c.token_ids), tuple(c.logprobs), tuple(c.versions),
-                               float(c.reward), c.finish_reason or "", c.segments, c.index)
-                        for c in (g.candidates[i] for i in g.group.committed))
-        out.append(GroupSample(unit.unit_id, g.prompt.index, tuple(g.prompt_ids), unit.v_traj,
-                               unit.staleness, samples))
-    return TrainBatch(batch.version, tuple(out))

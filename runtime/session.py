@@ -157,7 +157,73 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     A new run (no ``resume``, or a checkpoint directory) never starts in a directory that holds
     a run: that raises ``RunDirError`` before anything is written, as ``train`` exits 2 (move
     the old run aside first with ``recovery.rundir.move_aside``, as ``--overwrite`` does).
+
+    Three steps: ``_open_engines`` (rollout and trainer, started or borrowed),
+    ``_open_run_state`` (a fresh run, a checkpoint's weights or a recovered log) and
+    ``_train`` (evaluate, drive, write the outputs).
     """
+    continuing = _check_run_dir(out_dir, resume)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
+    train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
+                                                cfg.run.eval_holdout)
+    # The run's own config is on disk before anything else of it (and before any engine
+    # starts): a directory with an event log always has the config that wrote it.
+    _write_config(cfg, out_dir)
+    engines = await _open_engines(cfg, model_path, out_dir, rollout, cluster, log)
+    state: RunState | None = None
+    try:
+        if engines.trainer is None:
+            from .trainer.grpo import GRPOTrainer
+
+            engines.trainer = GRPOTrainer(model_path, cfg.trainer, out_dir,
+                                          cfg.rollout.temperature, seed=cfg.run.seed,
+                                          keep_weights=cfg.run.keep_weights)
+        state = await _open_run_state(cfg, model_path, out_dir, engines.trainer, train_prompts,
+                                      resume, continuing, log)
+        return await _train(cfg, out_dir, engines, state, reward_fn, train_prompts,
+                            eval_prompts, log, driver_hook)
+    finally:
+        if state is not None and state.persist is not None:
+            state.persist.close()
+        await engines.close()
+
+
+@dataclass
+class Engines:
+    """The rollout and the trainer of a run, and whether this run started (and so closes)
+    them."""
+
+    rollout: Rollout
+    trainer: Any
+    cluster: Any
+    owned: bool
+    startup_s: float = 0.0
+
+    async def close(self) -> None:
+        if not self.owned:
+            return
+        if self.cluster is not None:
+            await self.cluster.close()
+        else:
+            await self.rollout.close()
+
+
+@dataclass
+class RunState:
+    """Where a run starts: its durable store and controller (crash recovery), the point a
+    recovered log resumes from, and the weights the engines load first."""
+
+    persist: Any
+    controller: Any
+    resume_point: Any
+    start_weights: Any
+    continuing: bool
+
+
+def _check_run_dir(out_dir: Path, resume: Path | None) -> bool:
+    """Whether ``resume`` continues the run in ``out_dir``; refuses a new run in a directory
+    that holds one (``RunDirError``) before anything is written."""
     from .recovery.rundir import RunDirError, run_files
 
     continuing = resume is not None and is_run_dir(resume)
@@ -169,113 +235,117 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
         raise RunDirError(f"{out_dir} holds a run ({', '.join(held)}): continue it with "
                           f"resume={out_dir}, move it aside (recovery.rundir.move_aside) or "
                           f"choose another directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
-    train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
-                                                cfg.run.eval_holdout)
-    # The run's own config is on disk before anything else of it (and before any engine
-    # starts): a directory with an event log always has the config that wrote it.
-    _write_config(cfg, out_dir)
-    trainer: Any = None
+    return continuing
+
+
+async def _open_engines(cfg: TrainConfig, model_path: Path, out_dir: Path,
+                        rollout: Rollout | None, cluster: Any,
+                        log: Callable[[str], None]) -> Engines:
+    """The borrowed engine or cluster, else a new one of ``run.backend``. The trainer comes
+    with a Ray cluster; otherwise it is ``None`` here and built in-process by the caller."""
     if cluster is not None:
+        return Engines(cluster.rollout, cluster.trainer, cluster, owned=False)
+    if rollout is not None:
+        return Engines(rollout, None, None, owned=False)
+    t0 = time.perf_counter()
+    trainer = None
+    if cfg.run.backend == "ray":
+        from .ray_backend import RayBackend
+
+        log(f"starting {cfg.rollout.engines} engine actor(s) and the trainer on Ray ...")
+        cluster = await RayBackend.start(cfg, model_path, out_dir)
         rollout, trainer = cluster.rollout, cluster.trainer
-    owned = rollout is None
-    startup = 0.0
-    if rollout is None:
-        t0 = time.perf_counter()
-        if cfg.run.backend == "ray":
-            from .ray_backend import RayBackend
+    else:
+        log(f"starting the {cfg.rollout.backend} engine ...")
+        rollout = build_rollout(cfg, model_path)
+    startup = time.perf_counter() - t0
+    log(f"engine ready in {startup:.1f} s")
+    return Engines(rollout, trainer, cluster, owned=True, startup_s=startup)
 
-            log(f"starting {cfg.rollout.engines} engine actor(s) and the trainer on Ray ...")
-            cluster = await RayBackend.start(cfg, model_path, out_dir)
-            rollout, trainer = cluster.rollout, cluster.trainer
-        else:
-            log(f"starting the {cfg.rollout.backend} engine ...")
-            rollout = build_rollout(cfg, model_path)
-        startup = time.perf_counter() - t0
-        log(f"engine ready in {startup:.1f} s")
-    persist = None
+
+async def _open_run_state(cfg: TrainConfig, model_path: Path, out_dir: Path, trainer: Any,
+                          train_prompts: Sequence[Prompt], resume: Path | None,
+                          continuing: bool, log: Callable[[str], None]) -> RunState:
+    """A recovered run (its log replayed, its last checkpoint loaded), a new run from a
+    trainer checkpoint, or a new run from ``model_path``; with ``recovery.enabled`` a new run
+    gets a fresh durable store."""
+    if continuing:
+        from .recovery.resume import recover
+
+        rec = await recover(out_dir, cfg.driver_settings(), recovery_settings(cfg), trainer,
+                            train_prompts, log=log)
+        return RunState(rec.store, rec.controller, rec.resume,
+                        rec.weights if rec.weights is not None else model_path,
+                        continuing=not rec.report.fresh)  # no header: nothing to continue
+    persist = controller = None
+    start_weights: Any = model_path
+    if resume is not None:
+        await trainer.load_checkpoint(resume)
+        log(f"resumed trainer state from {resume} ({trainer.steps} steps done)")
+        start_weights = await trainer.export_weights(0)
+    if cfg.recovery.enabled:
+        from .recovery.durable import RunStore
+
+        persist, controller = RunStore.fresh(out_dir, trainer, recovery_settings(cfg),
+                                             cfg.driver_settings().controller_config())
+        if resume is not None:  # recovery must not fall back to the base weights
+            await persist.checkpoint(0)
+    return RunState(persist, controller, None, start_weights, continuing=False)
+
+
+async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunState,
+                 reward_fn: RewardFn, train_prompts: Sequence[Prompt],
+                 eval_prompts: Sequence[Prompt], log: Callable[[str], None],
+                 driver_hook: Callable[[Driver], None] | None) -> TrainingResult:
+    """Load the start weights, evaluate, drive ``run.steps`` steps, evaluate again, and write
+    the outputs (metrics, lengths, trace, checkpoint, summary, plot)."""
+    rollout, trainer, continuing = engines.rollout, engines.trainer, state.continuing
+    await rollout.pause()
+    await rollout.load_weights(state.start_weights)
+    await rollout.resume()
+    r = cfg.rollout
+    eval_args = (r.max_tokens, r.temperature, cfg.run.eval_samples, cfg.run.seed)
+    before = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval0")
+    if before:
+        log(f"evaluation reward before training: {before['reward']:.3f} "
+            f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
+    sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
+                       append=continuing)
+    if continuing and sink.rows:  # keep what only the driver counts cumulative
+        driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
+    else:
+        driver_counts = {}
+
+    async def checkpoint(record: Any) -> None:
+        every = cfg.run.checkpoint_every
+        if every and (record.step + 1) % every == 0:
+            await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
+
+    lengths = _length_log(out_dir, state.controller, append=continuing)
+    driver = Driver(cfg.driver_settings(), rollout, trainer, reward_fn, train_prompts,
+                    on_step=sink, after_step=checkpoint, controller=state.controller,
+                    resume=state.resume_point, persist=state.persist, lengths=lengths)
+    driver.counts.update(driver_counts)
+    if driver_hook is not None:
+        driver_hook(driver)
     try:
-        if trainer is None:
-            from .trainer.grpo import GRPOTrainer
-
-            trainer = GRPOTrainer(model_path, cfg.trainer, out_dir, cfg.rollout.temperature,
-                                  seed=cfg.run.seed, keep_weights=cfg.run.keep_weights)
-        controller = resume_point = None
-        start_weights: Any = model_path
-        if continuing:
-            from .recovery.resume import recover
-
-            rec = await recover(out_dir, cfg.driver_settings(), recovery_settings(cfg), trainer,
-                                train_prompts, log=log)
-            persist, controller, resume_point = rec.store, rec.controller, rec.resume
-            continuing = not rec.report.fresh  # no header: nothing of that run to continue
-            start_weights = rec.weights if rec.weights is not None else model_path
-        else:
-            if resume is not None:
-                await trainer.load_checkpoint(resume)
-                log(f"resumed trainer state from {resume} ({trainer.steps} steps done)")
-                start_weights = await trainer.export_weights(0)
-            if cfg.recovery.enabled:
-                from .recovery.durable import RunStore
-
-                persist, controller = RunStore.fresh(out_dir, trainer, recovery_settings(cfg),
-                                                     cfg.driver_settings().controller_config())
-                if resume is not None:  # recovery must not fall back to the base weights
-                    await persist.checkpoint(0)
-        await rollout.pause()
-        await rollout.load_weights(start_weights)
-        await rollout.resume()
-        r = cfg.rollout
-        eval_args = (r.max_tokens, r.temperature, cfg.run.eval_samples, cfg.run.seed)
-        before = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval0")
-        if before:
-            log(f"evaluation reward before training: {before['reward']:.3f} "
-                f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
-        sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
-                           append=continuing)
-        if continuing and sink.rows:  # keep what only the driver counts cumulative
-            driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
-        else:
-            driver_counts = {}
-        async def checkpoint(record: Any) -> None:
-            every = cfg.run.checkpoint_every
-            if every and (record.step + 1) % every == 0:
-                await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
-
-        lengths = _length_log(out_dir, controller, append=continuing)
-        driver = Driver(cfg.driver_settings(), rollout, trainer, reward_fn, train_prompts,
-                        on_step=sink, after_step=checkpoint, controller=controller,
-                        resume=resume_point, persist=persist, lengths=lengths)
-        driver.counts.update(driver_counts)
-        if driver_hook is not None:
-            driver_hook(driver)
-        try:
-            await driver.run()
-        finally:
-            sink.close()
-            lengths.close()
-            _write_outputs(cfg, driver, out_dir, streamed=persist is not None)
-        after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
-        await trainer.save_checkpoint(out_dir / "checkpoint")
-        summary = summarize(sink.rows, _log_summary(driver, out_dir))
-        result = TrainingResult(out_dir, sink.rows, summary, before, after, driver,
-                                startup_s=startup)
-        if cfg.run.plot and sink.rows:
-            result.plot_path = plot(sink.rows, out_dir / "curves.png",
-                                    f"GRPO, eta={cfg.staleness.eta}, {cfg.run.steps} steps")
-        (out_dir / "summary.json").write_text(json.dumps(
-            {**summary, "eval_before": before, "eval_after": after, "startup_s": startup},
-            indent=2, default=str))
-        return result
+        await driver.run()
     finally:
-        if persist is not None:
-            persist.close()
-        if owned:
-            if cluster is not None:
-                await cluster.close()
-            else:
-                await rollout.close()
+        sink.close()
+        lengths.close()
+        _write_outputs(cfg, driver, out_dir, streamed=state.persist is not None)
+    after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
+    await trainer.save_checkpoint(out_dir / "checkpoint")
+    summary = summarize(sink.rows, _log_summary(driver, out_dir))
+    result = TrainingResult(out_dir, sink.rows, summary, before, after, driver,
+                            startup_s=engines.startup_s)
+    if cfg.run.plot and sink.rows:
+        result.plot_path = plot(sink.rows, out_dir / "curves.png",
+                                f"GRPO, eta={cfg.staleness.eta}, {cfg.run.steps} steps")
+    (out_dir / "summary.json").write_text(json.dumps(
+        {**summary, "eval_before": before, "eval_after": after,
+         "startup_s": engines.startup_s}, indent=2, default=str))
+    return result
 
 
 def _write_config(cfg: TrainConfig, out_dir: Path) -> None:

@@ -29,11 +29,10 @@ from typing import Any
 
 from reserve_occupy import Batch, UnitId, UnitState
 
-from ..driver import assemble
 from ..recovery.durable import group_from_record
 from ..recovery.journal import read_log, rebuild
 from ..tasks.base import Prompt
-from ..trainer.base import TrainBatch
+from ..trainer.base import TrainBatch, assemble
 from .fakes import INITIAL, Weights, batch_digest, behaviour_logprob, chain
 
 

@@ -140,6 +140,8 @@ class JournaledController(StalenessController):
         other.metas = dict(self.metas)
         return other  # type: ignore[return-value]
 
+    # Overrides the core's private event append on purpose: it is the one call every successful
+    # operation makes after its state change, so the journal sees exactly the events the log has.
     def _log(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         super()._log(*args, **kwargs)
         event: Event = self.last_event  # type: ignore[assignment]

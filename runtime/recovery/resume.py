@@ -37,9 +37,8 @@ from typing import Any
 
 from reserve_occupy import Batch, Phase, UnitId, UnitState
 
-from ..driver import assemble
 from ..tasks.base import Prompt
-from ..trainer.base import Trainer
+from ..trainer.base import Trainer, assemble
 from ..units import DriverSettings, GroupRun, ResumePoint
 from .durable import RecoverySettings, RunStore, group_from_record
 from .journal import (

@@ -9,11 +9,15 @@ lets the loss correct bounded staleness with an importance ratio instead of igno
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from reserve_occupy import UnitId
+from reserve_occupy import Batch, UnitId
+
+if TYPE_CHECKING:
+    from ..units import GroupRun
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,20 @@ class TrainBatch:
     @property
     def samples(self) -> list[tuple[GroupSample, Sample]]:
         return [(g, s) for g in self.groups for s in g.samples]
+
+
+def assemble(batch: Batch, groups: Mapping[UnitId, GroupRun]) -> TrainBatch:
+    """The trainer's view of a consumed batch: each unit's committed samples, in the batch's
+    order, with the controller's ``v_traj`` and staleness (recovery rebuilds batches with it)."""
+    out = []
+    for unit in batch.units:
+        g = groups[unit.unit_id]
+        samples = tuple(Sample(tuple(c.token_ids), tuple(c.logprobs), tuple(c.versions),
+                               float(c.reward), c.finish_reason or "", c.segments, c.index)
+                        for c in (g.candidates[i] for i in g.group.committed))
+        out.append(GroupSample(unit.unit_id, g.prompt.index, tuple(g.prompt_ids), unit.v_traj,
+                               unit.staleness, samples))
+    return TrainBatch(batch.version, tuple(out))
 
 
 @runtime_checkable
