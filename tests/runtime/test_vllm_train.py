@@ -281,3 +281,39 @@ async def test_reward_improves_on_the_synthetic_task(engine, tiny_model, tmp_pat
     assert last - first >= IMPROVEMENT_MARGIN
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == cfg.run.steps
+
+
+async def test_streaming_run_trains_chunks_and_whole_batches(engine, tiny_model, tmp_path):
+    # Two groups in flight at a time: the head buffer fills one group after another, so the
+    # trainer has final units to train before each batch is whole.
+    cfg = _cfg(tmp_path, **{"staleness.eta": 1, "staleness.max_concurrency": 2,
+                            "trainer.streaming": True, "run.steps": 4,
+                            "recovery.enabled": False})
+    seen = []
+
+    def spy(driver):
+        finish = driver.trainer.finish_step
+
+        async def wrapped(batch):
+            seen.append(batch)
+            return await finish(batch)
+
+        driver.trainer.finish_step = wrapped
+
+    result = await _train(cfg, engine, tiny_model, tmp_path, hook=spy)
+    driver = result.driver
+    assert len(seen) == 4 and all(len(b.groups) == 4 for b in seen)
+    for batch in seen:
+        for g in batch.groups:
+            assert batch.version - min(min(s.versions) for s in g.samples) <= 1
+    assert sum(r["streamed_units"] for r in result.rows) > 0
+    assert all(r["train/chunks"] >= 1 for r in result.rows)
+    assert driver.trainer.steps == 4  # one optimiser step per batch, chunks or not
+    streamed = {u.unit_id for e in driver.controller.events if e.op == "stream"
+                for u in e.batch.units}
+    consumed = [u for e in driver.controller.events if e.op == "consume"
+                for u in e.batch.unit_ids]
+    assert streamed and len(consumed) == len(set(consumed)) == 16
+    assert streamed <= set(consumed) | {u for u in streamed
+                                        if driver.controller.unit_state(u) is UnitState.STREAMED}
+    replay(driver.controller.config, driver.controller.events)
