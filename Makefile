@@ -67,11 +67,11 @@ clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
 
 ## Policies, oversampling modes and extension prototypes x eta on the shipped setting (~1 min):
-## the frontier table, docs/results/frontier.json and docs/img/sim_frontier.png.
+## the frontier table, docs/results/frontier.json, docs/img/sim_frontier.png and docs/sim/frontier.md.
 sim-frontier: $(STAMP)
 	$(PY) -m runtime.sim.studies.frontier
 
 ## The clairvoyant limit alone: the provable bound, the best schedule and every policy as a
-## fraction of it, eta 0-3, seeds 0-2 (~40 s).
+## fraction of it, eta 0-3, seeds 0-2 (~1-4 min): the bound section of docs/results/tables.md and docs/sim/bound.md.
 sim-bound: $(STAMP)
-	$(PY) -m runtime.sim.studies.bound --eta 0,1,2,3
+	$(PY) -m runtime.sim.studies.bound --eta 0,1,2,3 --results-dir docs/results

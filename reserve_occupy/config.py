@@ -42,7 +42,7 @@ class Config:
 
     ``max_staleness`` (eta): a unit admitted at version v trains at a version in [v, v + eta];
     0 is synchronous RL. ``batch_size`` (B): units per training batch. ``capacity`` (C): slots per
-    buffer, default B; C > B turns on batch-level oversampling (source 7.6). ``max_concurrency``:
+    buffer, default B; C > B turns on batch-level oversampling (spec §6.6). ``max_concurrency``:
     at most this many units in flight (reserved) at once; None means only the slots bound it.
     ``streaming``: the trainer may take the head buffer's finished units before it is READY
     (``StalenessController.stream``, spec/PROTOCOL.md §3.8); off, the source protocol.

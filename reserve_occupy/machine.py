@@ -217,7 +217,8 @@ class StalenessController:
     @property
     def head_status(self) -> BufferStatus | None:
         """Status of the head buffer in O(1); None while training with eta = 0 (no open
-        buffer). A runtime arms its 7.2 timeout clock while this is STUCK and the trainer idle."""
+        buffer). A runtime arms its timeout clock (spec §6.2) while this is STUCK and the
+        trainer idle."""
         buf = self._table.head_buffer()
         return None if buf is None else self._table.status(buf)
 
@@ -320,7 +321,7 @@ class StalenessController:
         return self._result
 
     def release_stuck(self) -> list[UnitId]:
-        """The 7.2 timeout action: abort every reservation of a STUCK head buffer.
+        """The timeout action (spec §6.2): abort every reservation of a STUCK head buffer.
 
         The runtime owns the clock and calls this when the trainer has waited on a STUCK head
         buffer too long. Returns every unit aborted (the runtime must stop generating them);

@@ -29,7 +29,7 @@ class SlotState(str, enum.Enum):
 
 
 class BufferStatus(str, enum.Enum):
-    """Status of one buffer, derived from its slots (source section 4)."""
+    """Status of one buffer, derived from its slots (spec §2)."""
 
     PENDING = "PENDING"  # not READY and has an EMPTY slot
     STUCK = "STUCK"  # not READY, no EMPTY slot: waits for in-flight units

@@ -264,9 +264,9 @@ class LengthLog:
         try:
             log = cls.read(path) if append and path.exists() else cls()
         except ValueError as exc:
-            raise ValueError(f"{exc}; move the file aside to resume without the earlier "
-                             f"lengths (the length bias then covers the resumed part only)") \
-                from None
+            raise ValueError(
+                f"{exc}; move the file aside to resume without the earlier "
+                f"lengths (the length bias then covers the resumed part only)") from None
         if known is not None:
             keep = set(known)
             log.records = {u: r for u, r in log.records.items() if u in keep}
@@ -287,8 +287,8 @@ class LengthLog:
             except (json.JSONDecodeError, ValueError) as exc:
                 if number == len(lines) and isinstance(exc, json.JSONDecodeError):
                     break
-                raise ValueError(f"{path}: line {number} is not a length record ({exc})") \
-                    from None
+                raise ValueError(
+                    f"{path}: line {number} is not a length record ({exc})") from None
         return log
 
     def _store(self, record: Any) -> None:

@@ -169,7 +169,7 @@ class RunConfig(_Section):
     output_dir: str = "out/runtime/demo"
     progress: bool = True
     tensorboard: bool = False
-    trace: bool = True  # write driver_trace.jsonl, and events.jsonl when recovery is off
+    trace: bool = True  # write driver_notes.jsonl, and events.jsonl when recovery is off
     plot: bool = True
     eval_prompts: int = Field(100, ge=0)  # prompts scored before and after training
     eval_holdout: bool = False  # True: those prompts are the data's last ones, never trained on
@@ -223,8 +223,8 @@ def _describe(exc: ValidationError) -> list[str]:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        got = f" (got {err['input']!r})" if err["type"] not in ("extra_forbidden", "missing") \
-            and not isinstance(err["input"], dict) else ""
+        got = (f" (got {err['input']!r})" if err["type"] not in ("extra_forbidden", "missing")
+               and not isinstance(err["input"], dict) else "")
         lines.append(f"  {where}: {msg}{got}")
     return lines
 
@@ -266,8 +266,8 @@ def load_config(path: str | Path | None = None,
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigFileError("\n".join([f"{source}: invalid configuration:", *_describe(exc)])) \
-            from None
+        raise ConfigFileError(
+            "\n".join([f"{source}: invalid configuration:", *_describe(exc)])) from None
 
 
 def parse_override(item: str) -> tuple[str, Any]:

@@ -52,8 +52,8 @@ def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise DataError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") \
-                from None
+            raise DataError(
+                f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from None
         try:
             rows = pq.read_table(path).to_pylist()
         except Exception as exc:  # pyarrow raises several unrelated types

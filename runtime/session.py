@@ -62,8 +62,8 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
     async def one(i: int, p: Prompt, k: int, temp: float) -> float:
         seg = await rollout.generate(GenerationRequest(
             f"{tag}-{i}-{k}-{temp}", tok.encode(p.text), max_tokens, temp, seed * 7 + i * 131 + k))
-        ids = seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id \
-            else seg.token_ids
+        ids = (seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id
+               else seg.token_ids)
         try:
             return float(reward_fn(p, tok.decode(ids)))
         except Exception:  # evaluation only reports: a completion it cannot score earns 0
@@ -382,7 +382,7 @@ def _log_summary(driver: Driver, out_dir: Path) -> dict[str, Any]:
 
 
 def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool) -> None:
-    """config.json, and with ``run.trace`` the driver's trace and the controller's event log.
+    """config.json, and with ``run.trace`` the driver's notes and the controller's event log.
     The event log is ``events.jsonl`` in the trace format either way: crash recovery
     (``streamed``) already wrote it line by line, else it is written here, once."""
     _write_config(cfg, out_dir)
@@ -401,8 +401,8 @@ def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bo
                 if record.get("seq") in metas:  # why a unit was aborted, as when streamed
                     record["meta"] = metas[record["seq"]]
                 f.write(dumps(record) + "\n")
-    with (out_dir / "driver_trace.jsonl").open("w") as f:
-        for row in driver.trace:
+    with (out_dir / "driver_notes.jsonl").open("w") as f:
+        for row in driver.notes:
             f.write(json.dumps(row, default=_jsonable) + "\n")
 
 

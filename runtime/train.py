@@ -124,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             held = run_files(out_dir)
             if held and not args.overwrite:
-                resume_it = f"continue it with --resume {out_dir}, or " if is_run_dir(out_dir) \
-                    else ""
+                resume_it = (f"continue it with --resume {out_dir}, or " if is_run_dir(out_dir)
+                             else "")
                 return _fail(f"run.output_dir {out_dir} holds a run ({', '.join(held)}): "
                              f"{resume_it}start a new one with --overwrite (moves it aside to "
                              f"{out_dir}.replaced-N) or another --output-dir")

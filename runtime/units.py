@@ -21,8 +21,8 @@ class DriverSettings:
     eta: int = 1
     batch_size: int = 8  # groups per training step
     group_size: int = 8  # samples per group that train
-    candidates: int | None = None  # > group_size: group-level oversampling (source 7.5)
-    capacity: int | None = None  # > batch_size: batch-level oversampling (source 7.6)
+    candidates: int | None = None  # > group_size: group-level oversampling (spec §6.5)
+    capacity: int | None = None  # > batch_size: batch-level oversampling (spec §6.6)
     max_concurrency: int | None = None  # groups in flight at once
     steps: int = 10
     max_tokens: int = 8
@@ -141,6 +141,3 @@ class ResumePoint:
     readmit: list[tuple[int, UnitId]] = field(default_factory=list)
     groups: dict[UnitId, GroupRun] = field(default_factory=dict)
     step: int = 0
-    # STREAMED units whose trajectory file was missing: still in their batch (nothing may
-    # remove them), trained without (recovery reported them)
-    missing: tuple[UnitId, ...] = ()

@@ -34,7 +34,7 @@ verified controller:
   with the new weights.
 * ``evict`` removes nothing (nothing is ever too stale) and ``should_abort_inflight`` is
   always false. Only a group that finds no reservation (possible after the optional
-  ``stuck_timeout_s`` fail-safe released a stuck head buffer, source section 7.2) is evicted.
+  ``stuck_timeout_s`` fail-safe released a stuck head buffer, spec §6.2) is evicted.
 
 NeMo-RL is not a dependency: the replay buffer is used through the attributes and coroutines the
 sampler protocol documents (``meta_list``, ``start_weight_list``, ``ready_list``, ``remove``),

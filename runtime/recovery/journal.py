@@ -175,14 +175,14 @@ class JournaledController(StalenessController):
     def release_stuck(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().release_stuck)
 
-    def stream(self, meta=None):  # type: ignore[no-untyped-def,override]
-        return self._with(meta, super().stream)
-
     def consume(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().consume)
 
     def publish(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().publish)
+
+    def stream(self, meta=None):  # type: ignore[no-untyped-def,override]
+        return self._with(meta, super().stream)
 
 
 # ------------------------------------------------------------------------- reading back ------

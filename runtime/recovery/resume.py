@@ -13,11 +13,10 @@
    is queued for re-admission.
 4. Units the log has FINISHED get their data back from the store; a unit whose file is missing
    is filtered (``meta.reason = "trajectory_missing"``) and reported, never silently dropped.
-   Units the log has STREAMED (``trainer.streaming``: handed to a trainer whose partial
-   gradient died with the process) are FINISHED units that no operation may remove: they get
-   their data back the same way and train again, with the rest of their batch, at its
-   ``consume``. One whose file is missing cannot be filtered; it is reported and its batch
-   trains without it (as a retrained batch does without a missing unit).
+   With streaming, units the log has STREAMED (handed to the trainer before the crash) get their
+   data back the same way: their partial gradients died with the trainer, so they are trained
+   again at the next consume (``report.restream``). One without its file cannot be filtered (the
+   protocol forbids it) and stops recovery.
 5. If the crash fell while a batch was training (the log ends in TRAINING), that batch is
    trained (or was, by the checkpoint) and published now, so the controller is IDLE.
 6. The trainer exports the weights of the controller's version for the engines.
@@ -68,10 +67,9 @@ class RecoveryReport:
     salvaged: list[UnitId] = field(default_factory=list)  # IN_FLIGHT, data complete: occupied
     lost: list[UnitId] = field(default_factory=list)  # IN_FLIGHT: aborted, prompt re-admitted
     finished: list[UnitId] = field(default_factory=list)  # FINISHED, data loaded
+    restream: list[UnitId] = field(default_factory=list)  # STREAMED: data loaded, train again
     missing: list[UnitId] = field(default_factory=list)  # FINISHED, no data: filtered
     missing_retrain: list[UnitId] = field(default_factory=list)  # consumed, no data to retrain
-    streamed: list[UnitId] = field(default_factory=list)  # STREAMED, data loaded: train again
-    missing_streamed: list[UnitId] = field(default_factory=list)  # STREAMED, no data
     deleted: int = 0  # orphaned or no longer needed files removed
     readmit: int = 0
     fresh: bool = False  # nothing to recover: the log had no complete header
@@ -83,23 +81,19 @@ class RecoveryReport:
                + (f" -> {self.version}" if self.version != self.version_logged else "")]
         if self.torn:
             out.append(f"recovery: {self.torn}")
-        ck = "none (training from the initial weights)" if self.checkpoint is None \
-            else f"step {self.checkpoint}"
+        ck = ("none (training from the initial weights)" if self.checkpoint is None
+              else f"step {self.checkpoint}")
         out.append(f"recovery: checkpoint {ck}; retrained batches {self.retrained or 'none'}"
                    + ("; published the batch that was training" if self.published else ""))
+        if self.restream:
+            out.append(f"recovery: {len(self.restream)} units handed to the crashed trainer "
+                       f"(streaming) reloaded; they train again at the next consume")
         out.append(f"recovery: {len(self.finished)} finished units reloaded, {len(self.salvaged)}"
                    f" in-flight units salvaged (complete on disk), {len(self.lost)} in-flight "
                    f"units aborted as lost ({self.readmit} prompts to re-admit)")
         if self.missing:
             out.append(f"recovery: WARNING {len(self.missing)} finished units had no trajectory "
                        f"file and were filtered: {self.missing[:8]}")
-        if self.streamed:
-            out.append(f"recovery: {len(self.streamed)} units had been handed to the trainer "
-                       f"(streaming) before the crash; they train again with their batch")
-        if self.missing_streamed:
-            out.append(f"recovery: WARNING {len(self.missing_streamed)} streamed units had no "
-                       f"trajectory file; their batch will train without them: "
-                       f"{self.missing_streamed[:8]}")
         if self.missing_retrain:
             out.append(f"recovery: WARNING {len(self.missing_retrain)} consumed units had no "
                        f"trajectory file; their batches were retrained without them: "
@@ -219,12 +213,14 @@ class Recovery:
         controller, report = self.controller, self.report
         for unit in self.order:
             state = controller.unit_state(unit)
-            if state is UnitState.STREAMED:  # can no longer leave its batch: never filtered
-                if self.load(unit) is not None:
-                    report.finished.append(unit)
-                    report.streamed.append(unit)
-                else:
-                    report.missing_streamed.append(unit)
+            if state is UnitState.STREAMED:
+                if self.load(unit) is None:
+                    raise RecoveryError(f"unit {unit!r} was handed to the trainer (streaming) "
+                                        f"but its trajectory file is missing: the run directory "
+                                        f"is damaged (the file is written before the unit's "
+                                        f"occupy line)")
+                report.finished.append(unit)
+                report.restream.append(unit)
                 continue
             if state is not UnitState.FINISHED or unit in report.salvaged:
                 continue
@@ -278,13 +274,12 @@ class Recovery:
                 and (m := _SEQ.match(u))]
         draws = [m["draw"] for m in self.reserve_meta.values() if isinstance(m.get("draw"), int)]
         finished = {u: self.groups[u] for u in self.order
-                    if controller.unit_state(u) in (UnitState.FINISHED, UnitState.STREAMED)
-                    and u in self.groups}
+                    if controller.unit_state(u) in (UnitState.FINISHED, UnitState.STREAMED)}
         resume = ResumePoint(next_seq=max(seqs, default=-1) + 1,
                              draws=max(draws, default=-1) + 1, readmit=pending, groups=finished,
-                             step=controller.version, missing=tuple(report.missing_streamed))
-        weights = await self.trainer.export_weights(controller.version) \
-            if controller.version else None
+                             step=controller.version)
+        weights = (await self.trainer.export_weights(controller.version)
+                   if controller.version else None)
         _report(self.store, report, self.say)
         return Recovered(self.store, controller, resume, weights, report)
 

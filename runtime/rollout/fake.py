@@ -103,8 +103,8 @@ class FakeRollout:
         n = len(plan.token_ids)
         if act.aborted.is_set():
             elapsed = self.clock.now() - act.started
-            n = 0 if math.isinf(plan.duration) else int(n * elapsed / plan.duration) \
-                if plan.duration > 0 else n
+            n = (0 if math.isinf(plan.duration) else int(n * elapsed / plan.duration)
+                 if plan.duration > 0 else n)
             n = min(n, len(plan.token_ids))
             finish = "abort"
         elif plan.error is not None:

@@ -1,6 +1,6 @@
 """``reserve-occupy simulate``: run policies over eta values on a workload, or the experiments.
 
-    reserve-occupy simulate [run] --policy all --eta 1,2,3 --batches 10 [--trace FILE.jsonl]
+    reserve-occupy simulate [run] --policy all --eta 1,2,3 --batches 10 [--workload FILE.jsonl]
                             [--preset NAME | --cost FILE.json] [--out DIR]
                             [--filter-rate R [--filter-skew S]] [--stuck-timeout SECONDS]
                             [--capacity C] [--candidates K] [--progress-close]
@@ -10,7 +10,7 @@
     reserve-occupy simulate list
 
 ``run`` prints one row per (eta, policy) with Reserve–Occupy's speed-up over each and writes
-``results.json`` plus PNG figures to ``--out``. Bad input (a malformed trace line, an unknown
+``results.json`` plus PNG figures to ``--out``. Bad input (a malformed workload line, an unknown
 cost field or policy, a number outside ``LIMITS``, an unreadable file, an output directory that
 cannot be created) is reported in one line naming what is wrong, exit status 2, before anything
 runs; a policy that stalls (``SimulationStalled``) or breaks a check exits with status 1.
@@ -35,7 +35,7 @@ from .model.core import PolicyError, SimulationStalled
 from .model.cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
 from .model.filtering import FilterError, RewardFilter
 from .model.policies import POLICIES, UnknownPolicy, policy_names
-from .model.workload import MathReasoningShape, TraceError, Workload, generate, load_trace
+from .model.workload import MathReasoningShape, Workload, WorkloadError, generate, load_workload
 
 PROG = "reserve-occupy simulate"
 
@@ -82,8 +82,8 @@ def _check(args: argparse.Namespace) -> None:
             what = "--capacity" if args.capacity else "--batch-size"
             raise UsageError(f"{what} {slots} at eta {max(etas)} needs {worst:,} slots, more "
                              f"than the controller's limit of {MAX_SLOTS:,}")
-    if args.trace:
-        inputs.readable_file(args.trace, "--trace")
+    if args.workload:
+        inputs.readable_file(args.workload, "--workload")
     if args.cost:
         inputs.text_file(args.cost, "--cost")
     if args.mode == "run" and args.out:
@@ -110,8 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="training batches per run (10; regimes: 60)")
     g.add_argument("--batch-size", type=int, default=16, help="groups per batch (16)")
     w = parser.add_argument_group("workload")
-    w.add_argument("--trace", metavar="FILE.jsonl",
-                   help="JSONL trace, one group per line: "
+    w.add_argument("--workload", "--trace", metavar="FILE.jsonl",  # --trace: its older name
+                   help="JSONL workload file, one group per line: "
                         '{"group": id, "prompt_len": n, "response_lens": [n, ...]}')
     w.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload (0)")
     w.add_argument("--groups", type=int, default=1024, help="groups the generator makes (1024)")
@@ -121,13 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="tilt of the no-gradient share toward long (>0) or short (<0) groups (1)")
     g.add_argument("--stuck-timeout", type=float, default=None, metavar="SECONDS",
                    help="reserve_occupy: release a STUCK head buffer after the trainer waited "
-                        "this long (source 7.2; off)")
+                        "this long (spec §6.2; off)")
     v = parser.add_argument_group("oversampling and extensions (reserve_occupy unless noted)")
     v.add_argument("--capacity", type=int, default=None,
-                   help="slots per buffer, > batch size: batch-level oversampling (source 7.6)")
+                   help="slots per buffer, > batch size: batch-level oversampling (spec §6.6)")
     v.add_argument("--candidates", type=int, default=None,
                    help="every policy: samples admitted per group; the first group-size to "
-                        "finish commit, the rest are aborted (source 7.5)")
+                        "finish commit, the rest are aborted (spec §6.5)")
     v.add_argument("--progress-close", action="store_true",
                    help="at closure abort the reservations that decoded least (needs --capacity)")
     v.add_argument("--idle-surplus", action="store_true",
@@ -171,8 +171,8 @@ def _cost(args: argparse.Namespace) -> CostModel:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
-    if args.trace:
-        return load_trace(args.trace)
+    if args.workload:
+        return load_workload(args.workload)
     return generate(args.seed, MathReasoningShape(groups=args.groups))
 
 
@@ -271,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         if args.mode == "regimes":
             return _experiments(args, only=(6,))
         return _run(args)
-    except (TraceError, CostError, UnknownPolicy, UsageError, FilterError, ConfigError) as exc:
+    except (WorkloadError, CostError, UnknownPolicy, UsageError, FilterError, ConfigError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except (SimulationStalled, CheckFailed, PolicyError) as exc:

@@ -146,7 +146,7 @@ def test_an_engine_actor_that_dies_is_replaced(ray_cluster, tmp_path):
     result, pool, replaced, loaded, final = asyncio.run(main())
     assert len(result.rows) == 8 and pool.crashes == 1 and pool.restarts == 1 and replaced
     assert loaded == (8, final)  # the replacement caught up with the weights
-    errors = [e for e in result.driver.trace if e["event"] == "request_error"]
+    errors = [e for e in result.driver.notes if e["event"] == "request_error"]
     assert errors and all("EngineCrashed" in e["error"] for e in errors)
     assert _trace_ok(tmp_path / "events.jsonl")
     print(f"engine actor killed and replaced: {time.monotonic() - t0:.1f} s")

@@ -123,7 +123,7 @@ async def test_partial_rollout_keeps_tokens_oldest_version_and_right_logprobs(
     result = await _train(cfg, engine, tiny_model, tmp_path, hook=_record_batches,
                           reward=lambda p, c: float(c.count("1")))
     driver = result.driver
-    resumes = [e for e in driver.trace if e["event"] == "resume" and e["kept"] > 0]
+    resumes = [e for e in driver.notes if e["event"] == "resume" and e["kept"] > 0]
     assert resumes, "no request was interrupted by a weight update with tokens kept"
     mixed = [(b, g, s) for b in driver.seen_batches for g in b.groups for s in g.samples
              if len(set(s.versions)) > 1]
@@ -201,7 +201,7 @@ async def test_hung_request_is_released_by_the_stuck_timeout(engine, tiny_model,
         _train(cfg, hanging, tiny_model, tmp_path, reward=lambda p, c: float(len(c) % 2)), 120)
     driver = result.driver
     assert hanging.hung and hanging._released.is_set()
-    released = [e for e in driver.trace if e["event"] == "release_stuck"]
+    released = [e for e in driver.notes if e["event"] == "release_stuck"]
     assert released and released[0]["units"] == ["g1"]
     assert released[0]["t"] >= 1.5
     assert driver.controller.unit_state("g1") is UnitState.ABORTED
@@ -220,14 +220,14 @@ async def test_reward_exception_aborts_its_group_cleanly(engine, tiny_model, tmp
     result = await _train(cfg, engine, tiny_model, tmp_path, reward=reward,
                           hook=_record_batches)
     driver = result.driver
-    errors = {e["unit"] for e in driver.trace if e["event"] == "reward_error"}
+    errors = {e["unit"] for e in driver.notes if e["event"] == "reward_error"}
     assert errors and driver.log_counts.counts()["aborted"] >= len(errors)
     for unit in errors:
         assert driver.controller.unit_state(unit) is UnitState.ABORTED
         assert all(unit not in [g.unit_id for g in b.groups] for b in driver.seen_batches)
     assert len(result.rows) == 4
     # group-level oversampling: the surplus candidates were aborted in the engine
-    assert any(e["event"] == "engine_abort" and e["reason"] == "surplus" for e in driver.trace)
+    assert any(e["event"] == "engine_abort" and e["reason"] == "surplus" for e in driver.notes)
     assert engine.engine.get_num_unfinished_requests() == 0
     assert engine._active == set()
 

@@ -89,8 +89,8 @@ def check_conservation(sim: Simulator) -> dict[str, int]:
               "trained": sum(len(b.tids) for b in ledger.batches),
               "aborted": len(ledger.aborted), "dropped": len(ledger.dropped),
               "filtered": len(ledger.filtered), "live": sum(live.values())}
-    if counts["admitted"] != counts["trained"] + counts["aborted"] + counts["dropped"] \
-            + counts["filtered"] + counts["live"]:  # pragma: no cover - implied above
+    if (counts["admitted"] != counts["trained"] + counts["aborted"] + counts["dropped"]
+            + counts["filtered"] + counts["live"]):  # pragma: no cover - implied above
         raise CheckFailed("conservation", f"counts do not add up: {counts}")
     return counts
 

@@ -24,7 +24,7 @@ decides -- seeded, by admission index, so every policy sees the same outcome for
 whether the group carries no gradient (all rewards equal). ``group.no_grad`` tells the policy,
 which either ``filter``s it (it is never trained) or trains it anyway, as its source does.
 A policy may also set one timer (``set_timer``); ``on_timer`` is called when it expires (the
-Reserve–Occupy timeout of source section 7.2 uses it).
+Reserve–Occupy timeout of spec §6.2 uses it).
 
 Termination. Every event is a trajectory finishing, a trainer step, or the policy's timer, and a
 run ends after ``batches`` publishes. Two detectors turn a run that can no longer get there into
@@ -35,7 +35,7 @@ the engines); (2) more than ``max(MAX_EVENTS_PER_BATCH, 1000 * batch_size * cand
 events since the last publish (a policy that keeps finishing and discarding work without ever
 forming a batch). Either detector bounds the events between two publishes, so every run ends.
 
-Group-level oversampling (source 7.5, ``candidates`` > group size): a group's ``candidates``
+Group-level oversampling (spec §6.5, ``candidates`` > group size): a group's ``candidates``
 requests are admitted together; when ``group_size`` of them have finished, those commit as the
 group (its ``requests``) and the rest are aborted in the engines (L2 waste, recorded in
 ``surplus``). The extra candidates' lengths come from ``GroupSpec.candidate_lens``.
@@ -210,8 +210,8 @@ class Simulator:
         group_spec = self.workload.groups[index % len(self.workload)]
         group = Group(gid, group_spec, self.version if v_tag is None else v_tag, self.now)
         size = self.candidates
-        lengths = group_spec.candidate_lens(size) if size > self.group_size \
-            else group_spec.response_lens
+        lengths = (group_spec.candidate_lens(size) if size > self.group_size
+                   else group_spec.response_lens)
         fresh = []
         for i, length in enumerate(lengths):
             req = Request(gid * size + i, group, i, length, group_spec.prompt_len)
@@ -443,8 +443,8 @@ class Simulator:
         return req.tokens if req.state != Request.QUEUED else 0.0
 
     def _stall_report(self, why: str = "") -> str:
-        gone = {t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped) \
-            | set(self.ledger.filtered)
+        gone = ({t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped)
+                | set(self.ledger.filtered))
         done = sum(1 for g in self.groups
                    if g.state == Group.DONE and g.requests[0].tid not in gone)
         running = sum(i.k for i in self.instances)

@@ -176,8 +176,8 @@ def _build(cls, data: object, where: str):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise CostError(f"{where}.{name}", f"must be an integer >= 1, got {value!r}")
         else:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):
                 raise CostError(f"{where}.{name}", f"must be a number >= 0, got {value!r}")
             value = float(value)
         values[name] = value
@@ -246,5 +246,5 @@ def preset(name: str) -> CostModel:
     try:
         return PRESETS[name]
     except KeyError:
-        raise CostError("preset", f"unknown preset {name!r} (choose from {', '.join(PRESETS)})") \
-            from None
+        raise CostError(
+            "preset", f"unknown preset {name!r} (choose from {', '.join(PRESETS)})") from None

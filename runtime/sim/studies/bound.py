@@ -6,7 +6,7 @@ between their publishes):
 
 * ``upper_tok_s`` -- a provable upper bound, the smallest of four terms, each a lower bound on
   the time those batches take (the argument and its assumptions are written out in
-  docs/simulator.md, "The clairvoyant limit"):
+  docs/sim/bound.md):
 
   - trainer: every step trains its batch and syncs; the time depends only on *which* groups are
     trained, not on how they are batched;
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from reserve_occupy.config import MAX_STALENESS
 
-from ...inputs import InputError, int_in, int_list, one_int
+from ...inputs import InputError, int_in, int_list, one_int, output_dir
 from ..model.checks import CheckFailed, check_run
 from ..model.core import Simulator
 from ..model.cost import CostError, CostModel, preset
@@ -227,8 +227,8 @@ def straggler_time(group, cost: CostModel) -> float:
     ``max(F, a + b + c*(P + x))`` (at least itself running, with its own context)."""
     r = cost.rollout
     L, P = max(group.response_lens), group.prompt_len
-    floor, alpha, beta = r.floor_s, r.step_s + r.per_request_s + r.per_ctx_token_s * P, \
-        r.per_ctx_token_s
+    floor, alpha, beta = (r.floor_s, r.step_s + r.per_request_s + r.per_ctx_token_s * P,
+                          r.per_ctx_token_s)
     if alpha >= floor:
         decode = alpha * L + 0.5 * beta * L * L
     else:
@@ -386,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="40", help="batches per run (default 40)")
     parser.add_argument("--batch-size", default="16", help="groups per batch (default 16)")
     parser.add_argument("--preset", default="qwen3-8b-h20", help="cost preset")
+    parser.add_argument("--results-dir", default=None,
+                        help="also write the table as the 'bound' section of DIR/tables.md "
+                             "(docs/results: and into the docs pages that show it; make "
+                             "sim-bound does this)")
     args = parser.parse_args(argv)
     try:
         seeds = int_list("--seeds", args.seeds)
@@ -394,11 +398,23 @@ def main(argv: list[str] | None = None) -> int:
         batches = one_int("--batches", args.batches, 1)
         batch_size = one_int("--batch-size", args.batch_size, 1)
         cost = preset(args.preset)
+        results = None if args.results_dir is None else \
+            output_dir(args.results_dir, "--results-dir")  # before the runs, not after them
     except (InputError, BoundError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    lines = []
     for line in table(seeds, etas, cost=cost, batches=batches, batch_size=batch_size):
         print(line, flush=True)
+        lines.append(line)
+    if results is not None:
+        from . import pages
+        from .report import merge_tables
+
+        merge_tables(results / pages.TABLES, {"bound": "\n".join(lines)})
+        print(f"wrote the 'bound' section of {results / pages.TABLES}")
+        for page in pages.update(pages.fed_by(pages.TABLES), results):  # docs/results only
+            print(f"rewrote {page}")
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Source: the protocol of the PSRL authors' blog post "异步 RL 框架的 Staleness,究竟怎么控制(三)?"
 (part 3), as corrected in spec/PROTOCOL.md (§7) and implemented in ``reserve_occupy/``. The
-unit is one GRPO group with one slot (source 7.4); with partial rollout the group keeps the
-version stamped at reservation (7.1), whatever versions later decode it.
+unit is one GRPO group with one slot (§6.4); with partial rollout the group keeps the
+version stamped at reservation (§6.1), whatever versions later decode it.
 
 This module only translates simulator events into controller calls and back; every decision
 (whether to admit, where a finished group goes, which batch is ready, what oversampling aborts)
@@ -12,12 +12,12 @@ is the controller's:
 * L1: while the rollout has a free slot, ``reserve`` the next group; ``None`` means wait.
   (PSRL admits against the engines' free concurrency in the same way.)
 * a group finished: ``occupy``; reservations the closing rule aborted are stopped (L2).
-  If it carries no gradient (reward filtering on), ``filter`` it right away (source 7.3): finished
+  If it carries no gradient (reward filtering on), ``filter`` it right away (§6.3): finished
   units of later buffers move forward into the hole and admission refills through ordinary
   reserves.
 * trainer idle: ``consume``; the batch is the consumed buffer's groups.
 * new weights live: ``publish``.
-* ``stuck_timeout_s`` (source 7.2, off by default): while the idle trainer waits on a STUCK head
+* ``stuck_timeout_s`` (§6.2, off by default): while the idle trainer waits on a STUCK head
   buffer (no EMPTY slot, not READY), a clock runs; it restarts whenever the head stops being
   STUCK or is consumed. When it reaches the timeout the policy calls ``release_stuck`` and aborts
   the returned groups in the engines (L2 waste); finished groups of later buffers move forward and
@@ -27,8 +27,8 @@ is the controller's:
 
 Oversampling and the extension prototypes (all off by default; the source protocol otherwise):
 
-* ``capacity`` C > B: batch-level oversampling (source 7.6); reservations a closing READY buffer
-  cannot relocate are aborted (L2). Group-level oversampling (7.5) is the simulator's
+* ``capacity`` C > B: batch-level oversampling (§6.6); reservations a closing READY buffer
+  cannot relocate are aborted (L2). Group-level oversampling (§6.5) is the simulator's
   ``candidates`` (``core.Simulator``), which this policy needs no option for.
 * ``progress_close``: progress-aware closure. When the controller aborts reservations (a READY
   buffer closed), the policy stops the groups that *decoded least* instead: for each aborted unit
@@ -232,7 +232,7 @@ class ReserveOccupy(Policy):
         return self.controller.head_status is BufferStatus.STUCK
 
     def _watch_stuck(self) -> None:
-        """The idle trainer found no READY head: run the 7.2 clock while the head is STUCK."""
+        """The idle trainer found no READY head: run the §6.2 clock while the head is STUCK."""
         sim = self.sim
         if self._head_stuck():
             if self._stuck_since is None:
