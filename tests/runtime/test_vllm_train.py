@@ -287,8 +287,7 @@ async def test_streaming_run_trains_chunks_and_whole_batches(engine, tiny_model,
     # Two groups in flight at a time: the head buffer fills one group after another, so the
     # trainer has final units to train before each batch is whole.
     cfg = _cfg(tmp_path, **{"staleness.eta": 1, "staleness.max_concurrency": 2,
-                            "trainer.streaming": True, "run.steps": 4,
-                            "recovery.enabled": False})
+                            "trainer.streaming": True, "run.steps": 4})
     seen = []
 
     def spy(driver):
@@ -317,3 +316,4 @@ async def test_streaming_run_trains_chunks_and_whole_batches(engine, tiny_model,
     assert streamed <= set(consumed) | {u for u in streamed
                                         if driver.controller.unit_state(u) is UnitState.STREAMED}
     replay(driver.controller.config, driver.controller.events)
+    _log_replays(tmp_path, driver.controller)  # the journal holds the stream lines
