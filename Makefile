@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-core demo bench bench-runtime proofs-deep sim-experiments sim-frontier sim-bound conformance spec faults-deep clean
+.PHONY: install test test-core demo bench bench-runtime bench-precision bench-gpu proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,15 @@ bench: $(STAMP)
 bench-runtime: $(STAMP)
 	$(PY) bench/runtime_bench.py --set staleness.max_concurrency=4 --write
 
+## The demo's learning curve in fp32, bf16-mixed and bf16 (one vLLM engine; ~10 min on 2 cores);
+## writes docs/results/precision_curve.json and its table in docs/runtime.md.
+bench-precision: $(STAMP)
+	$(PY) bench/precision_curve.py --docs
+
+## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
+bench-gpu: $(STAMP)
+	$(PY) bench/gpu_trainer.py
+
 ## Regenerate the generated parts of spec/ (state diagram).
 spec: $(STAMP)
 	$(PY) -m reserve_occupy.diagram > spec/state-machine.md
@@ -75,3 +84,9 @@ sim-frontier: $(STAMP)
 ## fraction of it, eta 0-3, seeds 0-2 (~1-4 min): the bound section of docs/results/tables.md and docs/sim/bound.md.
 sim-bound: $(STAMP)
 	$(PY) -m runtime.sim.studies.bound --eta 0,1,2,3 --results-dir docs/results
+
+## Every policy as its framework ships it x trainer (whole-batch / streaming) x eta 1-3, seeds
+## 0-2, with the bound for each trainer and the regime map (~45 min on two cores): the tables of
+## docs/sim/streaming.md, docs/results/streaming.json and docs/img/sim_streaming.png.
+sim-streaming: $(STAMP)
+	$(PY) -m runtime.sim.studies.streaming --regimes

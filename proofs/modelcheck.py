@@ -39,9 +39,9 @@ Checks: every ``INVARIANTS`` entry plus the controller's private indexes (``chec
 on every new state -- or on every successor with ``check_every_edge`` --, the per-edge checks
 above, crashes (any exception), refused operations that change the state, for streaming the
 per-edge ``stream`` checks (a stream hands exactly the head's unhanded OCCUPIED units; no
-operation but consume moves a STREAMED unit; consume's batch holds every one), optionally conformance
-of every edge to the Z3 encoding (``proofs.refine``), and after the search two reachability
-properties: from every state a consume is reachable (``progress``), and reachable with
+operation but consume moves a STREAMED unit; consume's batch holds every one), optionally
+conformance of every edge to the Z3 encoding (``proofs.refine``), and after the search two
+reachability properties: from every state a consume is reachable (``progress``), and reachable with
 reserve/occupy/publish/consume alone (``progress_cooperative``: a runtime whose units all finish
 never needs a timeout to make progress).
 """

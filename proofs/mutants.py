@@ -357,17 +357,17 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "Abort timeout (§6.2): abort all reservations of a STUCK head",
            _with_controller(StuckReleasesOne)),
     Mutant("stream_later_buffer", "stream also hands finished units of buffers after the head",
-           "Stream (3.8): the head buffer only", _with_table(StreamLaterBuffer), streaming=True),
+           "Stream (§3.8): the head buffer only", _with_table(StreamLaterBuffer), streaming=True),
     Mutant("stream_newest_first", "stream hands one unit per call, the newest: a refill can "
-           "then move a handed unit", "Stream (3.8): every new unit of the head, in slot order",
+           "then move a handed unit", "Stream (§3.8): every new unit of the head, in slot order",
            _with_table(StreamNewestFirst), streaming=True),
     Mutant("stream_while_training", "stream runs while a batch trains (its weights do not "
-           "exist yet)", "Stream (3.8): trainer IDLE", _with_controller(StreamWhileTraining),
+           "exist yet)", "Stream (§3.8): trainer IDLE", _with_controller(StreamWhileTraining),
            streaming=True),
     Mutant("filter_streamed", "filter accepts a unit already handed to the trainer",
-           "Stream (3.8): a STREAMED unit cannot be filtered", _with_controller(FilterStreamed),
+           "Stream (§3.8): a STREAMED unit cannot be filtered", _with_controller(FilterStreamed),
            streaming=True),
     Mutant("consume_leaves_out_streamed", "consume's batch holds only the units not streamed",
-           "Stream (3.8): the batch is the whole head buffer",
+           "Stream (§3.8): the batch is the whole head buffer",
            _with_controller(ConsumeLeavesOutStreamed), streaming=True),
 )}

@@ -10,8 +10,8 @@ here, before anything is allocated:
 * ``(max_staleness + 1) * capacity <= MAX_SLOTS`` (1,000,000 open slots, about 16 MB of slot
   arrays): the product is what is allocated, so it is bounded too.
 
-``max_concurrency`` allocates nothing and has no upper bound; ``streaming`` is a flag. docs/cli.md lists these limits
-with the command-line ones.
+``max_concurrency`` allocates nothing and has no upper bound; ``streaming`` is a flag.
+docs/cli.md lists these limits with the command-line ones.
 """
 
 from __future__ import annotations

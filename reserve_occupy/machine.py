@@ -168,7 +168,8 @@ class StalenessController:
     ``abort``/``filter`` to drop it, ``consume`` when the trainer is idle, ``publish`` when the
     training step finished, ``release_stuck`` when its own clock says the head buffer waited too
     long; with ``Config.streaming``, ``stream`` while idle to start training the head buffer's
-    finished units before it is READY. See spec/PROTOCOL.md for the rules and the invariants ``check`` verifies.
+    finished units before it is READY. See spec/PROTOCOL.md for the rules and the invariants
+    ``check`` verifies.
     """
 
     _phase: str  # the machine's model attribute: a Phase value

@@ -40,6 +40,7 @@ class TinyModelConfig(_Section):
     warmup_lr: float = Field(3e-3, gt=0)
     max_operand: int = Field(9, ge=1)
     seed: int = 0
+    chat: bool = False  # a tokenizer with a chat template and printable ASCII (recipe tests)
 
     @model_validator(mode="after")
     def _head_dim(self) -> TinyModelConfig:
@@ -56,9 +57,10 @@ class ModelConfig(_Section):
 
 class DataConfig(_Section):
     path: str | None = None  # JSONL or Parquet; null: the shipped arithmetic task
-    prompt_field: str = "prompt"
+    prompt_field: str = "prompt"  # a string, or a list of {"role", "content"} messages
     answer_field: str | None = "answer"
     limit: int | None = Field(None, ge=1)
+    chat_template: bool = True  # render prompts with the tokenizer's template when it has one
 
 
 class RewardConfig(_Section):
@@ -126,6 +128,13 @@ class TrainerConfig(_Section):
     micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only)
     device: str = "cpu"  # auto: cuda when available, else cpu; checked by resolve_device
     threads: int | None = Field(None, ge=1)
+    # fp32; bf16-mixed: float32 weights, bfloat16 autocast; bf16: weights and optimizer state
+    # in bfloat16 too (docs/runtime.md, "Your own model"); checked by check_precision
+    precision: Literal["fp32", "bf16-mixed", "bf16"] = "fp32"
+    gradient_checkpointing: bool = False  # recompute activations in backward (memory)
+    warmup_steps: int = Field(0, ge=0)  # linear learning-rate warm-up over this many steps
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # after the warm-up
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)  # linear/cosine end at lr * this
     # Streaming training (docs/runtime.md, "Streaming training"): while it waits for the head
     # buffer, the trainer takes the buffer's finished units and runs forward/backward on them
     # in chunks of at least min_chunk_units groups; the optimiser steps once, when the batch
@@ -281,6 +290,18 @@ def parse_override(item: str) -> tuple[str, Any]:
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
+
+
+def check_precision(precision: str, device_type: str) -> None:
+    """Refuse ``trainer.precision`` bf16 on a CUDA device without bfloat16 (before Ampere)
+    with one line naming the setting; CPUs emulate bfloat16 where they lack it."""
+    if precision == "fp32" or device_type != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_bf16_supported():
+        raise ValueError(f"trainer.precision {precision}: this GPU "
+                         f"({torch.cuda.get_device_name()}) has no bfloat16; use fp32")
 
 
 def resolve_device(name: str) -> str:

@@ -27,13 +27,16 @@ Per-step fields (``metrics.jsonl``):
   answers than the policy produced); ``length_trained_mean`` / ``length_admitted_mean`` (tokens)
   and ``samples_trained`` / ``samples_admitted`` behind them. None until a sample trained.
 * ``train/*`` -- the trainer's metrics (loss, clip_frac, ratio_mean, ratio_max, kl_behaviour,
-  grad_norm, stale_token_frac, onpolicy_logprob_err).
+  grad_norm, stale_token_frac, onpolicy_logprob_err, lr).
+* ``reward/*`` -- with a reward that counts (the math reward's reasons: correct, wrong,
+  no_boxed, unparsable, timeout, answer_unparsable), completions scored since the previous step.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -67,8 +70,13 @@ class MetricsSink:
     """The driver's ``on_step`` callback: writes each step and advances the progress bar."""
 
     def __init__(self, out_dir: Path, total_steps: int, progress: bool = True,
-                 tensorboard: bool = False, append: bool = False) -> None:
-        """``append``: a resumed run adds to the rows its earlier incarnations wrote."""
+                 tensorboard: bool = False, append: bool = False,
+                 counters: Callable[[], dict[str, float]] | None = None) -> None:
+        """``append``: a resumed run adds to the rows its earlier incarnations wrote.
+        ``counters``: cumulative counts (a reward's ``metrics()``), reported per step as the
+        increase since the previous step."""
+        self._counters = counters
+        self._counted: dict[str, float] = dict(counters()) if counters is not None else {}
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / "metrics.jsonl"
         self.rows: list[dict[str, Any]] = []
@@ -99,6 +107,10 @@ class MetricsSink:
     def __call__(self, record: StepRecord) -> None:
         row = step_row(record, self._prev)
         self._prev = record
+        if self._counters is not None:
+            now = self._counters()
+            row.update({k: v - self._counted.get(k, 0.0) for k, v in now.items()})
+            self._counted = dict(now)
         self.rows.append(row)
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()

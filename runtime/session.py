@@ -164,6 +164,9 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     """
     continuing = _check_run_dir(out_dir, resume)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from .prompts import render_for_model
+
+    prompts = render_for_model(prompts, model_path, cfg.data.chat_template)  # runtime.prompts
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
     train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
                                                 cfg.run.eval_holdout)
@@ -178,7 +181,8 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
 
             engines.trainer = GRPOTrainer(model_path, cfg.trainer, out_dir,
                                           cfg.rollout.temperature, seed=cfg.run.seed,
-                                          keep_weights=cfg.run.keep_weights)
+                                          keep_weights=cfg.run.keep_weights,
+                                          total_steps=cfg.run.steps)
         state = await _open_run_state(cfg, model_path, out_dir, engines.trainer, train_prompts,
                                       resume, continuing, log)
         return await _train(cfg, out_dir, engines, state, reward_fn, train_prompts,
@@ -310,7 +314,7 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
         log(f"evaluation reward before training: {before['reward']:.3f} "
             f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
     sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
-                       append=continuing)
+                       append=continuing, counters=getattr(reward_fn, "metrics", None))
     if continuing and sink.rows:  # keep what only the driver counts cumulative
         driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
     else:

@@ -208,8 +208,9 @@ class SafetyTracker:
                                       f"({len(set(ids))} distinct), batch_size is "
                                       f"{self.config.batch_size}")
         if b.streamed and set(b.streamed) != set(self.streamed):  # type: ignore[union-attr]
-            return Violation("streamed", f"batch {b.version} names {list(b.streamed)} as "  # type: ignore
-                                         f"streamed; stream handed {list(self.streamed)}")
+            names, version = list(b.streamed), b.version  # type: ignore[union-attr]
+            return Violation("streamed", f"batch {version} names {names} as streamed; "
+                                         f"stream handed {list(self.streamed)}")
         for u in b.units:  # type: ignore[union-attr]
             if self.state(u.unit_id) == STREAMED:
                 self._set(u.unit_id, FINISHED)
@@ -243,8 +244,9 @@ class SafetyTracker:
                                       "head buffer do not exist yet)")
         b = e.batch
         if b.version != self.head:  # type: ignore[union-attr]
-            return Violation("streamed", f"stream hands units for buffer {b.version}, but the "  # type: ignore
-                                         f"head buffer is {self.head}")
+            return Violation("streamed", f"stream hands units for buffer "
+                                         f"{b.version}, but the head buffer is "  # type: ignore
+                                         f"{self.head}")
         for u in b.units:  # type: ignore[union-attr]
             bad = self._require("stream", u.unit_id, FINISHED)
             if bad:

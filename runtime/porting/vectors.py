@@ -11,11 +11,11 @@ worked examples of spec/scenarios (their controller operations; the expected out
 the reference's, which tests/core checks against the hand-written ones); ``scenarios`` holds the
 shortest run in which each rule decides an outcome; ``streaming`` holds runs with
 ``Config.streaming`` (a trainer that streams at random idle moments, and the spec/scenarios
-files whose config streams, which ``spec`` leaves to it). Each family is stored as ``<family>.jsonl.xz``:
-xz because the JSON repeats itself (about 25x smaller than plain text), so the corpus stays at a
-few MB in git; ``MANIFEST.json`` records counts and the SHA-256 of each uncompressed file.
-Generation is deterministic: the same code and core give byte-identical text, which is how
-``--check`` detects a stale corpus.
+files whose config streams, which ``spec`` leaves to it). Each family is stored as
+``<family>.jsonl.xz``: xz because the JSON repeats itself (about 25x smaller than plain text),
+so the corpus stays at a few MB in git; ``MANIFEST.json`` records counts and the SHA-256 of
+each uncompressed file. Generation is deterministic: the same code and core give byte-identical
+text, which is how ``--check`` detects a stale corpus.
 """
 
 from __future__ import annotations

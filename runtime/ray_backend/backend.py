@@ -198,7 +198,7 @@ class RayBackend:
         trainer_handle = TrainerActor.options(  # type: ignore[attr-defined]
             **actor_options(cfg.ray.trainer_resources)).remote(
             str(model_path), cfg.trainer, str(out_dir), r.temperature, cfg.run.seed,
-            cfg.run.keep_weights)
+            cfg.run.keep_weights, cfg.run.steps)
         await trainer_handle.steps.remote()  # wait until the model is loaded
         return cls(RayRollout(engines, restart), RayTrainer(trainer_handle), trainer_handle,
                    owns)

@@ -5,6 +5,8 @@
                             [--filter-rate R [--filter-skew S]] [--stuck-timeout SECONDS]
                             [--capacity C] [--candidates K] [--progress-close]
                             [--idle-surplus] [--head-priority] [--lookahead N]
+                            [--chunk-groups N [--chunk-overhead S] [--chunk-share X]
+                             [--streaming]] [--no-reprefill]
     reserve-occupy simulate experiments [--results-dir DIR] [--img-dir DIR] [--only 1,...,6]
     reserve-occupy simulate regimes [--tiny] [--seeds N] [--batches N]
     reserve-occupy simulate list
@@ -54,8 +56,10 @@ LIMITS: dict[str, tuple[int, int]] = {
     "capacity": (1, 100_000),
     "candidates": (1, 4_096),
     "lookahead": (0, 100_000),
+    "chunk_groups": (0, 100_000),
 }
 MAX_STUCK_TIMEOUT_S = 1e9
+MAX_CHUNK_OVERHEAD_S = 1e6
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -71,6 +75,12 @@ def _check(args: argparse.Namespace) -> None:
         inputs.int_in("--" + name.replace("_", "-"), getattr(args, name), lo, hi)
     inputs.number_in("--stuck-timeout", args.stuck_timeout, 0.0, MAX_STUCK_TIMEOUT_S,
                      open_low=True)
+    inputs.number_in("--chunk-overhead", args.chunk_overhead, 0.0, MAX_CHUNK_OVERHEAD_S)
+    inputs.number_in("--chunk-share", args.chunk_share, 0.0, 1.0)
+    if args.streaming and not args.chunk_groups:
+        raise UsageError("--streaming needs a streaming trainer (--chunk-groups >= 1)")
+    if args.streaming and args.stuck_timeout is not None:
+        raise UsageError("--streaming with --stuck-timeout is not modelled")
     if args.mode == "run":
         etas = _int_list(args.eta, "eta")
         names = policy_names(args.policy)
@@ -136,6 +146,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the head buffer's groups first in the engine queue")
     v.add_argument("--lookahead", type=int, default=0,
                    help="admit the longest earlier-epoch prompt of the next N first (0: off)")
+    t = parser.add_argument_group("trainer and engine (every policy; override the cost model)")
+    t.add_argument("--chunk-groups", type=int, default=None,
+                   help="streaming trainer: train chunks of at least this many finished groups "
+                        "(NeMo-RL's min_groups_for_streaming_train); 0: whole batches "
+                        "(the cost model's; default 0)")
+    t.add_argument("--chunk-overhead", type=float, default=None, metavar="SECONDS",
+                   help="streaming trainer: seconds every chunk pays besides its tokens (1)")
+    t.add_argument("--chunk-share", type=float, default=None,
+                   help="streaming trainer: share of the per-token work a chunk runs, in "
+                        "[0, 1] (1: forward+backward per chunk; PSRL's recompute scope 0.2)")
+    t.add_argument("--streaming", action="store_true",
+                   help="reserve_occupy: hand the trainer the head buffer's finished units "
+                        "before it is READY (needs --chunk-groups)")
+    t.add_argument("--no-reprefill", action="store_true",
+                   help="engines keep the KV cache across a weight update (in-flight refit, "
+                        "as NeMo-RL's default); default: running contexts re-prefill")
     c = parser.add_argument_group("cost model")
     c.add_argument("--preset", default=DEFAULT_PRESET,
                    help=f"named cost preset ({', '.join(PRESETS)})")
@@ -167,6 +193,14 @@ def _cost(args: argparse.Namespace) -> CostModel:
         value = getattr(args, field)
         if value is not None:
             model = dataclasses.replace(model, **{field: value})
+    train = {name: getattr(args, arg) for name, arg in (
+        ("chunk_groups", "chunk_groups"), ("chunk_overhead_s", "chunk_overhead"),
+        ("chunk_share", "chunk_share")) if getattr(args, arg) is not None}
+    if train:
+        model = dataclasses.replace(model, train=dataclasses.replace(model.train, **train))
+    if args.no_reprefill:
+        model = dataclasses.replace(model, rollout=dataclasses.replace(
+            model.rollout, reprefill_on_update=False))
     return model
 
 
@@ -214,7 +248,8 @@ def _run(args: argparse.Namespace) -> int:
                          f"got {args.candidates}")
     extensions = tuple((k, getattr(args, k)) for k in ("capacity", "progress_close",
                                                         "idle_surplus", "head_priority",
-                                                        "lookahead") if getattr(args, k))
+                                                        "lookahead", "streaming")
+                       if getattr(args, k))
     specs = [RunSpec(n, e, batches, args.batch_size,
                      options=timeout + extensions if n == "reserve_occupy" else (),
                      filtering=filt, candidates=args.candidates)

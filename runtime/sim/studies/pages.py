@@ -341,6 +341,11 @@ from_json("exp6_workload", EXPERIMENTS, "regimes.json", regimes_workload_slice)
 from_json("exp6_targets", EXPERIMENTS, "regimes.json", regimes_targets)
 from_json("frontier", "make sim-frontier", "frontier.json", frontier_table)
 section("bound", "make sim-bound")
+for _name, _func in (("streaming-table", "table"), ("streaming-bound", "bound_table"),
+                     ("streaming-sweep", "sweep_table"), ("streaming-targets", "targets_table"),
+                     ("streaming-regimes", "regimes_block")):
+    from_json(_name, "make sim-streaming", "streaming.json",
+              f"runtime.sim.studies.streaming:{_func}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,16 @@ is the controller's:
   expires are the long ones, the timeout biases training toward short answers.
 
 
+Streaming (``streaming=True``, the protocol's ``Config.streaming``; off by default): with a
+streaming trainer (``cost.train.chunk_groups``) the idle trainer calls ``stream``, which hands
+every OCCUPIED unit of the head buffer not handed yet (they can no longer leave it). The policy
+holds them until they make a chunk of at least ``min(chunk_groups, still lacking)`` groups (the
+same rule as NeMo-RL's ``min_groups_for_streaming_train``) and hands them to the trainer; when
+``consume`` returns the READY head buffer, the units of its batch not handed yet are the step's
+last chunk. ``chunk_exact`` hands chunks of exactly ``chunk_groups`` (the last one: the rest),
+as PSRL's fine-grain overlap emits them (``wait_for_training_chunk``). Without a streaming
+trainer the option does nothing.
+
 Oversampling and the extension prototypes (all off by default; the source protocol otherwise):
 
 * ``capacity`` C > B: batch-level oversampling (§6.6); reservations a closing READY buffer
@@ -50,7 +60,7 @@ Oversampling and the extension prototypes (all off by default; the source protoc
 
 from __future__ import annotations
 
-from reserve_occupy import BufferStatus, Config, StalenessController
+from reserve_occupy import BufferStatus, Config, SlotState, StalenessController
 
 from ..core import Group
 from ..engine import INF
@@ -66,16 +76,27 @@ class ReserveOccupy(Policy):
     def __init__(self, eta: int, capacity: int | None = None, check_every: int = 0,
                  stuck_timeout_s: float | None = None, progress_close: bool = False,
                  idle_surplus: bool = False, head_priority: bool = False,
-                 lookahead: int = 0) -> None:
+                 lookahead: int = 0, streaming: bool = False,
+                 chunk_exact: bool = False) -> None:
         super().__init__(eta)
         for name, flag in (("progress_close", progress_close), ("idle_surplus", idle_surplus),
-                           ("head_priority", head_priority)):
+                           ("head_priority", head_priority), ("streaming", streaming),
+                           ("chunk_exact", chunk_exact)):
             if not isinstance(flag, bool):
                 raise ValueError(f"reserve_occupy: {name} must be a bool, got {flag!r}")
         if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0:
             raise ValueError(f"reserve_occupy: lookahead must be an int >= 0, got {lookahead!r}")
         if idle_surplus and capacity is None:
             raise ValueError("reserve_occupy: idle_surplus needs a capacity > batch size")
+        if chunk_exact and not streaming:
+            raise ValueError("reserve_occupy: chunk_exact needs streaming")
+        if streaming and stuck_timeout_s is not None:
+            raise ValueError("reserve_occupy: stuck_timeout_s with streaming is not modelled")
+        self.streaming = streaming
+        self.streams = streaming
+        self.chunk_exact = chunk_exact
+        self._held: list[int] = []  # streamed units not yet handed to the trainer
+        self._handed: set[int] = set()  # units of the open step handed to the trainer
         self.progress_close = progress_close
         self.idle_surplus = idle_surplus
         self.head_priority = head_priority
@@ -105,8 +126,9 @@ class ReserveOccupy(Policy):
 
     def attach(self, sim) -> None:
         super().attach(sim)
+        extra = {"streaming": True} if self.streaming else {}  # the source protocol otherwise
         self.controller = StalenessController(Config(
-            max_staleness=self.eta, batch_size=self.batch_size, capacity=self.capacity))
+            max_staleness=self.eta, batch_size=self.batch_size, capacity=self.capacity, **extra))
 
     def _tick(self) -> None:
         if self.check_every:
@@ -145,7 +167,8 @@ class ReserveOccupy(Policy):
             return False
         for view in self.controller.snapshot().buffers:
             if view.v_buffer == v_buffer:
-                return sum(1 for st, _ in view.slots if st.value != "EMPTY") > self.batch_size
+                return sum(1 for st, _ in view.slots
+                           if st is not SlotState.EMPTY) > self.batch_size
         return False
 
     def _next_prompt(self) -> int | None:
@@ -228,6 +251,34 @@ class ReserveOccupy(Policy):
             del self._unit[g.gid]
         return members(groups)
 
+    def take_chunk(self, least: int, most: int):
+        """Streaming (see the module docstring): the step's next chunk, or None."""
+        if not self.streaming:
+            return self.take_batch()
+        ctl = self.controller
+        batch = ctl.consume()
+        if batch is not None:  # the head is READY: the rest of its batch is the last chunk
+            self._tick()
+            units = [u for u in batch.unit_ids if u not in self._handed]
+            self._held, self._handed = [], set()
+            return self._hand(units)
+        streamed = ctl.stream()
+        if streamed:
+            self._tick()
+            self._held += [u.unit_id for u in streamed]
+        if len(self._held) < max(least, 1):
+            return None
+        take = least if self.chunk_exact else most
+        units, self._held = self._held[:take], self._held[take:]
+        self._handed.update(units)
+        return self._hand(units)
+
+    def _hand(self, units) -> list:
+        groups = [self._groups.pop(u) for u in units]
+        for g in groups:
+            del self._unit[g.gid]
+        return members(groups)
+
     def _head_stuck(self) -> bool:
         return self.controller.head_status is BufferStatus.STUCK
 
@@ -263,7 +314,8 @@ class ReserveOccupy(Policy):
     def settings(self) -> dict:
         out = {"eta": self.eta, "capacity": self.capacity or self.batch_size,
                "unit": "GRPO group", "admission": "reserve while an engine slot is free"}
-        for name in ("progress_close", "idle_surplus", "head_priority", "lookahead"):
+        for name in ("progress_close", "idle_surplus", "head_priority", "lookahead",
+                     "streaming", "chunk_exact"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
         if self.progress_close:
