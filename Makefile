@@ -48,9 +48,11 @@ bench-verl: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/core_bench.py
 
-## Runtime throughput on CPU: tokens/s and idle fractions, eta=0 vs eta=1 (starts vLLM).
+## Runtime on CPU: streaming training off vs on at eta=1 (the trainer's wait after the last
+## unit, tokens/s, steps/s) and the fixed-batch weight check (starts vLLM); writes the table
+## in docs/runtime.md. `python bench/runtime_bench.py --etas 0,1 --streaming off`: eta=0 vs 1.
 bench-runtime: $(STAMP)
-	$(PY) bench/runtime_bench.py
+	$(PY) bench/runtime_bench.py --set staleness.max_concurrency=4 --write
 
 ## The demo's learning curve in fp32, bf16-mixed and bf16 (one vLLM engine; ~10 min on 2 cores);
 ## writes docs/results/precision_curve.json and its table in docs/runtime.md.

@@ -135,6 +135,20 @@ class TrainerConfig(_Section):
     warmup_steps: int = Field(0, ge=0)  # linear learning-rate warm-up over this many steps
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # after the warm-up
     min_lr_ratio: float = Field(0.0, ge=0, le=1)  # linear/cosine end at lr * this
+    # Streaming training (docs/runtime.md, "Streaming training"): while it waits for the head
+    # buffer, the trainer takes the buffer's finished units and runs forward/backward on them
+    # in chunks of at least min_chunk_units groups; the optimiser steps once, when the batch
+    # is complete, so the update is the whole-batch one. Needs one pass and one minibatch.
+    streaming: bool = False
+    min_chunk_units: int = Field(1, ge=1, le=MAX_GROUPS)
+
+    @model_validator(mode="after")
+    def _streamable(self) -> TrainerConfig:
+        if self.streaming and (self.epochs != 1 or self.minibatches != 1):
+            raise ValueError(f"streaming trains one pass with one optimiser step per batch: it "
+                             f"needs epochs 1 and minibatches 1 (got epochs {self.epochs}, "
+                             f"minibatches {self.minibatches})")
+        return self
 
 
 class RecoveryConfig(_Section):
@@ -186,6 +200,15 @@ class TrainConfig(_Section):
     recovery: RecoveryConfig = RecoveryConfig()
     ray: RayConfig = RayConfig()
 
+    @model_validator(mode="after")
+    def _chunk_fits(self) -> TrainConfig:
+        t = self.trainer
+        if t.streaming and t.min_chunk_units > self.staleness.batch_size:
+            raise ValueError(f"trainer.min_chunk_units ({t.min_chunk_units}) must be <= "
+                             f"staleness.batch_size ({self.staleness.batch_size}): a chunk is "
+                             f"part of one batch")
+        return self
+
     def driver_settings(self) -> DriverSettings:
         s, r, t = self.staleness, self.rollout, self.timeouts
         return DriverSettings(
@@ -194,7 +217,8 @@ class TrainConfig(_Section):
             max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
             partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
             unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
-            seed=self.run.seed, check_invariants=self.run.check_invariants)
+            seed=self.run.seed, check_invariants=self.run.check_invariants,
+            streaming=self.trainer.streaming, min_chunk_units=self.trainer.min_chunk_units)
 
 
 class ConfigFileError(ValueError):

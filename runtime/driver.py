@@ -13,7 +13,9 @@ and acts on the answers. Its own job is the I/O around them. Four tasks share on
   group; ``abort`` one whose rewards carry no gradient (known before placement), whose
   candidates failed, or whose reward function raised;
 * trainer: ``consume`` a READY batch, train, export weights, sync them into the engine and
-  ``publish``;
+  ``publish``; with ``streaming``, while it waits for the head buffer it also takes the
+  buffer's finished units (``stream``) and trains them in chunks, so that at ``consume`` only
+  the rest is left before the optimiser step (``_train_chunk``);
 * watchdog: the unit timeout and the STUCK timeout (``release_stuck``), measured by ``clock``.
 
 A weight sync pauses the engine, which ends every running request; each candidate keeps its
@@ -133,6 +135,10 @@ class Driver:
         self._stuck_since: float | None = None  # ... and the head buffer is STUCK
         self._fatal: asyncio.Future[None] | None = None
         self._background: set[asyncio.Future[Any]] = set()
+        # streaming: units stream() handed and not trained yet; those this process trained
+        self._handed: list[Any] = []
+        self._handed_trained: set[Any] = set()
+        self._ready_at: float | None = None  # when the head buffer became READY
 
     # ------------------------------------------------------------------ the run --------------
 
@@ -433,18 +439,40 @@ class Driver:
             t_wait = self.clock.now()
             self._waiting_since = t_wait
             self._update_stuck()
+            stream_s = 0.0  # of the wait, spent training streamed chunks
             while True:
                 change = self._change
                 batch = self.controller.consume()
                 if batch is not None:
                     break
+                if self.s.streaming:
+                    trained = await self._train_chunk()
+                    if trained is not None:
+                        stream_s += trained
+                        continue  # the buffer may have filled meanwhile: look again now
                 await change.wait()
             t_train = self.clock.now()
             self._waiting_since = self._stuck_since = None
-            self.accounting.trainer_waited(t_train - t_wait)
+            self.accounting.trainer_waited(t_train - t_wait - stream_s)
             self._check()
+            # When the batch's last unit became final: the head buffer turned READY (an occupy,
+            # or a refill that moved a unit in). The trainer's wait after it ends with the
+            # optimiser step; streaming shortens it to the rest of the batch and the step.
+            ready = self._ready_at if self._ready_at is not None else t_train
+            self._ready_at = None
+            self._mark_ready()  # the next buffer may be READY already (eta >= 1)
+            streamed = len(self._handed_trained)
             train_batch = self._assemble(batch)
-            metrics = await self.trainer.train_step(train_batch)
+            if self.s.streaming:
+                # Everything not trained in a chunk by this process: the units still arriving
+                # when the buffer filled, handed units below min_chunk_units, and after a
+                # resume the units handed to the trainer that died (their partial gradient
+                # died with it; the trainer trains them again here).
+                self._handed, self._handed_trained = [], set()
+                metrics = await self.trainer.finish_step(train_batch)
+            else:
+                metrics = await self.trainer.train_step(train_batch)
+            tail_s = self.clock.now() - ready
             weights = await self.trainer.export_weights(batch.version + 1)
             if self.persist is not None:  # a trainer checkpoint, before the version is public
                 await self.persist.before_publish(batch.version + 1, batch)
@@ -454,12 +482,36 @@ class Driver:
             record = self.accounting.step(step, batch, train_batch, metrics,
                                           (t_wait, t_train, t_sync, t_end),
                                           {**self.counts, **self.log_counts.counts()},
-                                          self.lengths.figures(self.log_counts.fates()))
+                                          self.lengths.figures(self.log_counts.fates()),
+                                          stream=(stream_s, tail_s, streamed))
             self.records.append(record)
             if self.on_step is not None:
                 self.on_step(record)
             if self.after_step is not None:
                 await self.after_step(record)
+
+    async def _train_chunk(self) -> float | None:
+        """Streaming: take the head buffer's units that became final since the last look
+        (``stream``) and, once ``min_chunk_units`` are waiting, train them as one chunk
+        (forward/backward, no optimiser step). Returns the seconds it trained, or None when it
+        trained nothing. Called only while the trainer waits for the head buffer, so the
+        controller is IDLE and the trainer free; the handed units stay in ``groups`` and in
+        the batch ``consume`` returns."""
+        handed = self.controller.stream()
+        if handed:
+            self._handed += handed
+            self.notes.append({"t": self.accounting.elapsed(), "event": "stream",
+                               "units": [u.unit_id for u in handed]})
+        if not self._handed or len(self._handed) < self.s.min_chunk_units:
+            return None
+        chunk, self._handed = self._handed, []
+        t0 = self.clock.now()
+        await self.trainer.accumulate(assemble(Batch(self.controller.head, tuple(chunk)),
+                                               self.groups))
+        self._handed_trained.update(u.unit_id for u in chunk)
+        self.notes.append({"t": self.accounting.elapsed(), "event": "train_chunk",
+                           "units": [u.unit_id for u in chunk]})
+        return self.clock.now() - t0
 
     def _assemble(self, batch: Batch) -> TrainBatch:
         train_batch = assemble(batch, self.groups)
@@ -538,9 +590,15 @@ class Driver:
 
     # ------------------------------------------------------------------ bookkeeping ----------
 
+    def _mark_ready(self) -> None:
+        """Remember when the head buffer became READY (the step's ``tail_s`` starts there)."""
+        if self._ready_at is None and self.controller.head_status is BufferStatus.READY:
+            self._ready_at = self.clock.now()
+
     def _notify(self) -> None:
         """Wake every task waiting for the controller's state to change."""
         self._update_stuck()
+        self._mark_ready()
         self._change.set()
         self._change = asyncio.Event()
 

@@ -108,6 +108,13 @@ class TrainerActor:
         metrics = self.t._train(batch)
         return metrics, self.t.steps
 
+    def accumulate(self, chunk: Any) -> None:
+        self.t._accumulate(chunk)
+
+    def finish_step(self, batch: Any) -> tuple[dict[str, float], int]:
+        metrics = self.t._finish_step(batch)
+        return metrics, self.t.steps
+
     def export(self, version: int) -> list[Any]:
         """The weights as a safetensors blob in the object store, put once; returned inside a
         list so that Ray hands back the reference rather than the bytes."""

@@ -123,6 +123,13 @@ class RayTrainer:
         metrics, self.steps = await self.handle.train_step.remote(batch)
         return metrics
 
+    async def accumulate(self, chunk: Any) -> None:
+        await self.handle.accumulate.remote(chunk)
+
+    async def finish_step(self, batch: Any) -> dict[str, float]:
+        metrics, self.steps = await self.handle.finish_step.remote(batch)
+        return metrics
+
     async def export_weights(self, version: int) -> RayWeights:
         ref, digest = await self.handle.export.remote(version)
         return RayWeights(version, ref, digest)

@@ -38,12 +38,13 @@ import copy
 import json
 import math
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .base import TrainBatch
+from .base import GroupSample, TrainBatch
 
 
 # Safetensors has no file-size limit; one file per directory is what the engine's weight
@@ -113,6 +114,7 @@ class GRPOTrainer:
         self.out_dir = Path(out_dir)
         self.keep_weights = keep_weights
         self.steps = 0
+        self._pending: dict[str, Any] | None = None  # streamed chunks of the step being built
 
     # ------------------------------------------------------------------ log-probabilities ----
 
@@ -163,12 +165,7 @@ class GRPOTrainer:
 
     def _train(self, batch: TrainBatch) -> dict[str, float]:
         s = self.s
-        rows = []  # (prompt, tokens, behaviour logprobs, versions, advantage)
-        for g in batch.groups:
-            for smp, adv in zip(g.samples, self.advantages(list(g.rewards), s.scale_rewards)):
-                if smp.token_ids:
-                    rows.append((list(g.prompt_ids), list(smp.token_ids), list(smp.logprobs),
-                                 list(smp.versions), adv))
+        rows = self._rows(batch.groups)
         if not rows:
             raise ValueError(f"batch {batch.version} has no response tokens to train on")
         n_once = sum(len(r[1]) for r in rows)
@@ -204,11 +201,24 @@ class GRPOTrainer:
             out["kl_ref"] = sums["kl_ref"] / n
         return out
 
+    def _rows(self, groups: Sequence[GroupSample]) -> list[tuple]:
+        """(prompt, tokens, behaviour logprobs, versions, advantage) of every sample with a
+        response; the advantages are each group's own (GRPO normalises within a group)."""
+        rows = []
+        for g in groups:
+            for smp, adv in zip(g.samples, self.advantages(list(g.rewards), self.s.scale_rewards)):
+                if smp.token_ids:
+                    rows.append((list(g.prompt_ids), list(smp.token_ids), list(smp.logprobs),
+                                 list(smp.versions), adv))
+        return rows
+
     def _minibatch(self, rows: list[tuple], version: int, sums: dict[str, float],
-                   first: bool) -> None:
-        """Accumulate the gradient of one optimiser step over ``rows`` (in micro-batches)."""
+                   first: bool, n_tokens: float | None = None) -> None:
+        """Accumulate the gradient of one optimiser step over ``rows`` (in micro-batches),
+        divided by ``n_tokens`` (default: the rows' own tokens, a token mean)."""
         s = self.s
-        n_tokens = sum(len(r[1]) for r in rows)
+        if n_tokens is None:
+            n_tokens = sum(len(r[1]) for r in rows)
 
         def add(key: str, value: float) -> None:
             sums[key] = sums.get(key, 0.0) + value
@@ -272,6 +282,109 @@ class GRPOTrainer:
 
     async def train_step(self, batch: TrainBatch) -> dict[str, float]:
         return await asyncio.to_thread(self._train, batch)
+
+    # ------------------------------------------------------------------ streaming -------------
+    #
+    # The same update as ``_train`` with one pass and one minibatch, computed chunk by chunk
+    # while the batch still fills (``trainer.streaming``). A chunk is whole groups, so each
+    # sample's advantage is known when its chunk arrives. The normaliser is not: the loss is a
+    # token mean over the *whole* batch, and the batch's token count is known only once its
+    # last unit is final (the unit count, B, is known in advance; the tokens are not). The
+    # gradient is linear in the per-token sum, so each chunk back-propagates its unnormalised
+    # sum, and ``_finish_step`` divides the accumulated gradient by the batch's token count
+    # once, before clipping and the optimiser step: grad(sum / N) = grad(sum) / N, the
+    # whole-batch gradient up to float rounding. Dividing each chunk by its own token count
+    # instead would weigh a short chunk's tokens more than a long one's: a different update
+    # (tests/runtime/test_grpo_streaming.py shows it fails the comparison).
+
+    def _check_streamable(self) -> None:
+        if self.s.epochs != 1 or self.s.minibatches != 1:
+            raise ValueError(f"streaming trains one pass and one optimiser step per batch; "
+                             f"trainer.epochs is {self.s.epochs} and trainer.minibatches is "
+                             f"{self.s.minibatches} (both must be 1)")
+
+    def _accumulate(self, chunk: TrainBatch) -> None:
+        """Forward/backward over ``chunk`` (whole groups of the batch ``chunk.version``),
+        adding to the pending gradient; no optimiser step. Raises ``ValueError`` (and changes
+        nothing) for a chunk of another batch than the pending one or a unit already in it."""
+        self._check_streamable()
+        p = self._pending
+        if p is not None and p["version"] != chunk.version:
+            raise ValueError(f"chunk of batch {chunk.version} while batch {p['version']} is "
+                             f"pending: finish or discard that step first")
+        ids = [g.unit_id for g in chunk.groups]
+        seen = set(p["units"]) if p is not None else set()
+        dup = [u for u in ids if u in seen] or [u for u in ids if ids.count(u) > 1]
+        if dup:
+            raise ValueError(f"unit {dup[0]!r} is already accumulated for batch {chunk.version}")
+        if p is None:
+            self.opt.zero_grad(set_to_none=True)
+            p = self._pending = {"version": chunk.version, "units": [], "sums": {},
+                                 "tokens": 0, "stale": 0, "chunks": 0}
+        rows = self._rows(chunk.groups)
+        self.model.train()
+        if rows:
+            self._minibatch(rows, chunk.version, p["sums"], True, n_tokens=1.0)
+        p["units"] += ids
+        p["tokens"] += sum(len(r[1]) for r in rows)
+        p["stale"] += sum(v < chunk.version for r in rows for v in r[3])
+        p["chunks"] += 1
+
+    def _finish_step(self, batch: TrainBatch) -> dict[str, float]:
+        """Accumulate the groups of ``batch`` not accumulated yet, then take the one optimiser
+        step: the whole-batch update of ``_train`` (one pass, one minibatch). Groups handed
+        to an earlier trainer process (a resumed run) are simply trained here. Raises
+        ``ValueError`` (and changes nothing) if the pending chunks hold a unit the batch does
+        not, or the batch has no response tokens."""
+        self._check_streamable()
+        p = self._pending
+        units = {g.unit_id for g in batch.groups}
+        if p is not None:
+            if p["version"] != batch.version:
+                raise ValueError(f"batch {batch.version} while chunks of batch {p['version']} "
+                                 f"are pending")
+            extra = [u for u in p["units"] if u not in units]
+            if extra:
+                raise ValueError(f"unit {extra[0]!r} was accumulated but is not in batch "
+                                 f"{batch.version}")
+        if not any(s.token_ids for g in batch.groups for s in g.samples):
+            raise ValueError(f"batch {batch.version} has no response tokens to train on")
+        done = set(p["units"]) if p is not None else set()
+        rest = tuple(g for g in batch.groups if g.unit_id not in done)
+        if rest or p is None:
+            self._accumulate(TrainBatch(batch.version, rest))
+        p = self._pending
+        n = p["tokens"]
+        for param in self.model.parameters():
+            if param.grad is not None:
+                param.grad.div_(n)
+        grad_norm = self._optimizer_step()
+        self._pending = None
+        self.steps += 1
+        sums = p["sums"]
+        out = {
+            "loss": sums["loss"] / n, "clip_frac": sums["clipped"] / n,
+            "ratio_mean": sums["ratio"] / n, "ratio_max": sums["ratio_max"],
+            "kl_behaviour": sums["kl_behaviour"] / n, "grad_norm": grad_norm,
+            "stale_token_frac": p["stale"] / n, "tokens": float(n),
+            "onpolicy_logprob_err": (sums["onpolicy_err"] / sums["onpolicy_n"]
+                                     if sums.get("onpolicy_n") else 0.0),
+            "chunks": float(p["chunks"]), "streamed_units": float(len(done)),
+        }
+        if self.ref is not None:
+            out["kl_ref"] = sums["kl_ref"] / n
+        return out
+
+    def _discard(self) -> None:
+        """Drop the pending chunks' gradient (nothing was stepped)."""
+        self._pending = None
+        self.opt.zero_grad(set_to_none=True)
+
+    async def accumulate(self, chunk: TrainBatch) -> None:
+        await asyncio.to_thread(self._accumulate, chunk)
+
+    async def finish_step(self, batch: TrainBatch) -> dict[str, float]:
+        return await asyncio.to_thread(self._finish_step, batch)
 
     # ------------------------------------------------------------------ weights, checkpoints --
 

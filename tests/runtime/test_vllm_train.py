@@ -296,3 +296,39 @@ async def test_the_demo_still_learns_in_bf16_mixed(engine, tiny_model, tmp_path)
     last = fmean(r["reward"] for r in result.rows[-10:])
     print(f"bf16-mixed training reward {first:.3f} -> {last:.3f}")
     assert last - first >= IMPROVEMENT_MARGIN
+
+
+async def test_streaming_run_trains_chunks_and_whole_batches(engine, tiny_model, tmp_path):
+    # Two groups in flight at a time: the head buffer fills one group after another, so the
+    # trainer has final units to train before each batch is whole.
+    cfg = _cfg(tmp_path, **{"staleness.eta": 1, "staleness.max_concurrency": 2,
+                            "trainer.streaming": True, "run.steps": 4})
+    seen = []
+
+    def spy(driver):
+        finish = driver.trainer.finish_step
+
+        async def wrapped(batch):
+            seen.append(batch)
+            return await finish(batch)
+
+        driver.trainer.finish_step = wrapped
+
+    result = await _train(cfg, engine, tiny_model, tmp_path, hook=spy)
+    driver = result.driver
+    assert len(seen) == 4 and all(len(b.groups) == 4 for b in seen)
+    for batch in seen:
+        for g in batch.groups:
+            assert batch.version - min(min(s.versions) for s in g.samples) <= 1
+    assert sum(r["streamed_units"] for r in result.rows) > 0
+    assert all(r["train/chunks"] >= 1 for r in result.rows)
+    assert driver.trainer.steps == 4  # one optimiser step per batch, chunks or not
+    streamed = {u.unit_id for e in driver.controller.events if e.op == "stream"
+                for u in e.batch.units}
+    consumed = [u for e in driver.controller.events if e.op == "consume"
+                for u in e.batch.unit_ids]
+    assert streamed and len(consumed) == len(set(consumed)) == 16
+    assert streamed <= set(consumed) | {u for u in streamed
+                                        if driver.controller.unit_state(u) is UnitState.STREAMED}
+    replay(driver.controller.config, driver.controller.events)
+    _log_replays(tmp_path, driver.controller)  # the journal holds the stream lines
