@@ -15,21 +15,12 @@ the first fifth of the batches is left out as start-up transient). A cell report
 ratio to each baseline (mean, min, max over seeds) and the regime its Reserve–Occupy runs are in.
 
 Each cell also runs Reserve–Occupy with both oversampling modes of the source (``OVERSAMPLING``):
-<<<<<<< HEAD
 batch-level with capacity B + 4 (spec §6.6) and group-level with group size + 2 candidates
 (spec §6.5). For those a cell reports what turning the mode on does: tok/s and batches/s ÷
 plain Reserve–Occupy, the L2 waste, and the length ratio (mean trained ÷ mean admitted
 response length) relative to plain Reserve–Occupy's. A mode that is ahead of plain
 Reserve–Occupy in tok/s or batches/s while that relative length ratio is below ``SHORT_BIAS``
 is labelled "short answers": it gains only by training shorter answers.
-=======
-batch-level with capacity B + 4 (§6.6) and group-level with group size + 2 candidates (§6.5). For
-those a cell reports what turning the mode on does: tok/s and batches/s ÷ plain Reserve–Occupy,
-the L2 waste, and the length ratio (mean trained ÷ mean admitted response length) relative to
-plain Reserve–Occupy's. A mode that is ahead of plain Reserve–Occupy in tok/s or batches/s while
-that relative length ratio is below ``SHORT_BIAS`` is labelled "short answers": it gains only by
-training shorter answers.
->>>>>>> i18small
 
 Each cell also runs two references that do not depend on its eta, once per point of the map
 (``REFERENCES``): the unbounded policy and AReaL at eta = 1 (which trains staleness up to 2).
