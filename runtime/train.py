@@ -78,11 +78,33 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Validate everything (docs/runtime.md, "What train validates"), then train. Every
-    check here runs before a model is loaded into an engine or the run directory changes."""
+    check here runs before a model is loaded into an engine or the run directory changes.
+    The run directory's lock, once taken, is held until this returns."""
+    from .recovery.rundir import release_all
+
+    held = len(_LOCKS)
+    try:
+        return _run(args)
+    finally:
+        release_all(_LOCKS[held:])
+        del _LOCKS[held:]
+
+
+_LOCKS: list = []  # the run directory locks _run took
+
+
+def _run(args: argparse.Namespace) -> int:
     configure()  # before torch or vLLM is imported
     from .config import ConfigFileError, load_config
     from .data import DataError, load_prompts
-    from .recovery.rundir import RunDirError, check_output_dir, check_resumable, run_files
+    from .recovery.rundir import (
+        RunDirError,
+        check_not_in_use,
+        check_output_dir,
+        check_resumable,
+        lock_run_dir,
+        run_files,
+    )
     from .session import is_run_dir, split_prompts
     from .tasks.base import RewardError, load_reward
 
@@ -117,10 +139,24 @@ def run(args: argparse.Namespace) -> int:
         out_dir = Path(cfg.run.output_dir)
         check_output_dir(out_dir)
         model_path = _preflight(cfg, prompts)
+        # One owner per run directory: the lock is taken before the directory is looked at
+        # (so two runs started at once cannot both find it free) and held until this process
+        # ends; --check only looks whether another process holds it.
+        if args.check:
+            check_not_in_use(out_dir)
+        else:
+            _LOCKS.append(lock_run_dir(out_dir))
         aside = None
         if continuing:
-            check_resumable(out_dir, cfg.driver_settings().controller_config(),
-                            len(train_prompts))
+            found = check_resumable(out_dir, cfg.driver_settings().controller_config(),
+                                    len(train_prompts))
+            if found.version >= cfg.run.steps and not args.check:
+                missing = "" if (out_dir / "summary.json").is_file() else (
+                    "; it stopped before its final evaluation and summary.json")
+                print(f"{PROG}: the run in {out_dir} already finished all {cfg.run.steps} "
+                      f"steps ({found.version} trained{missing}): nothing to do (to train "
+                      f"further, resume it with --steps N, N > {found.version})")
+                return 0
         else:
             held = run_files(out_dir)
             if held and not args.overwrite:

@@ -51,14 +51,15 @@ class _Ctl:
 def test_backoff_doubles_on_fruitless_releases_and_resets_on_progress():
     ctl, t = _Ctl(), StuckTimeouts(3.0)
     assert t.released(ctl, now=10.0) is None  # the first release: nothing to compare with
-    assert t.released(ctl, now=13.0) == 10.0  # fruitless: escalate to units older than t=10
-    assert t.released(ctl, now=19.0) == 13.0
-    assert t.timeout == 12.0
+    assert t.released(ctl, now=13.0) is None and t.timeout == 6.0  # fruitless: back off
+    assert t.released(ctl, now=19.0) is None and t.timeout == 12.0
+    assert t.released(ctl, now=31.0) == 19.0  # the third in a row escalates: units older
+    assert t.timeout == 24.0                  # than the previous release are aborted
     ctl.admitted, ctl.aborted = 3, 1  # one unit placed (aborts alone would not count)
     t.refresh(ctl)
     assert t.timeout == 3.0
-    assert t.released(ctl, now=30.0) is None
+    assert t.released(ctl, now=60.0) is None
     ctl.aborted, ctl.admitted, ctl.in_flight = 2, 5, 1  # an abort, re-admissions: no progress
-    assert t.released(ctl, now=33.0) == 30.0 and t.timeout == 6.0
+    assert t.released(ctl, now=63.0) is None and t.timeout == 6.0
     ctl.head = 1  # a batch consumed
-    assert t.released(ctl, now=40.0) is None and t.timeout == 3.0
+    assert t.released(ctl, now=70.0) is None and t.timeout == 3.0

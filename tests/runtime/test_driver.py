@@ -275,17 +275,20 @@ def test_a_stuck_timeout_shorter_than_every_group_backs_off_and_the_run_trains()
     assert gaps[:2] == [pytest.approx(1.0), pytest.approx(2.0)]  # 1 s, then doubled
 
 
-def test_a_fruitless_release_escalates_to_units_outside_the_head():
-    # eta=1, every request 3 s; g0 and g1 are reserved into the next buffer (reserve fills
-    # the newest buffer first), and g0 hangs. The release at 1 s re-admits the head; the one at
-    # 2 s follows no placement, so it also aborts the units in flight since before 1 s,
-    # wherever their buffer (g0 and g1): a hung unit cannot hold its place for good.
+def test_fruitless_releases_escalate_to_units_outside_the_head():
+    # eta=1, every request 20 s; g0 and g1 are reserved into the next buffer (reserve fills
+    # the newest buffer first), and g0 hangs. Releases of the head at 1, 2, 4 and 8 s follow
+    # no placement (each waits twice as long as the one before); from the third fruitless one
+    # (8 s) a release also aborts the units in flight since before the previous release,
+    # wherever their buffer: g0 and g1. A hung unit cannot hold its place for good.
     special = {"g0-": Plan(math.inf, [1, 2, 3])}
-    driver, rollout, trainer, clock = make(script=fixed_script(3.0, special=special), eta=1,
+    driver, rollout, trainer, clock = make(script=fixed_script(20.0, special=special), eta=1,
                                            batch_size=2, group_size=2, steps=3,
                                            stuck_timeout_s=1.0)
     run(driver, clock)
+    released = [e["t"] for e in driver.trace if e["event"] == "release_stuck"]
+    assert released[:4] == [pytest.approx(t) for t in (1.0, 2.0, 4.0, 8.0)]
     escalated = [(e["unit"], e["t"]) for e in driver.trace
                  if e["event"] == "abort" and e.get("reason") == "stuck_escalation"]
-    assert escalated[:2] == [("g0", pytest.approx(2.0)), ("g1", pytest.approx(2.0))]
+    assert escalated[:2] == [("g0", pytest.approx(8.0)), ("g1", pytest.approx(8.0))]
     assert len(trainer.batches) == 3 and rollout.active == []
