@@ -9,9 +9,10 @@
     reserve-occupy train --backend ray         # engines and trainer as Ray actors
 
 Exit status: 0 done, 2 invalid input (config, data, reward, model directory and tokenizer,
-trainer device, output or run directory; one clear message naming what is wrong, before any
-engine starts: docs/runtime.md, "What train validates"), 1 the run failed (including a run in
-which nothing can ever train: see "Progress guarantees" there).
+trainer device, output or run directory, a directory another run holds; one clear message
+naming what is wrong, before any engine starts: docs/runtime.md, "What train validates"), 1 the
+run failed (including a run in which nothing can ever train: see "Progress guarantees" there),
+130 interrupted by Ctrl-C (143 by SIGTERM; docs/cli.md, "Signals, pipes and exit status").
 """
 
 from __future__ import annotations
@@ -261,9 +262,12 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     try:
         result = asyncio.run(run_training(cfg, model_path, prompts, reward, out_dir,
                                           resume=resume))
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run closed its engines first
+        from .cli import Terminated, interrupted_status
+
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"{PROG}: {what}; continue the run with --resume {out_dir}", file=sys.stderr)
+        return interrupted_status(exc)
     except ValueError as exc:  # input found bad once the model's tokenizer could read it
         return _fail(str(exc))
     except RecoveryFailed as exc:  # the run directory cannot be trusted: say why, no traceback

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from reserve_occupy.config import MAX_STALENESS
 
-from ...inputs import InputError, int_in, int_list, one_int
+from ...inputs import InputError, int_in, int_list, one_int, seed_list, sim_limit
 from ..model.checks import CheckFailed, check_run
 from ..model.core import Simulator
 from ..model.cost import CostError, CostModel, preset
@@ -388,11 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="qwen3-8b-h20", help="cost preset")
     args = parser.parse_args(argv)
     try:
-        seeds = int_list("--seeds", args.seeds)
+        seeds = seed_list("--seeds", args.seeds)
         etas = int_list("--eta", args.eta)
         int_in("--eta", max(etas), 0, MAX_STALENESS)
-        batches = one_int("--batches", args.batches, 1)
-        batch_size = one_int("--batch-size", args.batch_size, 1)
+        batches = sim_limit("--batches", one_int("--batches", args.batches, 1))
+        batch_size = sim_limit("--batch-size", one_int("--batch-size", args.batch_size, 1))
         cost = preset(args.preset)
     except (InputError, BoundError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -403,4 +403,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ...cli import script
+
+    script(main, "python -m runtime.sim.studies.bound")
