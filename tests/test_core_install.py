@@ -6,12 +6,14 @@ A fresh virtual environment gets this project's wheel and nothing else but ``tra
 the checkout, so nothing of the checkout can leak in. Offline: the wheel is built by the
 test's own interpreter (``pip wheel --no-build-isolation``), installed with that pip into the
 new environment (``pip --python``); ``transitions`` is a pure-Python package with no wheel
-cached on the test machines, so its installed files are copied from the test's environment.
+cached on the test machines, so its installed files (and those of ``six``, which it needs) are
+copied from the test's environment.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -34,21 +36,36 @@ def _copy_distribution(name: str, site: Path) -> None:
             shutil.copy2(src, dst)
 
 
+# What the wheel is built from (a copy, so the build leaves nothing in the checkout).
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "reserve_occupy", "runtime")
+
+
 @pytest.fixture(scope="module")
 def core_env(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("core")
-    env_dir, wheels = tmp / "venv", tmp / "wheels"
+    env_dir, wheels, src = tmp / "venv", tmp / "wheels", tmp / "src"
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            src.mkdir(exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(wheels), str(ROOT)],
-                   check=True, cwd=tmp)
+                    "--no-build-isolation", "--wheel-dir", str(wheels), str(src)],
+                   check=True, cwd=tmp, env=clean)
     python = env_dir / "bin" / "python"
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                    "--no-deps", "--no-index", *map(str, wheels.glob("*.whl"))], check=True)
+                    "--no-deps", "--no-index", *map(str, wheels.glob("*.whl"))], check=True,
+                   cwd=tmp, env=clean)
+    assert (env_dir / "bin" / "reserve-occupy").is_file()
     purelib = subprocess.run([str(python), "-c", "import sysconfig; "
                               "print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
-    _copy_distribution("transitions", Path(purelib))
+    for name in ("transitions", "six"):  # the core's dependency, and its own
+        _copy_distribution(name, Path(purelib))
     assert sysconfig.get_paths()["purelib"] != purelib
     return env_dir
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.ray_backend.preflight import ClusterTooSmall, check, requests
+pytest.importorskip("ray")  # the package imports ray (the ray extra)
+
+from runtime.ray_backend.preflight import ClusterTooSmall, check, requests  # noqa: E402
 
 
 def test_the_sum_of_the_actors_must_fit_the_cluster():
