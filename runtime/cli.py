@@ -50,20 +50,44 @@ class Terminated(KeyboardInterrupt):
 
 
 def interrupted_status(exc: BaseException) -> int:
-    return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
+    return EXIT_SIGTERM if isinstance(exc, Terminated) or _terminated else EXIT_SIGINT
 
 
 _signalled = False
+_terminated = False  # the interrupt came from SIGTERM
 
 
 def _on_signal(signum: int, frame: object) -> None:
     """The first SIGINT or SIGTERM interrupts; a second one (``timeout`` and a terminal both
-    signal the process group and the process) must not interrupt the interrupt's handling."""
-    global _signalled
+    signal the process group and the process) must not interrupt the interrupt's handling.
+    While an ``asyncio`` loop owns SIGINT (``asyncio.run`` cancels its main task on Ctrl-C, so
+    every ``finally`` runs in order: see ``async_sigint``), SIGTERM is handed to it as a
+    SIGINT."""
+    global _signalled, _terminated
     if _signalled:
         return
     _signalled = True
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    _terminated = signum == signal.SIGTERM
+    if signum == signal.SIGTERM and signal.getsignal(signal.SIGINT) is not _on_signal:
+        signal.raise_signal(signal.SIGINT)
+        return
+    raise Terminated() if _terminated else KeyboardInterrupt()
+
+
+class async_sigint:
+    """``with async_sigint(): asyncio.run(...)``: give SIGINT back to Python's default handler
+    for the loop, which ``asyncio.run`` replaces by its own graceful one."""
+
+    def __enter__(self) -> None:
+        self.previous = None
+        try:
+            self.previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:  # not the main thread
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _quiet_stdout() -> None:
@@ -82,12 +106,12 @@ def guarded(body: Callable[[], int | None], prog: str) -> int:
     141, an output that cannot be written (a full disk) exits 74 with one line -- never a
     traceback. Whatever the command writes must be written atomically (``runtime.outputs``),
     so an interrupted command leaves each output complete or absent."""
-    global _signalled
+    global _signalled, _terminated
     previous = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, _on_signal)
-        _signalled = False
+        _signalled = _terminated = False
     except ValueError:  # not the main thread: leave signals alone
         pass
     try:
@@ -99,8 +123,8 @@ def guarded(body: Callable[[], int | None], prog: str) -> int:
 
         # work cut off mid-way (coroutines never awaited, ...) is what an interrupt means
         warnings.simplefilter("ignore")
-        print(f"{prog}: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}",
-              file=sys.stderr)
+        what = "terminated" if interrupted_status(exc) == EXIT_SIGTERM else "interrupted"
+        print(f"{prog}: {what}", file=sys.stderr)
         return interrupted_status(exc)
     except BrokenPipeError:
         _quiet_stdout()

@@ -259,13 +259,14 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     print(f"{PROG}: model {model_path}, {len(prompts)} prompts, eta={cfg.staleness.eta}, "
           f"{cfg.staleness.batch_size} groups x {cfg.staleness.group_size} per step, "
           f"{cfg.run.steps} steps -> {out_dir}")
-    try:
-        result = asyncio.run(run_training(cfg, model_path, prompts, reward, out_dir,
-                                          resume=resume))
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run closed its engines first
-        from .cli import Terminated, interrupted_status
+    from .cli import EXIT_SIGTERM, async_sigint, interrupted_status
 
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    try:
+        with async_sigint():  # Ctrl-C cancels the run's task: its finally blocks close it
+            result = asyncio.run(run_training(cfg, model_path, prompts, reward, out_dir,
+                                              resume=resume))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run closed its engines first
+        what = "terminated" if interrupted_status(exc) == EXIT_SIGTERM else "interrupted"
         print(f"{PROG}: {what}; continue the run with --resume {out_dir}", file=sys.stderr)
         return interrupted_status(exc)
     except ValueError as exc:  # input found bad once the model's tokenizer could read it

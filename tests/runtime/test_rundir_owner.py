@@ -164,3 +164,27 @@ def test_a_run_file_that_does_not_parse_is_named(tmp_path):
     store.path(7).write_text('{"samples": [')
     with pytest.raises(ValueError, match=rf"{store.path(7)}: not a readable trajectory"):
         store.load(7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,status,word", [(2, 130, "interrupted"), (15, 143, "terminated")])
+def test_a_signal_ends_train_with_one_line_and_frees_the_directory(tmp_path, sig, status, word):
+    # Before: Ctrl-C exited 1 (the status of a failed run) and SIGTERM killed the process
+    # without closing the engine. Now the run's task is cancelled, its finally blocks close
+    # the engine and release the directory, and the line says how to continue.
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "runtime", "train", *FAKE, "--steps", "500",
+                             "--output-dir", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=root)
+    assert proc.stdout is not None
+    while "engine ready" not in proc.stdout.readline():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == status, err
+    assert "Traceback" not in err and "Task was destroyed" not in err, err
+    assert f"{word}; continue the run with --resume {out}" in err
+    from runtime.recovery.rundir import lock_run_dir
+
+    lock_run_dir(out).release()  # the directory is free again
