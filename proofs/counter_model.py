@@ -500,7 +500,7 @@ def render_cstate(m: CounterModel, s: CState, ev: Any) -> str:
     for k in m.K:
         rs = {d: ev(s.r[k][d]) for d in m.K}
         os_ = {d: ev(s.o[k][d]) for d in m.K}
-        cells = [f"O(age{d})x{n}" for d, n in os_.items() if n] + \
-                [f"R(age{d})x{n}" for d, n in rs.items() if n]
+        cells = ([f"O(age{d})x{n}" for d, n in os_.items() if n]
+                 + [f"R(age{d})x{n}" for d, n in rs.items() if n])
         lines.append(f"  +{k}: " + (" ".join(cells) or "-"))
     return "\n".join(lines)

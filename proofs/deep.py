@@ -4,7 +4,10 @@
    million distinct states (by default eta=4, batch_size=2, capacity=2, no concurrency limit):
    every invariant on every new state, the per-edge checks on every edge, deadlock and both
    progress properties over the whole graph. Prints progress and the distinct-state count.
-2. With ``--z3``: the counter-abstraction proofs for eta up to ``--z3-eta`` (every capacity and
+2. The same with streaming consume (``Config.streaming``: ``stream`` and its refusals in the
+   alphabet) for a configuration beyond ``pytest proofs/``'s (default eta=2, B=3, C=3, M=2;
+   ``--streaming-config``, or ``none`` to skip it).
+3. With ``--z3``: the counter-abstraction proofs for eta up to ``--z3-eta`` (every capacity and
    batch size) and the slot-level proofs for the larger shapes of ``DEEP_SLOT_SHAPES``.
 
 Exit status 0 only if everything held (and at least ``--min-states`` states were explored).
@@ -28,7 +31,7 @@ def _config(text: str) -> Config:
     return Config(*parts)  # type: ignore[arg-type]
 
 
-def model_check(config: Config, min_states: int) -> bool:
+def model_check(config: Config, min_states: int = 1) -> bool:
     def progress(states: int, edges: int, depth: int, seconds: float) -> None:
         print(f"  {states:>9,} states  {edges:>11,} edges  depth {depth:>3}  {seconds:7.0f}s  "
               f"({states / max(seconds, 1e-9):,.0f} states/s)", flush=True)
@@ -86,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=_config, default=Config(4, 2, 2),
                     help="eta,batch_size,capacity[,max_concurrency] (default 4,2,2)")
     ap.add_argument("--min-states", type=int, default=1_000_000)
+    ap.add_argument("--streaming-config", default="2,3,3,2",
+                    help="eta,batch_size,capacity[,max_concurrency] checked with streaming on "
+                         "(default 2,3,3,2; 'none' skips it)")
     ap.add_argument("--z3", action="store_true", help="also run the deep Z3 proofs")
     ap.add_argument("--z3-eta", type=int, default=6, help="largest eta for the counter model")
     ap.add_argument("--skip-model-check", action="store_true")
@@ -94,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     if not args.skip_model_check:
         ok &= model_check(args.config, args.min_states)
+        if args.streaming_config != "none":
+            base = _config(args.streaming_config)
+            ok &= model_check(Config(base.max_staleness, base.batch_size, base.capacity,
+                                     base.max_concurrency, streaming=True))
     if args.z3:
         ok &= z3_proofs(args.z3_eta)
     print(f"proofs-deep: {'OK' if ok else 'FAILED'} in {time.perf_counter() - start:.0f}s")

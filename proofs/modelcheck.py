@@ -4,7 +4,10 @@ Theory of operation
 -------------------
 Breadth-first search from ``StalenessController(config)`` over every operation a runtime can
 issue: ``reserve`` (a fresh unit), ``occupy``/``abort`` of each in-flight unit, ``filter`` of
-each finished unit, ``consume`` and ``release_stuck`` (trainer idle), ``publish`` (training).
+each finished unit, ``consume`` and ``release_stuck`` (trainer idle), ``publish`` (training);
+with ``Config.streaming`` also ``stream`` (which must be refused with ``IllegalOperation`` while
+training) and ``filter`` of each STREAMED unit (refused with ``IllegalUnitState``); a refusal
+must change nothing.
 Every successor is produced by the real code (``clone()`` then the real method) and checked.
 
 States are merged by a canonical key (``canonical``) that applies two abstractions:
@@ -34,9 +37,11 @@ as ``c`` for every operation.
 
 Checks: every ``INVARIANTS`` entry plus the controller's private indexes (``check_controller``)
 on every new state -- or on every successor with ``check_every_edge`` --, the per-edge checks
-above, crashes (any exception), refused operations that change the state, optionally conformance
-of every edge to the Z3 encoding (``proofs.refine``), and after the search two reachability
-properties: from every state a consume is reachable (``progress``), and reachable with
+above, crashes (any exception), refused operations that change the state, for streaming the
+per-edge ``stream`` checks (a stream hands exactly the head's unhanded OCCUPIED units; no
+operation but consume moves a STREAMED unit; consume's batch holds every one), optionally
+conformance of every edge to the Z3 encoding (``proofs.refine``), and after the search two
+reachability properties: from every state a consume is reachable (``progress``), and reachable with
 reserve/occupy/publish/consume alone (``progress_cooperative``: a runtime whose units all finish
 never needs a timeout to make progress).
 """
@@ -52,6 +57,8 @@ from typing import Any
 
 from reserve_occupy import (
     Config,
+    IllegalOperation,
+    IllegalUnitState,
     InvariantViolation,
     StalenessController,
     UnitState,
@@ -59,15 +66,16 @@ from reserve_occupy import (
 from reserve_occupy.invariants import check_controller
 from reserve_occupy.table import EMPTY, OCCUPIED, RESERVED, Buffer
 
-OPS = ("reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck")
+OPS = ("reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck", "stream")
 _OP = {name: n for n, name in enumerate(OPS)}
 COOPERATIVE = frozenset(_OP[o] for o in ("reserve", "occupy", "consume", "publish"))
 _BIAS = 128
 _CODE = {EMPTY: 0, RESERVED: 1, OCCUPIED: 2}
+STREAMED_CODE = 3  # an OCCUPIED slot whose unit stream handed (the key's fourth slot kind)
 _STATE = (EMPTY, RESERVED, OCCUPIED)
 _PHASE = {"IDLE": 0, "TRAINING": 1}
 _PHASE_NAME = ("IDLE", "TRAINING")
-_LIVE = (UnitState.IN_FLIGHT, UnitState.FINISHED)
+_LIVE = (UnitState.IN_FLIGHT, UnitState.FINISHED, UnitState.STREAMED)
 _E3 = (0, 0, 0)
 
 
@@ -82,6 +90,7 @@ def canonical(c: StalenessController) -> tuple[bytes, list]:
     names: dict = {}
     out = [_PHASE[c._phase], t.head + base, t.top + base, c._in_flight, len(t.buffers)]
     code = _CODE
+    streamed = c._streamed
     for v in sorted(t.buffers):
         buf = t.buffers[v]
         out.append(v + base)
@@ -92,7 +101,7 @@ def canonical(c: StalenessController) -> tuple[bytes, list]:
                 n = names.get(u)
                 if n is None:
                     n = names[u] = len(names)
-                out += (code[st], n, w + base)
+                out += (STREAMED_CODE if streamed and u in streamed else code[st], n, w + base)
     try:
         return bytes(out), list(names)
     except ValueError:
@@ -112,6 +121,7 @@ def materialise(key: bytes, make: Callable[[Config], StalenessController],
     t.head, t.top = head - _BIAS + base, top - _BIAS + base
     t.buffers, t.where, t.v_traj = {}, {}, {}
     units: dict = {}
+    streamed: dict = {}
     pos = 5
     cap = config.capacity
     for _ in range(nbuf):
@@ -121,6 +131,9 @@ def materialise(key: bytes, make: Callable[[Config], StalenessController],
             code, n, w = key[pos], key[pos + 1], key[pos + 2]
             pos += 3
             if code:
+                if code == STREAMED_CODE:
+                    streamed[n] = None  # slot order: the order stream hands units in
+                    code = _CODE[OCCUPIED]
                 st = _STATE[code]
                 if st == RESERVED:  # an in-flight unit: the table indexes its version
                     t.v_traj[n] = w - _BIAS + base
@@ -130,6 +143,7 @@ def materialise(key: bytes, make: Callable[[Config], StalenessController],
         t.buffers[buf.v] = buf
     c._units = dict(sorted(units.items()))
     c._consumed_below = t.head  # nothing consumed is part of the key
+    c._streamed = streamed
     c._in_flight = in_flight
     return c
 
@@ -171,7 +185,7 @@ class Report:
     def summary(self) -> str:
         c = self.config
         cfg = (f"eta={c.max_staleness} B={c.batch_size} C={c.capacity} "
-               f"maxc={c.max_concurrency}")
+               f"maxc={c.max_concurrency}{' streaming' if c.streaming else ''}")
         verdict = "OK" if self.violation is None else f"VIOLATION {self.violation.check}"
         more = "" if self.complete else " (stopped at max_states)"
         return (f"{cfg}: {self.states} states, {self.edges} edges, depth {self.depth}, "
@@ -189,25 +203,42 @@ def enabled(c: StalenessController, names: list) -> list[tuple[Label, str, Any]]
         if st is UnitState.IN_FLIGHT:
             ops.append(((1, n), "occupy", u))
             ops.append(((2, n), "abort", u))
-        elif st is UnitState.FINISHED:
-            ops.append(((3, n), "filter", u))
+        elif st is UnitState.FINISHED or st is UnitState.STREAMED:
+            ops.append(((3, n), "filter", u))  # of a STREAMED unit: must be refused
     if c._phase == "IDLE":
         ops.append(((4, 0), "consume", None))
         ops.append(((6, 0), "release_stuck", None))
+        if c.config.streaming:
+            ops.append(((7, 0), "stream", None))
     else:
         ops.append(((5, 0), "publish", None))
+        if c.config.streaming:
+            ops.append(((7, 0), "stream", None))  # must be refused: IllegalOperation
     return ops
 
 
 def run_op(c: StalenessController, op: str, unit: Any) -> tuple[Any, bool]:
-    """Run one operation on ``c``; returns (result, refused)."""
+    """Run one operation on ``c``; returns (result, refused). A filter of a STREAMED unit and a
+    stream while training are refused by a typed error (returned as the result), which must
+    change nothing."""
+    if op == "stream" and c._phase == "TRAINING":
+        try:
+            return c.stream(), False
+        except IllegalOperation as e:
+            return e, True
     if unit is None:
         result = getattr(c, op)()
+    elif op == "filter" and unit in c._streamed:
+        try:
+            return c.filter(unit), False
+        except IllegalUnitState as e:
+            return e, True
     else:
         result = getattr(c, op)(unit)
-    # release_stuck returns [] only when its guard refused: a STUCK head holds a reservation.
+    # release_stuck returns [] only when its guard refused: a STUCK head holds a reservation;
+    # stream returns () only when the head holds no OCCUPIED unit it has not handed yet.
     refused = result is None if op in ("reserve", "consume") else (
-        op == "release_stuck" and result == [])
+        (op == "release_stuck" and result == []) or (op == "stream" and result == ()))
     return result, refused
 
 
@@ -268,13 +299,51 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
         head_units = {u for st, u in zip(pre._table.buffers[pre.head].state,
                                          pre._table.buffers[pre.head].unit) if st == OCCUPIED}
         for bu in result.units:
-            if not (0 <= bu.staleness <= cfg.max_staleness) or \
-                    bu.staleness != result.version - bu.v_traj:
+            if (not (0 <= bu.staleness <= cfg.max_staleness)
+                    or bu.staleness != result.version - bu.v_traj):
                 return "edge:batch_staleness", f"batch {result.version} trained {bu}"
             if bu.unit_id not in head_units:
                 return "edge:batch", f"unit {bu.unit_id!r} was not OCCUPIED in the head buffer"
     if op == "publish" and post._version != pre._version + 1:
         return "edge:publish", f"version {pre._version} -> {post._version}"
+    if pre._streamed or post._streamed or op == "stream":
+        return stream_checks(pre, op, post, result)
+    return None
+
+
+def stream_checks(pre: StalenessController, op: str, post: StalenessController,
+                  result: Any) -> tuple[str, str] | None:
+    """Streaming's per-edge properties (spec/PROTOCOL.md §3.8): ``stream`` hands exactly the
+    head's OCCUPIED units not handed yet, in slot order, at their staleness; no other operation
+    but consume moves, drops or adds a STREAMED unit; consume's batch holds every STREAMED unit
+    of the pre-state and names exactly those as streamed."""
+    if op == "stream":
+        if pre._phase != "IDLE":
+            return "edge:stream", f"stream ran while the trainer was {pre._phase}"
+        buf = pre._table.buffers[pre.head]
+        want = [(u, w, pre.head - w) for st, u, w in zip(buf.state, buf.unit, buf.version)
+                if st == OCCUPIED and u not in pre._streamed]
+        if [tuple(bu) for bu in result] != want:
+            return "edge:stream", f"stream handed {list(result)}, the head's new units are {want}"
+        if list(post._streamed) != [*pre._streamed, *(bu.unit_id for bu in result)]:
+            return "edge:stream", "the streamed set is not the old one plus the units handed"
+    elif op == "consume":
+        if (set(result.streamed) != set(pre._streamed)
+                or not set(pre._streamed) <= set(result.unit_ids)):
+            return "edge:stream", (f"batch {result.version} names {list(result.streamed)} as "
+                                   f"streamed; {list(pre._streamed)} were handed")
+    else:
+        if list(post._streamed) != list(pre._streamed):
+            return "edge:stream", (f"{op} changed the streamed set {list(pre._streamed)} -> "
+                                   f"{list(post._streamed)}")
+        for u in pre._streamed:
+            try:
+                a, b = pre._table.locate(u), post._table.locate(u)
+            except KeyError:
+                return "edge:stream", f"{op} removed STREAMED unit {u!r} from the table"
+            if (a[0].v, a[1]) != (b[0].v, b[1]):
+                return "edge:stream", (f"{op} moved STREAMED unit {u!r} from ({a[0].v}, {a[1]}) "
+                                       f"to ({b[0].v}, {b[1]})")
     return None
 
 
@@ -480,6 +549,8 @@ def describe(op: str, unit: Any, result: Any) -> str:
     if op == "occupy":
         extra = f" aborted {list(result.aborted)}" if result.aborted else ""
         return f"occupy u{unit} -> b{result.slot.buffer}[{result.slot.index}]{extra}"
+    if isinstance(result, Exception):
+        return f"{op} u{unit} -> refused ({type(result).__name__}: {result})"
     if op in ("abort", "filter"):
         extra = f" aborted {list(result.aborted)}" if result.aborted else ""
         return f"{op} u{unit}{extra}"
@@ -488,6 +559,9 @@ def describe(op: str, unit: Any, result: Any) -> str:
                                 f"batch b{result.version} {list(result.unit_ids)}")
     if op == "release_stuck":
         return f"release_stuck -> aborted {result}"
+    if op == "stream":
+        return "stream -> " + ("refused" if result == () else
+                               f"handed {[bu.unit_id for bu in result]}")
     return f"publish -> version {result}"
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reserve_occupy import Config, StalenessController
+from reserve_occupy import Config, IllegalUnitState, StalenessController, UnitState, UnknownUnit
+from reserve_occupy.machine import UNIT_LIFECYCLE
 from reserve_occupy.table import EMPTY, OCCUPIED, RESERVED, Buffer, SlotTable
-from reserve_occupy.types import Move, MoveReason, SlotRef, UnitId
+from reserve_occupy.types import Batch, BatchUnit, Move, MoveReason, SlotRef, UnitId
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Mutant:
     rule: str  # the rule of spec/PROTOCOL.md it breaks
     make: Callable[[Config], StalenessController]
     oversampling: bool = False  # True if it can only misbehave when capacity > batch_size
+    streaming: bool = False  # True if it can only misbehave with Config.streaming
 
 
 def _with_table(table_cls: type[SlotTable]) -> Callable[[Config], StalenessController]:
@@ -197,6 +199,27 @@ class ReadyEarly(SlotTable):
         return buf.n_occ >= max(1, self.batch_size - 1)  # MUTANT: READY one unit early
 
 
+class StreamLaterBuffer(SlotTable):
+    def stream_head(self, handed: dict[UnitId, None] | set[UnitId]) -> tuple[BatchUnit, ...]:
+        out = []
+        for v in range(self.head, self.top + 1):  # MUTANT: every open buffer, not the head only
+            buf = self.buffers[v]
+            out += [BatchUnit(u, w, self.head - w)  # handed as if it trained in the head
+                    for st, u, w in zip(buf.state, buf.unit, buf.version)
+                    if st == OCCUPIED and u not in handed]
+        return tuple(out)
+
+
+class StreamNewestFirst(SlotTable):
+    def stream_head(self, handed: dict[UnitId, None] | set[UnitId]) -> tuple[BatchUnit, ...]:
+        buf = self.buffers.get(self.head)
+        if buf is None or not buf.n_occ:
+            return ()
+        new = [e for st, e in zip(buf.state, buf.entry)
+               if st == OCCUPIED and e.unit_id not in handed]  # type: ignore[union-attr]
+        return tuple(new[-1:])  # type: ignore[arg-type]  # MUTANT: one unit, the newest
+
+
 # ------------------------------------------------------------------ controller mutants ------
 
 class AbortKeepsSlot(StalenessController):
@@ -240,6 +263,50 @@ class StuckReleasesOne(StalenessController):
                   aborted=tuple(self._result))
 
 
+class StreamWhileTraining(StalenessController):
+    def stream(self) -> tuple[BatchUnit, ...]:
+        if self._phase == "TRAINING":  # MUTANT: the phase guard is skipped while training
+            return self._result if self._can_stream() and self._do_stream() is None else ()
+        return super().stream()
+
+
+# filter's lifecycle edge with STREAMED added: a handed unit may be filtered (after the trainer
+# took its gradient, so the batch and what was trained disagree).
+_FILTER_ANY = {UnitState.FINISHED: UnitState.FILTERED, UnitState.STREAMED: UnitState.FILTERED}
+
+
+class FilterStreamed(StalenessController):
+    def _require(self, operation: str, unit_id: UnitId) -> None:
+        self._check_id(operation, unit_id)
+        state = self._state_of(unit_id)
+        if state is None:
+            raise UnknownUnit(operation, unit_id)
+        edges = _FILTER_ANY if operation == "filter" else UNIT_LIFECYCLE[operation]  # MUTANT
+        if state not in edges:
+            raise IllegalUnitState(operation, unit_id, state.value)
+
+    def _end(self, unit_id: UnitId, operation: str) -> None:
+        record = self._state_of(unit_id)
+        edges = _FILTER_ANY if operation == "filter" else UNIT_LIFECYCLE[operation]  # MUTANT
+        state = edges[record]  # type: ignore[index]
+        self._units[unit_id] = state
+        self._count(state, 1)
+
+
+class ConsumeLeavesOutStreamed(StalenessController):
+    def _do_consume(self) -> None:
+        head = self._table.head
+        entries = self._table.take_head()
+        self._end_batch(len(entries), head)
+        handed = tuple(self._streamed)
+        # MUTANT: the batch is only the units the trainer has not had yet
+        batch = Batch(head, tuple(e for e in entries if e.unit_id not in self._streamed), handed)
+        self._streamed = {}
+        self._last_batch = batch
+        self._result = batch
+        self._log("consume", version=self._version, head=head, batch=batch)
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("staleness_off_by_one", "a reservation may shift into a buffer one beyond "
            "v_traj + eta", "staleness: legal(b, u) iff head <= b <= v_traj + eta",
@@ -249,7 +316,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("reserve_first_empty", "Reserve takes the first EMPTY slot of the buffer, not the "
            "last", "Reserve: last EMPTY slot of the buffer", _with_table(ReserveFirstEmpty)),
     Mutant("reserve_into_ready", "Reserve may use a READY buffer's spare slot",
-           "Reserve: not-READY buffers only (7.6)", _with_table(ReserveIntoReady),
+           "Reserve: not-READY buffers only (§6.6)", _with_table(ReserveIntoReady),
            oversampling=True),
     Mutant("occupy_without_shift", "the gap a finished (or aborted) unit leaves is never taken "
            "by an earlier reservation", "Occupy (b): shift", _with_table(NoShift)),
@@ -264,7 +331,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("place_latest", "a finished unit goes to the latest legal EMPTY slot",
            "Occupy (c): earliest legal EMPTY slot", _with_table(PlaceLatest)),
     Mutant("place_into_ready", "a finished unit may land in a READY buffer's spare slot",
-           "Occupy (c): not-READY buffers only (7.6)", _with_table(PlaceIntoReady),
+           "Occupy (c): not-READY buffers only (§6.6)", _with_table(PlaceIntoReady),
            oversampling=True),
     Mutant("ready_not_closed", "READY buffers keep their reservations under oversampling",
            "correction 2: close READY buffers", _with_table(NoClose), oversampling=True),
@@ -287,6 +354,20 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("concurrency_unchecked", "admission ignores max_concurrency",
            "Reserve: in-flight < max_concurrency", _with_controller(ConcurrencyUnchecked)),
     Mutant("release_stuck_one", "the stuck-head timeout aborts only the first reservation",
-           "Abort timeout (7.2): abort all reservations of a STUCK head",
+           "Abort timeout (§6.2): abort all reservations of a STUCK head",
            _with_controller(StuckReleasesOne)),
+    Mutant("stream_later_buffer", "stream also hands finished units of buffers after the head",
+           "Stream (§3.8): the head buffer only", _with_table(StreamLaterBuffer), streaming=True),
+    Mutant("stream_newest_first", "stream hands one unit per call, the newest: a refill can "
+           "then move a handed unit", "Stream (§3.8): every new unit of the head, in slot order",
+           _with_table(StreamNewestFirst), streaming=True),
+    Mutant("stream_while_training", "stream runs while a batch trains (its weights do not "
+           "exist yet)", "Stream (§3.8): trainer IDLE", _with_controller(StreamWhileTraining),
+           streaming=True),
+    Mutant("filter_streamed", "filter accepts a unit already handed to the trainer",
+           "Stream (§3.8): a STREAMED unit cannot be filtered", _with_controller(FilterStreamed),
+           streaming=True),
+    Mutant("consume_leaves_out_streamed", "consume's batch holds only the units not streamed",
+           "Stream (§3.8): the batch is the whole head buffer",
+           _with_controller(ConsumeLeavesOutStreamed), streaming=True),
 )}

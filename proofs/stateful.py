@@ -3,7 +3,9 @@
 ``machine_for(make)`` builds a ``RuleBasedStateMachine`` for a controller factory (the real one
 or a mutant). One rule per operation; bundles of in-flight and finished units; GRPO groups with
 group-level oversampling (more candidates than the group size) and configurations with
-batch-level oversampling (capacity > batch_size). After every operation the rule checks the
+batch-level oversampling (capacity > batch_size), with and without streaming consume (``stream``
+while idle; while training it must raise ``IllegalOperation``, and ``filter`` of a streamed unit
+``IllegalUnitState``, both changing nothing). After every operation the rule checks the
 per-edge properties of the model checker and conformance to the slot-level encoding; an
 ``@invariant`` per entry of ``INVARIANTS`` (plus the private indexes and the runtime's own view:
 every unit it admitted is live or ended in a way it was told about) runs after every step; the
@@ -31,6 +33,7 @@ from reserve_occupy import (
     INVARIANTS,
     Config,
     Group,
+    IllegalOperation,
     IllegalUnitState,
     Phase,
     ReplayDivergence,
@@ -46,9 +49,9 @@ from .modelcheck import check_state, edge_checks
 from .refine import concrete_ops, conformance
 
 CONFIGS = st.builds(
-    lambda eta, b, spare, limit: Config(eta, b, b + spare, limit),
+    lambda eta, b, spare, limit, streaming: Config(eta, b, b + spare, limit, streaming),
     st.integers(0, 3), st.integers(1, 3), st.integers(0, 2),
-    st.one_of(st.none(), st.integers(1, 6)))
+    st.one_of(st.none(), st.integers(1, 6)), st.booleans())
 
 
 class Violation(AssertionError):
@@ -110,7 +113,7 @@ class ControllerMachine(RuleBasedStateMachine):
             self.failed = True
             raise Violation("crash", f"{op}({unit!r}): {type(e).__name__}: {e}") from e
         refused = result is None if op in ("reserve", "consume") else (
-            op == "release_stuck" and result == [])
+            (op == "release_stuck" and result == []) or (op == "stream" and result == ()))
         # Same order as the model checker: per-edge properties, then the invariants of the new
         # state, then conformance to the encoding (so the kill table names the most specific
         # check that noticed).
@@ -143,6 +146,9 @@ class ControllerMachine(RuleBasedStateMachine):
         elif op == "consume":
             for u in result.unit_ids:
                 view[u] = "consumed"
+        elif op == "stream":
+            for bu in result:
+                view[bu.unit_id] = "streamed"
         if op in ("occupy", "abort", "filter"):
             for u in result.aborted:
                 view[u] = "aborted"
@@ -179,6 +185,28 @@ class ControllerMachine(RuleBasedStateMachine):
     def filter(self, unit: int) -> None:
         if self.view[unit] == "finished":
             self._run("filter", unit)
+        elif self.view[unit] == "streamed":
+            self._refused_by(IllegalUnitState, "filter", unit)
+
+    def _refused_by(self, error: type, op: str, unit: Any = None) -> None:
+        """The operation must raise ``error`` and change nothing (snapshot and log)."""
+        c = self.c
+        before, n = c.snapshot(), c.event_count
+        try:
+            getattr(c, op)(*(() if unit is None else (unit,)))
+        except error:
+            if c.snapshot() != before or c.event_count != n:
+                self._fail("edge:refusal", f"{op}({unit!r}) raised but changed the state")
+            return
+        self._fail("edge:stream", f"{op}({unit!r}) was accepted; {error.__name__} expected")
+
+    @precondition(lambda self: self.c is not None and self.c.config.streaming)
+    @rule()
+    def stream(self) -> None:
+        if self.c.phase is Phase.IDLE:
+            self._run("stream")
+        else:
+            self._refused_by(IllegalOperation, "stream")
 
     # consume and release_stuck only when the head holds something they act on: refusals on an
     # empty head are checked exhaustively by the model checker, and here they would crowd out
@@ -202,7 +230,7 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @rule(size=st.integers(1, 3), extra=st.integers(0, 2))
     def admit_group(self, size: int, extra: int) -> None:
-        """A GRPO group takes one slot; ``extra`` > 0 is group-level oversampling (7.5)."""
+        """A GRPO group takes one slot; ``extra`` > 0 is group-level oversampling (spec §6.5)."""
         gid = f"g{self.next_unit}"
         self.next_unit += 1
         _, refused = self._run("reserve", gid)
@@ -253,7 +281,7 @@ class ControllerMachine(RuleBasedStateMachine):
             return
         want = {"in_flight": UnitState.IN_FLIGHT, "finished": UnitState.FINISHED,
                 "consumed": UnitState.CONSUMED, "aborted": UnitState.ABORTED,
-                "filtered": UnitState.FILTERED}
+                "filtered": UnitState.FILTERED, "streamed": UnitState.STREAMED}
         if set(self.view) != set(self.c._units):
             raise Violation("edge:accounting", "admitted units and the runtime's view differ")
         for u, seen in self.view.items():

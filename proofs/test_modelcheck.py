@@ -29,6 +29,13 @@ CONFIGS = [
 ]
 
 
+# Streaming consume (Config.streaming): the same search with ``stream`` and the refused filter
+# of a STREAMED unit in the alphabet; both oversampling settings, eta 0 .. 2, with a limit.
+# Larger ones run in ``make proofs-deep`` (proofs/deep.py --streaming).
+STREAMING_CONFIGS = [(0, 2, 3, None), (1, 1, 1, None), (1, 2, 2, None), (1, 2, 3, None),
+                     (1, 3, 4, 2), (2, 1, 2, 2)]
+
+
 def _id(c: tuple) -> str:
     return f"eta{c[0]}-B{c[1]}-C{c[2]}-maxc{c[3]}"
 
@@ -40,6 +47,17 @@ def test_every_reachable_state_satisfies_every_check(cfg: tuple) -> None:
     assert r.complete
     assert r.violation is None, r.violation.render()
     assert r.states > 1
+
+
+@pytest.mark.parametrize("cfg", STREAMING_CONFIGS, ids=[_id(c) for c in STREAMING_CONFIGS])
+def test_every_reachable_state_with_streaming_satisfies_every_check(cfg: tuple) -> None:
+    config = Config(*cfg, streaming=True)
+    r = check_config(config, conformance=True, check_every_edge=True)
+    report.add("model checking: real StalenessController, exhaustive", r.summary())
+    assert r.complete
+    assert r.violation is None, r.violation.render()
+    # streaming adds states (units handed or not), so the search did reach STREAMED units
+    assert r.states > check_config(Config(*cfg), liveness=False).states
 
 
 def test_materialised_frontier_visits_the_same_states_as_real_runs() -> None:
@@ -141,5 +159,5 @@ def test_progress_cooperative_needs_a_path_without_abort_filter_or_timeout() -> 
     ops.append(_OP["reserve"])
     assert mc._progress(3, goal, src, dst, ops) is None
     goal = bytearray([1, 0, 0])
-    assert mc._progress(3, goal, array("I", [1]), array("I", [0]), array("B", [1]))[2] == \
-        "progress"
+    assert (mc._progress(3, goal, array("I", [1]), array("I", [0]), array("B", [1]))[2]
+            == "progress")

@@ -56,7 +56,8 @@ def abstract(c: StalenessController) -> dict[str, Any]:
             (r if st == RESERVED else o)[k][d] += 1
     states = list(c._unit_states().values())
     return {"training": c._phase == "TRAINING", "r": r, "o": o,
-            "in_flight": c._in_flight, "finished": states.count(UnitState.FINISHED),
+            "in_flight": c._in_flight,
+            "finished": states.count(UnitState.FINISHED) + states.count(UnitState.STREAMED),
             "admitted": len(c._units), "consumed": c._consumed, "aborted": c._aborted,
             "filtered": c._filtered}
 
@@ -129,8 +130,8 @@ class CounterRefinement:
             r = solver.check()
             if r == z3.sat:
                 return None
-            return f"{op}: no choice makes the counter relation reach the code's post-state" \
-                   f" ({r}): pre={a_pre} post={a_post}"
+            return (f"{op}: no choice makes the counter relation reach the code's post-state"
+                    f" ({r}): pre={a_pre} post={a_post}")
         finally:
             solver.pop()
 

@@ -2,7 +2,8 @@
 
 The pure core of the Reserve–Occupy protocol (spec/PROTOCOL.md). No I/O, clocks or threads:
 a runtime feeds it events (``reserve``, ``occupy``, ``abort``, ``filter``, ``consume``,
-``publish``, ``release_stuck``) and acts on what it returns.
+``publish``, ``release_stuck``, and ``stream`` with ``Config.streaming``) and acts on what it
+returns.
 """
 
 from .config import Config

@@ -10,8 +10,8 @@ here, before anything is allocated:
 * ``(max_staleness + 1) * capacity <= MAX_SLOTS`` (1,000,000 open slots, about 16 MB of slot
   arrays): the product is what is allocated, so it is bounded too.
 
-``max_concurrency`` allocates nothing and has no upper bound. docs/cli.md lists these limits
-with the command-line ones.
+``max_concurrency`` allocates nothing and has no upper bound; ``streaming`` is a flag.
+docs/cli.md lists these limits with the command-line ones.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ class Config:
 
     ``max_staleness`` (eta): a unit admitted at version v trains at a version in [v, v + eta];
     0 is synchronous RL. ``batch_size`` (B): units per training batch. ``capacity`` (C): slots per
-    buffer, default B; C > B turns on batch-level oversampling (source 7.6). ``max_concurrency``:
+    buffer, default B; C > B turns on batch-level oversampling (spec §6.6). ``max_concurrency``:
     at most this many units in flight (reserved) at once; None means only the slots bound it.
+    ``streaming``: the trainer may take the head buffer's finished units before it is READY
+    (``StalenessController.stream``, spec/PROTOCOL.md §3.8); off, the source protocol.
     Limits: see the module docstring (``MAX_STALENESS``, ``MAX_BATCH_SIZE``, ``MAX_SLOTS``).
     """
 
@@ -51,6 +53,7 @@ class Config:
     batch_size: int
     capacity: int | None = None
     max_concurrency: int | None = None
+    streaming: bool = False
 
     def __post_init__(self) -> None:
         _require_int("max_staleness", self.max_staleness, 0, MAX_STALENESS)
@@ -73,6 +76,8 @@ class Config:
                 f"reserve_occupy/config.py)")
         if self.max_concurrency is not None:
             _require_int("max_concurrency", self.max_concurrency, 1)
+        if not isinstance(self.streaming, bool):
+            raise ConfigError("streaming", self.streaming, "must be True or False")
 
     @property
     def eta(self) -> int:

@@ -45,7 +45,8 @@ this file and the tables differ. Regenerate with `make spec`.
 ## Trainer phase (the `transitions` machine)
 
 A trigger not listed from the current phase raises `IllegalOperation`; a false guard refuses the
-operation (reserve returns None, consume returns None, release_stuck returns []).
+operation (reserve returns None, consume returns None, release_stuck returns [], stream
+returns ()).
 
 | trigger | from | to | guard / precondition |
 |---|---|---|---|

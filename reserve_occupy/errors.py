@@ -26,13 +26,18 @@ class IllegalOperation(ProtocolError):
     """The operation is not allowed in the trainer's current phase.
 
     Raised for ``consume`` while a batch is training, ``publish`` while the trainer is idle,
-    ``release_stuck`` while training.
+    ``release_stuck`` or ``stream`` while training; ``requires`` names a ``Config`` option the
+    operation needs and the controller lacks (``stream`` without ``Config.streaming``).
     """
 
-    def __init__(self, operation: str, phase: str) -> None:
+    def __init__(self, operation: str, phase: str, requires: str | None = None) -> None:
         self.operation = operation
         self.phase = phase
-        super().__init__(f"can't {operation} when trainer={phase}")
+        self.requires = requires
+        if requires is None:
+            super().__init__(f"can't {operation} when trainer={phase}")
+        else:
+            super().__init__(f"can't {operation}: {requires}")
 
 
 class UnitError(ProtocolError):

@@ -1,4 +1,4 @@
-"""GRPO groups as units (source 7.4) with group-level oversampling (7.5).
+"""GRPO groups as units (spec/PROTOCOL.md §6.4) with group-level oversampling (§6.5).
 
 A group takes one slot: the runtime reserves the group's id when it admits the prompt and
 occupies it only when ``Group`` says the group is complete. With oversampling the group launches

@@ -146,6 +146,31 @@ def conservation(s: Snapshot) -> str | None:
     return None
 
 
+def streamed(s: Snapshot) -> str | None:
+    """Every STREAMED unit (handed to the trainer by stream) is OCCUPIED in buffer head, so the
+    next consumed batch contains it; none exists while training or without Config.streaming; the
+    last batch's ``streamed`` units are units of that batch."""
+    handed = [u.unit_id for u in s.units if u.state is UnitState.STREAMED]
+    if handed:
+        if not s.config.streaming:
+            return f"unit {handed[0]!r} is STREAMED but Config.streaming is off"
+        if s.phase is not Phase.IDLE:
+            return f"unit {handed[0]!r} is STREAMED while the trainer is {s.phase.value}"
+        head = s.buffers[0] if s.buffers and s.buffers[0].v_buffer == s.head else None
+        in_head = set() if head is None else {u for st, u in head.slots if st is O}
+        for u in handed:
+            if u not in in_head:
+                return f"STREAMED unit {u!r} is not OCCUPIED in head buffer {s.head}"
+    b = s.last_batch
+    if b is not None and b.streamed:
+        if not s.config.streaming:
+            return f"batch {b.version} has streamed units but Config.streaming is off"
+        ids = set(b.unit_ids)
+        if len(set(b.streamed)) != len(b.streamed) or not ids.issuperset(b.streamed):
+            return f"batch {b.version} streamed {list(b.streamed)}, not distinct units of it"
+    return None
+
+
 def concurrency(s: Snapshot) -> str | None:
     """At most max_concurrency units are in flight."""
     limit = s.config.max_concurrency
@@ -190,6 +215,7 @@ INVARIANTS: dict[str, Callable[[Snapshot], str | None]] = {
     "staleness": staleness,
     "batch": batch,
     "conservation": conservation,
+    "streamed": streamed,
     "concurrency": concurrency,
     "prefix": prefix,
     "no_deadlock": no_deadlock,
@@ -238,7 +264,8 @@ def check_controller(c: StalenessController) -> None:
             raise InvariantViolation("conservation", f"buffer {v} indexes out of step")
     states = c._unit_states()
     in_table = len(t.where) + sum(len(b.pos) for b in t.buffers.values())
-    live = sum(1 for st in states.values() if st in (UnitState.IN_FLIGHT, UnitState.FINISHED))
+    live = sum(1 for st in states.values()
+               if st in (UnitState.IN_FLIGHT, UnitState.FINISHED, UnitState.STREAMED))
     if in_table != live or set(t.v_traj) != set(t.where):
         raise InvariantViolation("conservation", "slot index and unit records disagree")
     if c.in_flight != sum(1 for st in states.values() if st is UnitState.IN_FLIGHT):
@@ -260,6 +287,16 @@ def check_controller(c: StalenessController) -> None:
         elif rec not in t.buffers or u not in t.buffers[rec].pos:
             raise InvariantViolation("conservation",
                                      f"finished unit {u!r} is recorded in buffer {rec}, not there")
+    # The handed set is the controller's, kept apart from the slots: each unit in it must still
+    # be a FINISHED record of the head buffer and OCCUPIED there (streamed, above, reads the
+    # snapshot, which takes its STREAMED states from this same set).
+    head_buf = t.buffers.get(t.head)
+    for u in c._streamed:
+        if c._units.get(u) != t.head or head_buf is None or u not in head_buf.pos:
+            raise InvariantViolation("streamed", f"unit {u!r} was streamed but is not a finished "
+                                                 f"unit of head buffer {t.head}")
+    if c._streamed and c.phase is not Phase.IDLE:
+        raise InvariantViolation("streamed", "units are streamed while the trainer trains")
     if consumed != c._consumed:
         raise InvariantViolation("conservation", f"{consumed} units recorded consumed, counter "
                                                  f"{c._consumed}")

@@ -36,6 +36,12 @@ public answer (``unit_state``, errors, ``snapshot``) goes through them. The wate
 counter are the controller's own, kept apart from the slot table: ``check`` verifies that the
 watermark is the table's head, that every open record names the buffer whose ``pos`` holds the
 unit, and that the records below the watermark are exactly ``consumed`` many.
+
+With ``Config.streaming``, ``_streamed`` is the ordered set of the head buffer's units that
+``stream`` handed to the trainer: such a unit's record is still its buffer's number (the head's),
+and it reads STREAMED instead of FINISHED. Consume empties the set (those units end CONSUMED with
+the rest of the batch, through the watermark). Without streaming the set stays empty and costs a
+truth test per consume.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from .errors import (
 from .table import RESERVED, SlotTable
 from .types import (
     Batch,
+    BatchUnit,
     BufferStatus,
     Event,
     Move,
@@ -100,6 +107,8 @@ OPERATIONS: tuple[Operation, ...] = (
               "the unit is FINISHED"),
     Operation("release_stuck", (IDLE,), None, "_head_stuck", "_do_release_stuck",
               "the head buffer is STUCK"),
+    Operation("stream", (IDLE,), None, "_can_stream", "_do_stream",
+              "Config.streaming; the head buffer holds an OCCUPIED unit not handed yet"),
     Operation("consume", (IDLE,), TRAINING, "_head_ready", "_do_consume",
               "the head buffer is READY"),
     Operation("publish", (TRAINING,), IDLE, None, "_do_publish",
@@ -112,7 +121,8 @@ UNIT_LIFECYCLE: dict[str, dict[UnitState | None, UnitState]] = {
     "occupy": {UnitState.IN_FLIGHT: UnitState.FINISHED},
     "abort": {UnitState.IN_FLIGHT: UnitState.ABORTED},
     "filter": {UnitState.FINISHED: UnitState.FILTERED},
-    "consume": {UnitState.FINISHED: UnitState.CONSUMED},
+    "stream": {UnitState.FINISHED: UnitState.STREAMED},
+    "consume": {UnitState.FINISHED: UnitState.CONSUMED, UnitState.STREAMED: UnitState.CONSUMED},
 }
 
 
@@ -157,7 +167,9 @@ class StalenessController:
     The runtime calls ``reserve`` before a unit starts generating, ``occupy`` when it finished,
     ``abort``/``filter`` to drop it, ``consume`` when the trainer is idle, ``publish`` when the
     training step finished, ``release_stuck`` when its own clock says the head buffer waited too
-    long. See spec/PROTOCOL.md for the rules and the invariants ``check`` verifies.
+    long; with ``Config.streaming``, ``stream`` while idle to start training the head buffer's
+    finished units before it is READY. See spec/PROTOCOL.md for the rules and the invariants
+    ``check`` verifies.
     """
 
     _phase: str  # the machine's model attribute: a Phase value
@@ -173,11 +185,13 @@ class StalenessController:
         # unit -> state, or for a FINISHED unit the buffer it sits in (see "Unit records")
         self._units: dict[UnitId, UnitState | int] = {}
         self._consumed_below = self._table.head  # buffers before this one were consumed
+        self._streamed: dict[UnitId, None] = {}  # head units handed by stream (ordered set)
         self._in_flight = 0
         self._consumed = self._aborted = self._filtered = 0
         self._last_batch: Batch | None = None
         self._events: list[Event] = []
         self._plan: SlotRef | None = None
+        self._plan_stream: tuple[BatchUnit, ...] = ()
         self._result: Any = None
 
     # ----------------------------------------------------------------- read-only state ------
@@ -204,7 +218,8 @@ class StalenessController:
     @property
     def head_status(self) -> BufferStatus | None:
         """Status of the head buffer in O(1); None while training with eta = 0 (no open
-        buffer). A runtime arms its 7.2 timeout clock while this is STUCK and the trainer idle."""
+        buffer). A runtime arms its timeout clock (spec §6.2) while this is STUCK and the
+        trainer idle."""
         buf = self._table.head_buffer()
         return None if buf is None else self._table.status(buf)
 
@@ -240,9 +255,10 @@ class StalenessController:
     def snapshot(self) -> Snapshot:
         t = self._table
         versions = t.live_versions()
-        below = self._consumed_below
+        below, streamed = self._consumed_below, self._streamed
         live = frozenset(
-            UnitView(u, s if s is UnitState.IN_FLIGHT else UnitState.FINISHED,
+            UnitView(u, s if s is UnitState.IN_FLIGHT else
+                     UnitState.STREAMED if u in streamed else UnitState.FINISHED,
                      versions.get(u))  # type: ignore[arg-type]
             for u, s in self._units.items()
             if s is UnitState.IN_FLIGHT
@@ -274,6 +290,7 @@ class StalenessController:
         other.__dict__.update(self.__dict__)
         other._table = self._table.copy()
         other._units = dict(self._units)
+        other._streamed = dict(self._streamed)
         other._events = list(self._events)
         return other
 
@@ -305,13 +322,25 @@ class StalenessController:
         return self._result
 
     def release_stuck(self) -> list[UnitId]:
-        """The 7.2 timeout action: abort every reservation of a STUCK head buffer.
+        """The timeout action (spec §6.2): abort every reservation of a STUCK head buffer.
 
         The runtime owns the clock and calls this when the trainer has waited on a STUCK head
         buffer too long. Returns every unit aborted (the runtime must stop generating them);
         an empty list when the head buffer is not STUCK (nothing to release).
         """
         return self._result if self._fire("release_stuck") else []
+
+    def stream(self) -> tuple[BatchUnit, ...]:
+        """Hand the trainer the head buffer's OCCUPIED units it has not had yet, in slot order,
+        each with the staleness it trains at (spec/PROTOCOL.md §3.8). They are STREAMED: they
+        can no longer leave the head buffer, ``filter`` refuses them, and the next ``consume``
+        returns them in its batch with the rest (``Batch.streamed`` names them). Returns ``()``
+        and changes nothing when there is no new unit. Needs ``Config.streaming`` and an idle
+        trainer (while training, the weights buffer ``head`` trains from do not exist yet)."""
+        if not self.config.streaming:
+            raise IllegalOperation("stream", self._phase,
+                                   "Config.streaming is off (stream needs streaming=True)")
+        return self._result if self._fire("stream") else ()
 
     def consume(self) -> Batch | None:
         """Hand out the head buffer's batch if it is READY (trainer must be idle)."""
@@ -336,15 +365,19 @@ class StalenessController:
         state = self._units.get(unit_id)
         if state.__class__ is int:  # a FINISHED unit's buffer: consumed with it, or still there
             if state >= self._consumed_below:  # type: ignore[operator]
-                return UnitState.FINISHED
+                return UnitState.STREAMED if unit_id in self._streamed else UnitState.FINISHED
             return UnitState.CONSUMED
         return state  # type: ignore[return-value]
 
     def _unit_states(self) -> dict[UnitId, UnitState]:
         """Every admitted unit's state, in admission order (checks and proofs read this)."""
         below, finished, consumed = self._consumed_below, UnitState.FINISHED, UnitState.CONSUMED
-        return {u: (finished if s >= below else consumed)  # type: ignore[operator,misc]
-                if s.__class__ is int else s for u, s in self._units.items()}
+        states = {u: (finished if s >= below else consumed)  # type: ignore[operator,misc]
+                  if s.__class__ is int else s for u, s in self._units.items()}
+        for u in self._streamed:
+            if states.get(u) is finished:
+                states[u] = UnitState.STREAMED
+        return states
 
     def _require(self, operation: str, unit_id: UnitId) -> None:
         self._check_id(operation, unit_id)
@@ -393,12 +426,13 @@ class StalenessController:
         verifies) and recorded by that buffer's number. Advancing the watermark past it makes
         their records read as the operation's single lifecycle edge's target, CONSUMED, with no
         per-unit write (see "Unit records")."""
-        ((source, target),) = UNIT_LIFECYCLE["consume"].items()
-        if (source is not UnitState.FINISHED or target is not UnitState.CONSUMED
+        edges = UNIT_LIFECYCLE["consume"]
+        if (edges.get(UnitState.FINISHED) is not UnitState.CONSUMED
+                or (self._streamed and edges.get(UnitState.STREAMED) is not UnitState.CONSUMED)
                 or head != self._consumed_below):
             raise AssertionError(f"consume ends FINISHED units of buffer {self._consumed_below}")
         self._consumed_below = head + 1
-        self._count(target, n)
+        self._count(UnitState.CONSUMED, n)
 
     def _follow(self, moves: list[Move]) -> None:
         """A finished unit's record follows it: FILL moves OCCUPIED units to earlier buffers."""
@@ -430,6 +464,10 @@ class StalenessController:
     def _head_ready(self) -> bool:
         buf = self._table.head_buffer()
         return buf is not None and self._table.ready(buf)
+
+    def _can_stream(self) -> bool:
+        self._plan_stream = self._table.stream_head(self._streamed)
+        return bool(self._plan_stream)
 
     def _head_stuck(self) -> bool:
         buf = self._table.head_buffer()
@@ -518,11 +556,23 @@ class StalenessController:
         self._log("release_stuck", version=self._version, head=head, moves=tuple(moves),
                   aborted=tuple(aborted))
 
+    def _do_stream(self) -> None:
+        entries, head = self._plan_stream, self._table.head
+        streamed = self._streamed
+        for e in entries:
+            streamed[e.unit_id] = None
+        self._result = entries
+        self._log("stream", version=self._version, head=head, batch=Batch(head, entries))
+
     def _do_consume(self) -> None:
         head = self._table.head
         entries = self._table.take_head()
         self._end_batch(len(entries), head)
-        batch = Batch(head, entries)
+        if self._streamed:
+            batch = Batch(head, entries, tuple(self._streamed))
+            self._streamed = {}
+        else:
+            batch = Batch(head, entries)
         self._last_batch = batch
         self._result = batch
         self._log("consume", version=self._version, head=head, batch=batch)
@@ -541,7 +591,7 @@ def apply(controller: StalenessController, event: Event) -> Event | None:
     op = event.op
     if op in ("reserve", "occupy", "abort", "filter"):
         getattr(controller, op)(event.unit_id)
-    elif op in ("consume", "publish", "release_stuck"):
+    elif op in ("consume", "publish", "release_stuck", "stream"):
         getattr(controller, op)()
     else:
         raise ValueError(f"unknown operation {op!r} in event {event.seq}")

@@ -21,6 +21,8 @@ can break exactly one rule by overriding exactly one method:
   after it that has one, repeatedly, so no EMPTY precedes an OCCUPIED.
 * ``close_ready``    -- correction 2 (oversampling): a buffer that became READY closes its spare
   slots; each reservation in it moves to a legal EMPTY slot of a later buffer or is aborted.
+* ``stream_head``    -- streaming consume: the head buffer's OCCUPIED units not handed yet, in
+  slot order. Only the head buffer: every OCCUPIED unit of it trains in its batch (§3.8).
 
 Indexes, kept in step by ``_put``/``_clear`` (the only slot writers) and all verified by
 ``invariants.check_controller``: ``where`` and ``v_traj`` cover in-flight units only; a unit in
@@ -385,6 +387,19 @@ class SlotTable:
         to buffers later than ``after``."""
         slot = self.plan_reserve(v_traj)
         return slot if slot is not None and slot.buffer > after else None
+
+    # ----------------------------------------------------------------- Stream ----------------
+
+    def stream_head(self, handed: dict[UnitId, None] | set[UnitId]) -> tuple[BatchUnit, ...]:
+        """The OCCUPIED units of buffer ``head`` not in ``handed``, in slot order, as their batch
+        entries (the staleness they train at). Only the head: its OCCUPIED units can no longer
+        leave it except by consume (spec/PROTOCOL.md §3.8); a later buffer's may move forward.
+        Empty when there is no head buffer (eta = 0 while training)."""
+        buf = self.buffers.get(self.head)
+        if buf is None or not buf.n_occ:
+            return ()
+        return tuple(e for st, e in zip(buf.state, buf.entry)
+                     if st == OCCUPIED and e.unit_id not in handed)  # type: ignore[union-attr]
 
     # ----------------------------------------------------------------- Consume ---------------
 

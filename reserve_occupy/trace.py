@@ -26,10 +26,11 @@ from .types import Batch, BatchUnit, Event, Move, MoveReason, SlotRef
 FORMAT = "reserve-occupy-trace"
 SCHEMA_VERSION = 1
 
-OPS = ("reserve", "occupy", "abort", "filter", "release_stuck", "consume", "publish")
+OPS = ("reserve", "occupy", "abort", "filter", "release_stuck", "consume", "publish", "stream")
 # Operations a controller may refuse without changing state (admission waits, nothing READY,
-# head not STUCK). The core logs no event for a refusal; a trace may log one with refused=true.
-REFUSABLE = frozenset({"reserve", "consume", "release_stuck"})
+# head not STUCK, nothing new to stream). The core logs no event for a refusal; a trace may log
+# one with refused=true.
+REFUSABLE = frozenset({"reserve", "consume", "release_stuck", "stream"})
 _UNIT_OPS = frozenset({"reserve", "occupy", "abort", "filter"})
 _COMMON = frozenset({"op", "seq", "version", "head", "t", "meta"})
 # op -> fields it may carry besides the common ones. Absent optional fields mean "not logged"
@@ -42,8 +43,11 @@ _FIELDS: dict[str, frozenset[str]] = {
     "release_stuck": frozenset({"moves", "aborted", "refused"}),
     "consume": frozenset({"batch", "refused"}),
     "publish": frozenset(),
+    "stream": frozenset({"batch", "refused"}),  # batch: the units handed, version = head
 }
 _CONFIG_FIELDS = ("max_staleness", "batch_size", "capacity", "max_concurrency")
+# Written to a header only when on, so that a trace without streaming reads as before.
+_FLAG_FIELDS = ("streaming",)
 _REASONS = {r.value: r for r in MoveReason}
 
 
@@ -93,6 +97,9 @@ def header(config: Config, producer: str | None = None,
         "schema_version": SCHEMA_VERSION,
         "config": {name: getattr(config, name) for name in _CONFIG_FIELDS},
     }
+    for name in _FLAG_FIELDS:
+        if getattr(config, name):
+            out["config"][name] = True
     if granularity != "slot":
         out["granularity"] = granularity
     if producer is not None:
@@ -115,11 +122,13 @@ def event_to_record(event: Event) -> dict[str, Any]:
         out["moves"] = [{"unit": m.unit_id, "from": _slot(m.src), "to": _slot(m.dst),
                          "reason": m.reason.value} for m in event.moves]
         out["aborted"] = list(event.aborted)
-    if op == "consume":
+    if op in ("consume", "stream"):
         b = event.batch
         out["batch"] = {"version": b.version,  # type: ignore[union-attr]
                         "units": [{"unit": u.unit_id, "v_traj": u.v_traj,
                                    "staleness": u.staleness} for u in b.units]}  # type: ignore
+        if b.streamed:  # type: ignore[union-attr]
+            out["batch"]["streamed"] = list(b.streamed)  # type: ignore[union-attr]
     return out
 
 
@@ -214,7 +223,7 @@ def _moves(line: int, value: object) -> tuple[Move, ...]:
 
 def _batch(line: int, value: object) -> Batch:
     b = _obj(line, "batch", value)
-    extra = set(b) - {"version", "units"}
+    extra = set(b) - {"version", "units", "streamed"}
     if extra:
         raise TraceFormatError(line, "batch", f"unknown field {min(extra)!r}")
     if "version" not in b:
@@ -244,7 +253,10 @@ def _batch(line: int, value: object) -> Batch:
         elif v_traj is not None:
             stale = version - v_traj
         units.append(BatchUnit(_unit(line, f + ".unit", u["unit"]), v_traj, stale))  # type: ignore
-    return Batch(version, tuple(units))
+    streamed = (tuple(_unit(line, f"batch.streamed[{k}]", u)
+                      for k, u in enumerate(_list(line, "batch.streamed", b["streamed"])))
+                if "streamed" in b else ())
+    return Batch(version, tuple(units), streamed)
 
 
 class TraceHeader(NamedTuple):
@@ -288,14 +300,15 @@ def parse_header(obj: object, line: int = 1) -> TraceHeader:
     if extra:
         raise TraceFormatError(line, min(extra), "unknown header field")
     c = _obj(line, "config", h.get("config"))
-    unknown = set(c) - set(_CONFIG_FIELDS)
+    unknown = set(c) - set(_CONFIG_FIELDS) - set(_FLAG_FIELDS)
     if unknown:
         raise TraceFormatError(line, "config." + min(unknown), "unknown config field")
     for name in ("max_staleness", "batch_size"):
         if name not in c:
             raise TraceFormatError(line, "config." + name, "missing")
     try:
-        config = Config(**{k: c.get(k) for k in _CONFIG_FIELDS})
+        config = Config(**{k: c.get(k) for k in _CONFIG_FIELDS},
+                        **{k: c[k] for k in _FLAG_FIELDS if k in c})
     except ConfigError as exc:
         raise TraceFormatError(line, "config." + exc.field, exc.requirement) from None
     producer = h.get("producer")
@@ -329,6 +342,9 @@ def parse_record(obj: object, line: int) -> TraceEntry:
     if op == "consume" and not refused and "batch" not in r:
         raise TraceFormatError(line, "batch", "missing (log refused=true for a consume that "
                                               "found nothing READY)")
+    if op == "stream" and not refused and "batch" not in r:
+        raise TraceFormatError(line, "batch", "missing (the units handed; log refused=true for "
+                                              "a stream that handed nothing)")
     seq = _int(line, "seq", r["seq"]) if "seq" in r else line - 2
     version = _int(line, "version", r["version"]) if "version" in r else None
     head = _int(line, "head", r["head"]) if "head" in r else None

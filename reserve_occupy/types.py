@@ -29,7 +29,7 @@ class SlotState(str, enum.Enum):
 
 
 class BufferStatus(str, enum.Enum):
-    """Status of one buffer, derived from its slots (source section 4)."""
+    """Status of one buffer, derived from its slots (spec §2)."""
 
     PENDING = "PENDING"  # not READY and has an EMPTY slot
     STUCK = "STUCK"  # not READY, no EMPTY slot: waits for in-flight units
@@ -50,10 +50,11 @@ class Phase(str, enum.Enum):
 
 
 class UnitState(str, enum.Enum):
-    """Lifecycle of one unit. IN_FLIGHT and FINISHED are live; the rest are final."""
+    """Lifecycle of one unit. IN_FLIGHT, FINISHED and STREAMED are live; the rest are final."""
 
     IN_FLIGHT = "IN_FLIGHT"  # owns one RESERVED slot
     FINISHED = "FINISHED"  # owns one OCCUPIED slot
+    STREAMED = "STREAMED"  # FINISHED and handed to the trainer by stream: trains in buffer head
     CONSUMED = "CONSUMED"
     ABORTED = "ABORTED"
     FILTERED = "FILTERED"
@@ -141,10 +142,16 @@ class BatchUnit(NamedTuple):
 
 @dataclass(frozen=True)
 class Batch:
-    """A consumed buffer: trains the update ``version -> version + 1``."""
+    """A consumed buffer: trains the update ``version -> version + 1``.
+
+    ``streamed``: the units of the batch that ``stream`` handed to the trainer before consume,
+    in the order handed (empty without ``Config.streaming``); the trainer trains the others.
+    A ``stream`` event carries the units it handed as a ``Batch`` of the head buffer too.
+    """
 
     version: int
     units: tuple[BatchUnit, ...]
+    streamed: tuple[UnitId, ...] = ()
 
     def __len__(self) -> int:
         return len(self.units)

@@ -45,10 +45,14 @@ class Accounting:
 
     def step(self, step: int, batch: Any, tb: TrainBatch, metrics: dict[str, float],
              times: tuple[float, float, float, float], counts: dict[str, int],
-             lengths: dict[str, Any] | None = None) -> StepRecord:
+             lengths: dict[str, Any] | None = None,
+             stream: tuple[float, float, int] = (0.0, 0.0, 0)) -> StepRecord:
         """The record of one step; ``times`` = (waiting began, training began, sync began,
-        sync ended) on the clock; ``lengths``: ``LengthLog.figures`` so far."""
+        sync ended) on the clock; ``lengths``: ``LengthLog.figures`` so far; ``stream`` =
+        (seconds of the wait spent training chunks, seconds from the head buffer turning READY
+        to the optimiser step, units trained in chunks)."""
         t_wait, t_train, t_sync, t_end = times
+        stream_s, tail_s, streamed = stream
         self.tokens_trained += sum(len(s.token_ids) for _, s in tb.samples)
         now = t_end - self.t0
         idle = self.rollout_idle_s + (0.0 if self._engine_busy else t_end - self._idle_since)
@@ -59,11 +63,12 @@ class Accounting:
             rewards=[s.reward for _, s in tb.samples], rollout_rewards=self.completed_rewards,
             staleness=[u.staleness for u in batch.units], token_version_lag=lag,
             train=dict(metrics), step_s=t_end - t_wait, train_s=t_sync - t_train,
-            sync_s=t_end - t_sync, wait_s=t_train - t_wait,
+            sync_s=t_end - t_sync, wait_s=t_train - t_wait - stream_s,
             tokens_generated=self.tokens_generated, tokens_trained=self.tokens_trained,
             trainer_idle=self.trainer_idle_s / now if now > 0 else 0.0,
             rollout_idle=idle / now if now > 0 else 0.0, counts=dict(counts),
-            lengths=dict(lengths or {}))
+            lengths=dict(lengths or {}), tail_s=tail_s, stream_s=stream_s,
+            streamed_units=streamed)
         self.completed_rewards = []
         return record
 
@@ -259,9 +264,9 @@ class LengthLog:
         try:
             log = cls.read(path) if append and path.exists() else cls()
         except ValueError as exc:
-            raise ValueError(f"{exc}; move the file aside to resume without the earlier "
-                             f"lengths (the length bias then covers the resumed part only)") \
-                from None
+            raise ValueError(
+                f"{exc}; move the file aside to resume without the earlier "
+                f"lengths (the length bias then covers the resumed part only)") from None
         if known is not None:
             keep = set(known)
             log.records = {u: r for u, r in log.records.items() if u in keep}
@@ -282,8 +287,8 @@ class LengthLog:
             except (json.JSONDecodeError, ValueError) as exc:
                 if number == len(lines) and isinstance(exc, json.JSONDecodeError):
                     break
-                raise ValueError(f"{path}: line {number} is not a length record ({exc})") \
-                    from None
+                raise ValueError(
+                    f"{path}: line {number} is not a length record ({exc})") from None
         return log
 
     def _store(self, record: Any) -> None:

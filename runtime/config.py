@@ -40,6 +40,7 @@ class TinyModelConfig(_Section):
     warmup_lr: float = Field(3e-3, gt=0)
     max_operand: int = Field(9, ge=1)
     seed: int = 0
+    chat: bool = False  # a tokenizer with a chat template and printable ASCII (recipe tests)
 
     @model_validator(mode="after")
     def _head_dim(self) -> TinyModelConfig:
@@ -56,9 +57,10 @@ class ModelConfig(_Section):
 
 class DataConfig(_Section):
     path: str | None = None  # JSONL or Parquet; null: the shipped arithmetic task
-    prompt_field: str = "prompt"
+    prompt_field: str = "prompt"  # a string, or a list of {"role", "content"} messages
     answer_field: str | None = "answer"
     limit: int | None = Field(None, ge=1)
+    chat_template: bool = True  # render prompts with the tokenizer's template when it has one
 
 
 class RewardConfig(_Section):
@@ -126,6 +128,27 @@ class TrainerConfig(_Section):
     micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only)
     device: str = "cpu"  # auto: cuda when available, else cpu; checked by resolve_device
     threads: int | None = Field(None, ge=1)
+    # fp32; bf16-mixed: float32 weights, bfloat16 autocast; bf16: weights and optimizer state
+    # in bfloat16 too (docs/runtime.md, "Your own model"); checked by check_precision
+    precision: Literal["fp32", "bf16-mixed", "bf16"] = "fp32"
+    gradient_checkpointing: bool = False  # recompute activations in backward (memory)
+    warmup_steps: int = Field(0, ge=0)  # linear learning-rate warm-up over this many steps
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # after the warm-up
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)  # linear/cosine end at lr * this
+    # Streaming training (docs/runtime.md, "Streaming training"): while it waits for the head
+    # buffer, the trainer takes the buffer's finished units and runs forward/backward on them
+    # in chunks of at least min_chunk_units groups; the optimiser steps once, when the batch
+    # is complete, so the update is the whole-batch one. Needs one pass and one minibatch.
+    streaming: bool = False
+    min_chunk_units: int = Field(1, ge=1, le=MAX_GROUPS)
+
+    @model_validator(mode="after")
+    def _streamable(self) -> TrainerConfig:
+        if self.streaming and (self.epochs != 1 or self.minibatches != 1):
+            raise ValueError(f"streaming trains one pass with one optimiser step per batch: it "
+                             f"needs epochs 1 and minibatches 1 (got epochs {self.epochs}, "
+                             f"minibatches {self.minibatches})")
+        return self
 
 
 class RecoveryConfig(_Section):
@@ -155,7 +178,7 @@ class RunConfig(_Section):
     output_dir: str = "out/runtime/demo"
     progress: bool = True
     tensorboard: bool = False
-    trace: bool = True  # write driver_trace.jsonl, and events.jsonl when recovery is off
+    trace: bool = True  # write driver_notes.jsonl, and events.jsonl when recovery is off
     plot: bool = True
     eval_prompts: int = Field(100, ge=0)  # prompts scored before and after training
     eval_holdout: bool = False  # True: those prompts are the data's last ones, never trained on
@@ -177,6 +200,15 @@ class TrainConfig(_Section):
     recovery: RecoveryConfig = RecoveryConfig()
     ray: RayConfig = RayConfig()
 
+    @model_validator(mode="after")
+    def _chunk_fits(self) -> TrainConfig:
+        t = self.trainer
+        if t.streaming and t.min_chunk_units > self.staleness.batch_size:
+            raise ValueError(f"trainer.min_chunk_units ({t.min_chunk_units}) must be <= "
+                             f"staleness.batch_size ({self.staleness.batch_size}): a chunk is "
+                             f"part of one batch")
+        return self
+
     def driver_settings(self) -> DriverSettings:
         s, r, t = self.staleness, self.rollout, self.timeouts
         return DriverSettings(
@@ -185,7 +217,8 @@ class TrainConfig(_Section):
             max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
             partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
             unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
-            seed=self.run.seed, check_invariants=self.run.check_invariants)
+            seed=self.run.seed, check_invariants=self.run.check_invariants,
+            streaming=self.trainer.streaming, min_chunk_units=self.trainer.min_chunk_units)
 
 
 class ConfigFileError(ValueError):
@@ -199,8 +232,8 @@ def _describe(exc: ValidationError) -> list[str]:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        got = f" (got {err['input']!r})" if err["type"] not in ("extra_forbidden", "missing") \
-            and not isinstance(err["input"], dict) else ""
+        got = (f" (got {err['input']!r})" if err["type"] not in ("extra_forbidden", "missing")
+               and not isinstance(err["input"], dict) else "")
         lines.append(f"  {where}: {msg}{got}")
     return lines
 
@@ -242,8 +275,8 @@ def load_config(path: str | Path | None = None,
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigFileError("\n".join([f"{source}: invalid configuration:", *_describe(exc)])) \
-            from None
+        raise ConfigFileError(
+            "\n".join([f"{source}: invalid configuration:", *_describe(exc)])) from None
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -257,6 +290,18 @@ def parse_override(item: str) -> tuple[str, Any]:
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
+
+
+def check_precision(precision: str, device_type: str) -> None:
+    """Refuse ``trainer.precision`` bf16 on a CUDA device without bfloat16 (before Ampere)
+    with one line naming the setting; CPUs emulate bfloat16 where they lack it."""
+    if precision == "fp32" or device_type != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_bf16_supported():
+        raise ValueError(f"trainer.precision {precision}: this GPU "
+                         f"({torch.cuda.get_device_name()}) has no bfloat16; use fp32")
 
 
 def resolve_device(name: str) -> str:

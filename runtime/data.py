@@ -1,7 +1,9 @@
 """Prompts from a local JSONL or Parquet file (or the shipped arithmetic task).
 
-Each record needs a text field (``prompt_field``) and, for rewards that check an answer, an
-answer field. Problems are reported as ``DataError`` naming the file and the line (JSONL) or row
+Each record needs a prompt field (``prompt_field``) and, for rewards that check an answer, an
+answer field. The prompt is a string, or a conversation: a list of ``{"role", "content"}``
+messages (the format TRL and verl data sets use), which ``runtime.prompts`` renders with the
+model's chat template once the tokenizer is known. Problems are reported as ``DataError`` naming the file and the line (JSONL) or row
 (Parquet), before anything starts.
 """
 
@@ -23,9 +25,13 @@ def _prompt(record: object, where: str, index: int, prompt_field: str,
     if not isinstance(record, dict):
         raise DataError(f"{where}: expected an object, got {type(record).__name__}")
     text = record.get(prompt_field)
-    if not isinstance(text, str) or not text:
-        raise DataError(f"{where}: field {prompt_field!r} must be a non-empty string, "
-                        f"got {text!r}")
+    messages = None
+    if isinstance(text, list):
+        messages = _messages(text, where, prompt_field)
+        text = ""
+    elif not isinstance(text, str) or not text:
+        raise DataError(f"{where}: field {prompt_field!r} must be a non-empty string or a list "
+                        f"of {{\"role\", \"content\"}} messages, got {_short(text)}")
     answer = None
     if answer_field is not None:
         if answer_field not in record:
@@ -37,7 +43,34 @@ def _prompt(record: object, where: str, index: int, prompt_field: str,
             raise DataError(f"{where}: field {answer_field!r} must be a string or number, "
                             f"got {answer!r}")
     meta = {k: v for k, v in record.items() if k not in (prompt_field, answer_field)}
-    return Prompt(text, answer, index, meta)
+    return Prompt(text, answer, index, meta, messages)
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _messages(value: list, where: str, prompt_field: str) -> tuple[dict[str, str], ...]:
+    if not value:
+        raise DataError(f"{where}: field {prompt_field!r} is an empty conversation")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
+                or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}: {prompt_field}[{i}] must be an object with string "
+                            f"'role' and 'content', got {_short(m)}")
+        if m["role"] not in ROLES:
+            raise DataError(f"{where}: {prompt_field}[{i}] has role {m['role']!r}; expected "
+                            f"one of {', '.join(ROLES)}")
+        out.append({"role": m["role"], "content": m["content"]})
+    if out[-1]["role"] == "assistant":
+        raise DataError(f"{where}: {prompt_field} ends with an assistant message; a prompt "
+                        f"ends with the turn the model answers")
+    return tuple(out)
 
 
 def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
@@ -52,8 +85,8 @@ def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise DataError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") \
-                from None
+            raise DataError(
+                f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from None
         try:
             rows = pq.read_table(path).to_pylist()
         except Exception as exc:  # pyarrow raises several unrelated types

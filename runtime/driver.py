@@ -13,7 +13,9 @@ and acts on the answers. Its own job is the I/O around them. Four tasks share on
   group; ``abort`` one whose rewards carry no gradient (known before placement), whose
   candidates failed, or whose reward function raised;
 * trainer: ``consume`` a READY batch, train, export weights, sync them into the engine and
-  ``publish``;
+  ``publish``; with ``streaming``, while it waits for the head buffer it also takes the
+  buffer's finished units (``stream``) and trains them in chunks, so that at ``consume`` only
+  the rest is left before the optimiser step (``_train_chunk``);
 * watchdog: the unit timeout and the STUCK timeout (``release_stuck``), measured by ``clock``.
 
 A weight sync pauses the engine, which ends every running request; each candidate keeps its
@@ -106,7 +108,7 @@ class Driver:
         self.groups: dict[Any, GroupRun] = dict(resume.groups)  # admitted, not yet consumed
         self.start_step = resume.step
         self.records: list[StepRecord] = []
-        self.trace: list[dict[str, Any]] = []  # driver-side events, for tests and debugging
+        self.notes: list[dict[str, Any]] = []  # driver-side events, for tests and debugging
         # What only the driver sees: requests resumed, completion messages rejected. Unit and
         # step counts are not kept here: they come from the controller's log (below).
         self.counts = dict.fromkeys(("resumed", "rejected"), 0)
@@ -134,6 +136,10 @@ class Driver:
         self._stuck_since: float | None = None  # ... and the head buffer is STUCK
         self._fatal: asyncio.Future[None] | None = None
         self._background: set[asyncio.Future[Any]] = set()
+        # streaming: units stream() handed and not trained yet; those this process trained
+        self._handed: list[Any] = []
+        self._handed_trained: set[Any] = set()
+        self._ready_at: float | None = None  # when the head buffer became READY
 
     # ------------------------------------------------------------------ the run --------------
 
@@ -268,7 +274,7 @@ class Driver:
                 return
             except Exception as exc:  # one request failed: the candidate fails, not the run
                 self._request_ended(request.request_id)
-                self._log("request_error", g, c, error=repr(exc))
+                self._note("request_error", g, c, error=repr(exc))
                 self._last_error = f"engine: {exc!r}"
                 self._candidate_failed(g, c, f"engine error: {exc!r}")
                 return
@@ -282,13 +288,13 @@ class Driver:
                     return
                 if c.paused and len(c.token_ids) < self.s.max_tokens:
                     self.counts["resumed"] += 1
-                    self._log("resume", g, c, kept=len(c.token_ids), version=version)
+                    self._note("resume", g, c, kept=len(c.token_ids), version=version)
                     continue
                 if not c.paused:
                     self._candidate_failed(g, c, "aborted by the engine")
                     return
-            c.finish_reason = segment.finish_reason if segment.finish_reason != "abort" \
-                else "length"
+            c.finish_reason = (segment.finish_reason if segment.finish_reason != "abort"
+                               else "length")
             self._candidate_finished(g, c)
             return
 
@@ -302,7 +308,7 @@ class Driver:
             if math.isnan(c.reward):
                 raise ValueError("reward is NaN")
         except Exception as exc:  # a group that cannot be scored fairly is dropped whole
-            self._log("reward_error", g, c, error=repr(exc))
+            self._note("reward_error", g, c, error=repr(exc))
             self._last_error = f"reward function: {exc!r}"
             self._abort_group(g, "reward_error")
             return
@@ -326,22 +332,22 @@ class Driver:
         rewards = [g.candidates[i].reward for i in g.group.committed]
         self.accounting.completed_rewards += rewards  # type: ignore[arg-type]
         if self.s.filter_zero_variance and max(rewards) == min(rewards):  # type: ignore
-            # Known useless before placement (rewards come before occupy, source 7.4), so its
-            # reservation is dropped (source 7.2: a unit found faulty) rather than occupied and
+            # Known useless before placement (rewards come before occupy, spec §6.4), so its
+            # reservation is dropped (spec §6.2: a unit found faulty) rather than occupied and
             # then filtered: occupying could complete a buffer and, under batch-level
             # oversampling, close spare slots and abort other groups' reservations for a group
             # that is dropped a moment later.
             removal = self.controller.abort(g.unit_id, meta={"reason": "no_gradient"})
             g.fate = "filtered"
             self.groups.pop(g.unit_id, None)
-            self._log("filter", g, reward=rewards[0])
+            self._note("filter", g, reward=rewards[0])
             self._count_dropped("no_gradient")
             self._dropped_by_controller(removal.aborted)
         else:
             if self.persist is not None:  # the data is durable before the log says FINISHED
                 self.persist.group_finished(g)
             placement = self.controller.occupy(g.unit_id)
-            self._log("occupy", g, slot=tuple(placement.slot))
+            self._note("occupy", g, slot=tuple(placement.slot))
             self._dropped_by_controller(placement.aborted)
             self._dropped_in_a_row = 0  # a group will train: the run makes progress
             self._dropped_reasons.clear()
@@ -355,7 +361,7 @@ class Driver:
         message for a group still generating is premature (the driver holds its data and knows
         it is incomplete); every other one goes to the controller, whose typed errors reject it
         (``UnknownUnit``: never admitted; ``IllegalUnitState``: already finished, consumed,
-        aborted or filtered). Rejections are counted and logged in the driver's trace."""
+        aborted or filtered). Rejections are counted and kept in the driver's notes."""
         g = self.groups.get(unit_id)
         if g is not None and g.fate == "in_flight":
             self._reject(unit_id, "premature", f"group {unit_id!r} is still generating")
@@ -370,7 +376,7 @@ class Driver:
 
     def _reject(self, unit_id: Any, error: str, detail: str) -> None:
         self.counts["rejected"] += 1
-        self.trace.append({"t": self.accounting.elapsed(), "event": "rejected_completion",
+        self.notes.append({"t": self.accounting.elapsed(), "event": "rejected_completion",
                            "unit": unit_id, "error": error, "detail": detail})
 
     def _count_dropped(self, reason: str) -> None:
@@ -410,7 +416,7 @@ class Driver:
     def _close_aborted(self, g: GroupRun, reason: str) -> None:
         g.closed, g.fate = True, f"aborted:{reason}"
         self.groups.pop(g.unit_id, None)
-        self._log("abort", g, reason=reason)
+        self._note("abort", g, reason=reason)
         self._stop_candidates(g, g.candidates, reason)
         if not self._stopping:  # once the run is over there is nothing left to detect
             self._count_dropped(reason)
@@ -424,7 +430,7 @@ class Driver:
                 if c.request_id in self._running:
                     ids.append(c.request_id)
         if ids:
-            self._log("engine_abort", g, requests=ids, reason=reason)
+            self._note("engine_abort", g, requests=ids, reason=reason)
             self._spawn(self.rollout.abort(ids))
 
     # ------------------------------------------------------------------ trainer --------------
@@ -434,18 +440,40 @@ class Driver:
             t_wait = self.clock.now()
             self._waiting_since = t_wait
             self._update_stuck()
+            stream_s = 0.0  # of the wait, spent training streamed chunks
             while True:
                 change = self._change
                 batch = self.controller.consume()
                 if batch is not None:
                     break
+                if self.s.streaming:
+                    trained = await self._train_chunk()
+                    if trained is not None:
+                        stream_s += trained
+                        continue  # the buffer may have filled meanwhile: look again now
                 await change.wait()
             t_train = self.clock.now()
             self._waiting_since = self._stuck_since = None
-            self.accounting.trainer_waited(t_train - t_wait)
+            self.accounting.trainer_waited(t_train - t_wait - stream_s)
             self._check()
+            # When the batch's last unit became final: the head buffer turned READY (an occupy,
+            # or a refill that moved a unit in). The trainer's wait after it ends with the
+            # optimiser step; streaming shortens it to the rest of the batch and the step.
+            ready = self._ready_at if self._ready_at is not None else t_train
+            self._ready_at = None
+            self._mark_ready()  # the next buffer may be READY already (eta >= 1)
+            streamed = len(self._handed_trained)
             train_batch = self._assemble(batch)
-            metrics = await self.trainer.train_step(train_batch)
+            if self.s.streaming:
+                # Everything not trained in a chunk by this process: the units still arriving
+                # when the buffer filled, handed units below min_chunk_units, and after a
+                # resume the units handed to the trainer that died (their partial gradient
+                # died with it; the trainer trains them again here).
+                self._handed, self._handed_trained = [], set()
+                metrics = await self.trainer.finish_step(train_batch)
+            else:
+                metrics = await self.trainer.train_step(train_batch)
+            tail_s = self.clock.now() - ready
             weights = await self.trainer.export_weights(batch.version + 1)
             if self.persist is not None:  # a trainer checkpoint, before the version is public
                 await self.persist.before_publish(batch.version + 1, batch)
@@ -455,12 +483,36 @@ class Driver:
             record = self.accounting.step(step, batch, train_batch, metrics,
                                           (t_wait, t_train, t_sync, t_end),
                                           {**self.counts, **self.log_counts.counts()},
-                                          self.lengths.figures(self.log_counts.fates()))
+                                          self.lengths.figures(self.log_counts.fates()),
+                                          stream=(stream_s, tail_s, streamed))
             self.records.append(record)
             if self.on_step is not None:
                 self.on_step(record)
             if self.after_step is not None:
                 await self.after_step(record)
+
+    async def _train_chunk(self) -> float | None:
+        """Streaming: take the head buffer's units that became final since the last look
+        (``stream``) and, once ``min_chunk_units`` are waiting, train them as one chunk
+        (forward/backward, no optimiser step). Returns the seconds it trained, or None when it
+        trained nothing. Called only while the trainer waits for the head buffer, so the
+        controller is IDLE and the trainer free; the handed units stay in ``groups`` and in
+        the batch ``consume`` returns."""
+        handed = self.controller.stream()
+        if handed:
+            self._handed += handed
+            self.notes.append({"t": self.accounting.elapsed(), "event": "stream",
+                               "units": [u.unit_id for u in handed]})
+        if not self._handed or len(self._handed) < self.s.min_chunk_units:
+            return None
+        chunk, self._handed = self._handed, []
+        t0 = self.clock.now()
+        await self.trainer.accumulate(assemble(Batch(self.controller.head, tuple(chunk)),
+                                               self.groups))
+        self._handed_trained.update(u.unit_id for u in chunk)
+        self.notes.append({"t": self.accounting.elapsed(), "event": "train_chunk",
+                           "units": [u.unit_id for u in chunk]})
+        return self.clock.now() - t0
 
     def _assemble(self, batch: Batch) -> TrainBatch:
         train_batch = assemble(batch, self.groups)
@@ -529,7 +581,7 @@ class Driver:
                 self._abort_group(g, "timeout")
         if self._stuck_since is not None and now >= self._stuck_since + self.stuck_rule.timeout:
             released = self.controller.release_stuck(meta={"reason": "stuck_timeout"})
-            self.trace.append({"t": self.accounting.elapsed(), "event": "release_stuck",
+            self.notes.append({"t": self.accounting.elapsed(), "event": "release_stuck",
                                "units": list(released)})
             self._stuck_since = None
             self._dropped_by_controller(released)
@@ -557,9 +609,15 @@ class Driver:
 
     # ------------------------------------------------------------------ bookkeeping ----------
 
+    def _mark_ready(self) -> None:
+        """Remember when the head buffer became READY (the step's ``tail_s`` starts there)."""
+        if self._ready_at is None and self.controller.head_status is BufferStatus.READY:
+            self._ready_at = self.clock.now()
+
     def _notify(self) -> None:
         """Wake every task waiting for the controller's state to change."""
         self._update_stuck()
+        self._mark_ready()
         self._change.set()
         self._change = asyncio.Event()
 
@@ -577,9 +635,9 @@ class Driver:
         if self.s.check_invariants:
             self.controller.check()
 
-    def _log(self, event: str, g: GroupRun, c: CandidateRun | None = None, **extra: Any) -> None:
+    def _note(self, event: str, g: GroupRun, c: CandidateRun | None = None, **extra: Any) -> None:
         row = {"t": self.accounting.elapsed(), "event": event, "unit": g.unit_id}
         if c is not None:
             row["candidate"] = c.index
         row.update(extra)
-        self.trace.append(row)
+        self.notes.append(row)

@@ -28,6 +28,7 @@ SIM_LIMITS: dict[str, tuple[int, int]] = {
     "capacity": (1, 100_000),
     "candidates": (1, 4_096),
     "lookahead": (0, 100_000),
+    "chunk_groups": (0, 100_000),
 }
 
 

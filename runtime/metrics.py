@@ -15,19 +15,28 @@ Per-step fields (``metrics.jsonl``):
   ``tokens_per_s_total`` -- since the start. Aborted and surplus tokens count: they were computed.
 * ``trainer_idle`` / ``rollout_idle`` -- fractions of wall time so far in which the trainer waited
   for a batch / no request was running in the engine (weight syncs count as rollout idle).
+* ``tail_s`` -- seconds from the batch's last unit becoming final (the head buffer turned
+  READY) to the optimiser step finishing: what the trainer still had to do once its batch was
+  whole (the previous step's sync included, if that was still running). With
+  ``trainer.streaming`` the units that finished earlier were trained in chunks during the wait
+  (``stream_s`` seconds of it, ``streamed_units`` units), so only the rest and the step remain.
+  ``wait_s`` is the idle part of the wait (chunk training excluded).
 * ``length_ratio`` / ``length_ks`` -- the length bias so far (cumulative, ``accounting.LengthLog``):
   mean trained / mean admitted response length of the samples of every unit whose fate is
   settled, and the KS distance of the two length distributions (< 1: training saw shorter
   answers than the policy produced); ``length_trained_mean`` / ``length_admitted_mean`` (tokens)
   and ``samples_trained`` / ``samples_admitted`` behind them. None until a sample trained.
 * ``train/*`` -- the trainer's metrics (loss, clip_frac, ratio_mean, ratio_max, kl_behaviour,
-  grad_norm, stale_token_frac, onpolicy_logprob_err).
+  grad_norm, stale_token_frac, onpolicy_logprob_err, lr).
+* ``reward/*`` -- with a reward that counts (the math reward's reasons: correct, wrong,
+  no_boxed, unparsable, timeout, answer_unparsable), completions scored since the previous step.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -51,6 +60,7 @@ def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:
         "tokens_generated": r.tokens_generated, "tokens_trained": r.tokens_trained,
         "trainer_idle": r.trainer_idle, "rollout_idle": r.rollout_idle,
         "step_s": r.step_s, "train_s": r.train_s, "sync_s": r.sync_s, "wait_s": r.wait_s,
+        "tail_s": r.tail_s, "stream_s": r.stream_s, "streamed_units": r.streamed_units,
         **r.counts, **r.lengths,
         **{f"train/{k}": v for k, v in r.train.items()},
     }
@@ -60,8 +70,13 @@ class MetricsSink:
     """The driver's ``on_step`` callback: writes each step and advances the progress bar."""
 
     def __init__(self, out_dir: Path, total_steps: int, progress: bool = True,
-                 tensorboard: bool = False, append: bool = False) -> None:
-        """``append``: a resumed run adds to the rows its earlier incarnations wrote."""
+                 tensorboard: bool = False, append: bool = False,
+                 counters: Callable[[], dict[str, float]] | None = None) -> None:
+        """``append``: a resumed run adds to the rows its earlier incarnations wrote.
+        ``counters``: cumulative counts (a reward's ``metrics()``), reported per step as the
+        increase since the previous step."""
+        self._counters = counters
+        self._counted: dict[str, float] = dict(counters()) if counters is not None else {}
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / "metrics.jsonl"
         self.rows: list[dict[str, Any]] = []
@@ -92,6 +107,10 @@ class MetricsSink:
     def __call__(self, record: StepRecord) -> None:
         row = step_row(record, self._prev)
         self._prev = record
+        if self._counters is not None:
+            now = self._counters()
+            row.update({k: v - self._counted.get(k, 0.0) for k, v in now.items()})
+            self._counted = dict(now)
         self.rows.append(row)
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
@@ -152,6 +171,9 @@ def summarize(rows: list[dict[str, Any]], log: dict[str, Any] | None = None,
         "tokens_trained": last["tokens_trained"],
         "trainer_idle": last["trainer_idle"], "rollout_idle": last["rollout_idle"],
         "resumed": last.get("resumed", 0),
+        "steps_per_s": len(rows) / last["time_s"] if last["time_s"] > 0 else 0.0,
+        "tail_s": _mean_of(rows, "tail_s"),
+        "streamed_units": sum(r.get("streamed_units", 0) for r in rows),
     })
     return out
 
@@ -192,6 +214,7 @@ def summary_table(summary: dict[str, Any], extra: dict[str, Any] | None = None) 
         "staleness": "staleness histogram (groups)", "token_lag_max": "max token-version lag",
         "tokens_per_s": "generated tokens/s", "tokens_trained": "trained tokens",
         "trainer_idle": "trainer idle (fraction)", "rollout_idle": "rollout idle (fraction)",
+        "tail_s": "trainer's wait after the batch's last unit (s, mean)",
         "admitted": "groups admitted", "trained": "groups trained",
         "filtered": "groups filtered (no gradient)",
         "aborted": "groups aborted", "resumed": "requests resumed (partial rollout)",

@@ -63,8 +63,8 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
     async def one(i: int, p: Prompt, k: int, temp: float) -> float:
         seg = await rollout.generate(GenerationRequest(
             f"{tag}-{i}-{k}-{temp}", tok.encode(p.text), max_tokens, temp, seed * 7 + i * 131 + k))
-        ids = seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id \
-            else seg.token_ids
+        ids = (seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id
+               else seg.token_ids)
         try:
             return float(reward_fn(p, tok.decode(ids)))
         except Exception:  # evaluation only reports: a completion it cannot score earns 0
@@ -183,6 +183,9 @@ async def _run_locked(cfg: TrainConfig, model_path: Path, prompts: Sequence[Prom
                       driver_hook: Callable[[Driver], None] | None,
                       cluster: Any) -> TrainingResult:
     continuing = _check_run_dir(out_dir, resume)
+    from .prompts import render_for_model
+
+    prompts = render_for_model(prompts, model_path, cfg.data.chat_template)  # runtime.prompts
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
     train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
                                                 cfg.run.eval_holdout)
@@ -197,7 +200,8 @@ async def _run_locked(cfg: TrainConfig, model_path: Path, prompts: Sequence[Prom
 
             engines.trainer = GRPOTrainer(model_path, cfg.trainer, out_dir,
                                           cfg.rollout.temperature, seed=cfg.run.seed,
-                                          keep_weights=cfg.run.keep_weights)
+                                          keep_weights=cfg.run.keep_weights,
+                                          total_steps=cfg.run.steps)
         state = await _open_run_state(cfg, model_path, out_dir, engines.trainer, train_prompts,
                                       resume, continuing, log)
         return await _train(cfg, out_dir, engines, state, reward_fn, train_prompts,
@@ -334,7 +338,7 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
         log(f"evaluation reward at the resume point: {at_resume['reward']:.3f} "
             f"(greedy {at_resume['greedy_reward']:.3f})")
     sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
-                       append=continuing)
+                       append=continuing, counters=getattr(reward_fn, "metrics", None))
     if continuing and sink.rows:  # keep what only the driver counts cumulative
         driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
     else:
@@ -427,7 +431,7 @@ def _log_summary(driver: Driver, out_dir: Path) -> dict[str, Any]:
 
 
 def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool) -> None:
-    """config.json, and with ``run.trace`` the driver's trace and the controller's event log.
+    """config.json, and with ``run.trace`` the driver's notes and the controller's event log.
     The event log is ``events.jsonl`` in the trace format either way: crash recovery
     (``streamed``) already wrote it line by line, else it is written here, once."""
     _write_config(cfg, out_dir)
@@ -446,8 +450,8 @@ def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bo
                 if record.get("seq") in metas:  # why a unit was aborted, as when streamed
                     record["meta"] = metas[record["seq"]]
                 f.write(dumps(record) + "\n")
-    with (out_dir / "driver_trace.jsonl").open("w") as f:
-        for row in driver.trace:
+    with (out_dir / "driver_notes.jsonl").open("w") as f:
+        for row in driver.notes:
             f.write(json.dumps(row, default=_jsonable) + "\n")
 
 

@@ -1,8 +1,8 @@
 """The progress rule of the STUCK timeout, shared by the driver and the simulator's
 Reserve–Occupy policy (docs/runtime.md, "Progress guarantees").
 
-The source protocol's 7.2 timeout releases the reservations of a STUCK head buffer after the
-trainer has waited ``T`` on it. Alone it can livelock: units that never finish in a *later*
+The protocol's STUCK timeout (spec/PROTOCOL.md §6.2) releases the reservations of a STUCK head
+buffer after the trainer has waited ``T`` on it. Alone it can livelock: units that never finish in a *later*
 buffer keep their engine slots, the re-admitted head units cannot finish (or even start) before
 the next release, and release and re-admission repeat forever. Two rules close that, both
 pure bookkeeping around operations the core already has (``release_stuck`` and ``abort``):

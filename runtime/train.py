@@ -161,8 +161,8 @@ def _run(args: argparse.Namespace) -> int:
         else:
             held = run_files(out_dir)
             if held and not args.overwrite:
-                resume_it = f"continue it with --resume {out_dir}, or " if is_run_dir(out_dir) \
-                    else ""
+                resume_it = (f"continue it with --resume {out_dir}, or " if is_run_dir(out_dir)
+                             else "")
                 return _fail(f"run.output_dir {out_dir} holds a run ({', '.join(held)}): "
                              f"{resume_it}start a new one with --overwrite (moves it aside to "
                              f"{out_dir}.replaced-N) or another --output-dir")
@@ -193,15 +193,20 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
     Returns the model directory (None: the embedded tiny model). Raises ``ValueError``."""
     import json
 
-    from .config import resolve_device
+    from .config import check_precision, resolve_device
     from .session import check_lengths
 
-    resolve_device(cfg.trainer.device)
+    device = resolve_device(cfg.trainer.device)
+    check_precision(cfg.trainer.precision, device.split(":")[0])
+    from .prompts import render_prompts
+
     if cfg.model.path is None:  # the tiny model's tokenizer is built, not loaded
         from .models.tiny import build_tokenizer
 
+        tokenizer = build_tokenizer(chat=cfg.model.tiny.chat)
+        prompts = render_prompts(prompts, tokenizer, cfg.data.chat_template, "the tiny model")
         check_lengths(None, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
-                      tokenizer=build_tokenizer())
+                      tokenizer=tokenizer)
         return None
     model_path = Path(cfg.model.path)
     where = f"model.path {cfg.model.path}"
@@ -222,11 +227,12 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-        empty = [p.index for p in prompts if not tokenizer.encode(p.text)][:3]
     except Exception as exc:  # transformers raises many types for a broken tokenizer
         detail = " ".join(str(exc).split())[:300]
         raise ValueError(f"{where}: cannot load its tokenizer ({type(exc).__name__}: "
                          f"{detail})") from None
+    prompts = render_prompts(prompts, tokenizer, cfg.data.chat_template, where)
+    empty = [p.index for p in prompts if not tokenizer.encode(p.text)][:3]
     if empty:
         raise ValueError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
@@ -254,7 +260,7 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
         model_path = ensure_tiny_model(TinySpec(
             hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
             max_positions=cfg.rollout.max_model_len, seed=t.seed, warmup_steps=t.warmup_steps,
-            warmup_lr=t.warmup_lr, max_operand=t.max_operand))
+            warmup_lr=t.warmup_lr, max_operand=t.max_operand, chat=t.chat))
     out_dir = Path(cfg.run.output_dir)
     print(f"{PROG}: model {model_path}, {len(prompts)} prompts, eta={cfg.staleness.eta}, "
           f"{cfg.staleness.batch_size} groups x {cfg.staleness.group_size} per step, "

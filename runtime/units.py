@@ -21,8 +21,8 @@ class DriverSettings:
     eta: int = 1
     batch_size: int = 8  # groups per training step
     group_size: int = 8  # samples per group that train
-    candidates: int | None = None  # > group_size: group-level oversampling (source 7.5)
-    capacity: int | None = None  # > batch_size: batch-level oversampling (source 7.6)
+    candidates: int | None = None  # > group_size: group-level oversampling (spec §6.5)
+    capacity: int | None = None  # > batch_size: batch-level oversampling (spec §6.6)
     max_concurrency: int | None = None  # groups in flight at once
     steps: int = 10
     max_tokens: int = 8
@@ -38,10 +38,16 @@ class DriverSettings:
     # reward raised): a constant reward, a solved task or a broken engine would otherwise
     # keep the run admitting forever without a batch.
     max_dropped_in_a_row: int = 500
+    # Streaming training: while waiting for the head buffer, train its finished units in
+    # chunks of at least min_chunk_units (Config.streaming; the trainer needs accumulate and
+    # finish_step); the optimiser still steps once per batch.
+    streaming: bool = False
+    min_chunk_units: int = 1
 
     def controller_config(self) -> Config:
         return Config(max_staleness=self.eta, batch_size=self.batch_size,
-                      capacity=self.capacity, max_concurrency=self.max_concurrency)
+                      capacity=self.capacity, max_concurrency=self.max_concurrency,
+                      streaming=self.streaming)
 
     @property
     def n_candidates(self) -> int:
@@ -104,7 +110,7 @@ class StepRecord:
     step_s: float
     train_s: float
     sync_s: float
-    wait_s: float  # the trainer waited this long for the batch
+    wait_s: float  # the trainer waited this long for the batch (idle: not training chunks)
     tokens_generated: int  # cumulative, every token the engine returned (aborted ones too)
     tokens_trained: int  # cumulative response tokens in consumed batches
     trainer_idle: float  # cumulative fractions of wall time so far
@@ -115,6 +121,11 @@ class StepRecord:
     # cumulative length bias so far (accounting.LengthLog.figures): length_ratio, length_ks,
     # the two means and the sample counts
     lengths: dict[str, Any] = field(default_factory=dict)
+    # Seconds from the batch's last unit becoming final (the head buffer turned READY) to the
+    # optimiser step finishing: what the trainer still had to do once the batch was whole.
+    tail_s: float = 0.0
+    stream_s: float = 0.0  # streaming: seconds of the wait spent training chunks
+    streamed_units: int = 0  # streaming: units trained in chunks before consume
 
 
 @dataclass
@@ -122,7 +133,8 @@ class ResumePoint:
     """Where a recovered run continues (built by ``runtime.recovery.resume``): the driver
     starts its unit ids at ``next_seq``, has drawn ``draws`` prompts from its shuffled stream,
     admits the ``readmit`` prompts (of units lost in a crash: (prompt position, lost unit)) before
-    any new one, holds the FINISHED units' data in ``groups`` and has trained ``step`` steps."""
+    any new one, holds the FINISHED (and STREAMED) units' data in ``groups`` and has trained
+    ``step`` steps."""
 
     next_seq: int = 0
     draws: int = 0

@@ -69,8 +69,8 @@ def test_a_full_disk_is_one_line_and_exit_74():
 @pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")])
 @pytest.mark.parametrize("argv", [
-    ["-m", "runtime", "faults", "--schedules", "10"],
-    ["-m", "runtime.faults", "--schedules", "10"],
+    ["-m", "runtime", "faults", "--schedules", "200"],
+    ["-m", "runtime.faults", "--schedules", "200"],
 ], ids=lambda a: " ".join(a[:3]))
 def test_a_signal_ends_a_command_with_one_line(argv, sig, status, word):
     # Before: a KeyboardInterrupt traceback (only train handled Ctrl-C), and SIGTERM killed

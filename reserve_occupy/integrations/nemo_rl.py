@@ -16,6 +16,17 @@ verified controller:
   its real one; that greedy choice always succeeds when each group's own reservation would.
 * ``select`` consumes the head batch once it is READY and hands its groups out in as many
   chunks as the pump asks for; it returns ``(None, 0)`` while the head waits for a straggler.
+* Streaming (``streaming=True``, the protocol's ``Config.streaming``): NeMo-RL's train pump
+  asks ``select`` for chunks of at least ``min(async_rl.min_groups_for_streaming_train,
+  groups still missing)`` groups, runs forward/backward on each and steps the optimiser once
+  the step has ``num_prompts_per_step`` groups (``single_controller.py`` ``_train_pump``;
+  ``min_groups_for_streaming_train`` defaults to 32 and must be <= ``num_prompts_per_step``,
+  ``validate_single_controller_config``). With streaming on, ``select`` also hands out the head
+  buffer's groups that are final before the buffer is READY (``stream``): they can no longer
+  leave it, so they train in this step whatever happens to the rest; at ``consume`` only the
+  groups not handed yet follow. Off (the default), a chunk is handed only once the whole batch
+  is final, so a lower ``min_groups_for_streaming_train`` splits the step without
+  overlapping it with generation.
 * ``publish`` happens when the pump's ``current_train_weight`` (or the admission gate's
   ``trainer_version_fn``) moves past the controller. NeMo-RL bumps its trainer version and
   clears ``_rollout_permitted`` in the same event-loop turn (``single_controller.py``
@@ -23,7 +34,7 @@ verified controller:
   with the new weights.
 * ``evict`` removes nothing (nothing is ever too stale) and ``should_abort_inflight`` is
   always false. Only a group that finds no reservation (possible after the optional
-  ``stuck_timeout_s`` fail-safe released a stuck head buffer, source section 7.2) is evicted.
+  ``stuck_timeout_s`` fail-safe released a stuck head buffer, spec §6.2) is evicted.
 
 NeMo-RL is not a dependency: the replay buffer is used through the attributes and coroutines the
 sampler protocol documents (``meta_list``, ``start_weight_list``, ``ready_list``, ``remove``),
@@ -60,12 +71,15 @@ class ReserveOccupySampler:
     come from the sampler's config block: ``max_staleness`` (eta), ``groups_per_step`` (must
     equal ``grpo.num_prompts_per_step`` and the dataloader's batch size), ``stuck_timeout_s``
     (optional fail-safe: release a head buffer that waited this long on groups that never
-    arrive) and ``poll_s`` (admission poll interval).
+    arrive), ``poll_s`` (admission poll interval) and ``streaming`` (hand out the head
+    buffer's final groups before it is READY; see the module docstring).
     """
 
     def __init__(self, buffer: Any, *, max_staleness: int, groups_per_step: int,
-                 stuck_timeout_s: Optional[float] = None, poll_s: float = 0.005) -> None:
-        self.config = Config(max_staleness=max_staleness, batch_size=groups_per_step)
+                 stuck_timeout_s: Optional[float] = None, poll_s: float = 0.005,
+                 streaming: bool = False) -> None:
+        self.config = Config(max_staleness=max_staleness, batch_size=groups_per_step,
+                             streaming=streaming)
         if stuck_timeout_s is not None and not stuck_timeout_s > 0:
             raise NemoSamplerError(f"stuck_timeout_s must be > 0 or None, got {stuck_timeout_s!r}")
         if not poll_s > 0:
@@ -119,14 +133,21 @@ class ReserveOccupySampler:
                              f"min_prompt_groups ({min_prompt_groups})")
         await self._sync(current_train_weight)
         ctl = self.controller
-        if not self._handout and ctl.phase is Phase.IDLE:
+        if ctl.phase is Phase.IDLE:  # the step's batch is not consumed yet
+            # consume before stream: a READY head is consumed, never streamed whole, so the
+            # step cannot be complete (and published) without its consume
             batch = ctl.consume()
-            if batch is None:
-                self._maybe_release_stuck()
-                return None, 0
-            self._stuck_since = None
             key_of = {unit: key for key, unit in self._unit_of.items()}
-            self._handout = [key_of[u] for u in batch.unit_ids]
+            if batch is not None:
+                self._stuck_since = None
+                handed = set(batch.streamed)  # already handed out, or waiting in _handout
+                self._handout += [key_of[u] for u in batch.unit_ids if u not in handed]
+            else:
+                if self.config.streaming:
+                    self._handout += [key_of[u.unit_id] for u in ctl.stream()]
+                self._maybe_release_stuck()
+                if not self._handout:
+                    return None, 0
         if len(self._handout) < min_prompt_groups:
             return None, 0
         chosen, self._handout = (self._handout[:max_prompt_groups],

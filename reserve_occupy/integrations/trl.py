@@ -104,8 +104,8 @@ class ReserveOccupyRolloutWorker:
                  max_concurrency: int | None = None) -> None:
         if not callable(generate_group):
             raise TrlSetupError("generate_group", generate_group, "must be callable")
-        if isinstance(num_generations, bool) or not isinstance(num_generations, int) \
-                or num_generations < 1:
+        if (isinstance(num_generations, bool) or not isinstance(num_generations, int)
+                or num_generations < 1):
             raise TrlSetupError("num_generations", num_generations, "must be an int >= 1")
         self.config = Config(max_staleness=max_staleness, batch_size=batch_size,
                              max_concurrency=max_concurrency)  # validates the protocol fields

@@ -71,8 +71,8 @@ def check_trace(ev: Evidence) -> tuple[list[str], int]:
         return [], report.events
     p = report.problem
     what = p.violation.invariant if p.violation else ", ".join(d.field for d in p.differences)
-    return [f"check-trace (strict) fails at line {p.entry.line}: {what} {p.expected}"], \
-        report.events
+    return ([f"check-trace (strict) fails at line {p.entry.line}: {what} {p.expected}"],
+            report.events)
 
 
 def check_conservation(ev: Evidence) -> tuple[list[str], int]:

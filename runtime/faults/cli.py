@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # InputError too
         print(f"faults: {exc}", file=sys.stderr)
         return 2
-    n_sim = 0 if side == "driver" else args.schedules if side == "sim" \
-        else round(args.schedules * args.sim_share)
+    n_sim = (0 if side == "driver" else args.schedules if side == "sim"
+             else round(args.schedules * args.sim_share))
     n_driver = args.schedules - n_sim
     injected: Counter[str] = Counter()
     stats: Counter[str] = Counter()

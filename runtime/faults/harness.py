@@ -291,8 +291,8 @@ class Run:
         before, n, rejected = ctl.snapshot(), len(ctl.events), driver.counts["rejected"]
         accepted = driver.deliver_completion(unit)
         self.outcome.checks += 1
-        if accepted or len(ctl.events) != n or ctl.snapshot() != before \
-                or driver.counts["rejected"] != rejected + 1:
+        if (accepted or len(ctl.events) != n or ctl.snapshot() != before
+                or driver.counts["rejected"] != rejected + 1):
             self.outcome.violations.append(
                 f"a {kind} completion message for {unit!r} was not rejected cleanly "
                 f"(accepted={accepted}, events {n} -> {len(ctl.events)})")

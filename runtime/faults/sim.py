@@ -8,10 +8,10 @@ controller operation (``check_every=1``). Faults:
 * ``engine_crash`` -- every request running on instance ``target`` is lost: the policy aborts
   each affected group in the controller (and any reservation the closing rule drops) and in the
   simulator.
-* ``hung`` -- one trajectory of group ``target`` never finishes (10^9 tokens); the 7.2 STUCK
-  timeout must release it, so the run still ends in bounded simulated time.
+* ``hung`` -- one trajectory of group ``target`` never finishes (10^9 tokens); the STUCK
+  timeout (spec §6.2) must release it, so the run still ends in bounded simulated time.
 * ``nan_reward`` -- group ``target``'s reward is NaN: it carries no usable gradient and is
-  filtered after placement (source 7.3).
+  filtered after placement (spec §6.3).
 * ``duplicate`` / ``late`` / ``unknown`` -- an ``occupy`` for a finished or consumed / aborted or
   filtered / never admitted unit must raise the controller's typed error and change nothing.
 * ``restart`` -- the controller is rebuilt from its event log, written out and read back through
@@ -171,8 +171,8 @@ class FaultyReserveOccupy(ReserveOccupy):
         ctl = self.controller
         wanted = {"duplicate": (UnitState.FINISHED, UnitState.CONSUMED),
                   "late": (UnitState.ABORTED, UnitState.FILTERED)}.get(kind, ())
-        pool = [g.gid for g in self.sim.groups if ctl.unit_state(g.gid) in wanted] \
-            if wanted else []
+        pool = ([g.gid for g in self.sim.groups if ctl.unit_state(g.gid) in wanted]
+                if wanted else [])
         unit = pool[target % len(pool)] if pool else 10**6 + target
         expected = IllegalUnitState if pool else UnknownUnit
         before, n = ctl.snapshot(), len(ctl.events)

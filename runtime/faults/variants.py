@@ -62,8 +62,8 @@ class _Restamp(Recovery):
 class _ForgetFinished(Recovery):
     def reload_finished(self) -> None:
         for unit in self.order:
-            if self.controller.unit_state(unit) is UnitState.FINISHED \
-                    and unit not in self.report.salvaged:
+            if (self.controller.unit_state(unit) is UnitState.FINISHED
+                    and unit not in self.report.salvaged):
                 self.controller.filter(unit, meta={"reason": "trajectory_missing"})
                 self.report.missing.append(unit)
 

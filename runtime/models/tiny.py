@@ -30,6 +30,17 @@ from pathlib import Path
 
 SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
 CHARS = list("0123456789+-*=") + [" "]
+# The chat variant (``TinySpec.chat``): role markers, printable ASCII and a newline, and a
+# template in the usual shape (one turn per message, the assistant's opened by the generation
+# prompt), so conversational data and the math reward's \boxed{} answers run end to end.
+# transformers loads a qwen2 model's tokenizer as its byte-level BPE class whatever the file
+# says, so this one is that shape too: one token per byte-level character (GPT-2's alphabet,
+# where space is U+0120 and newline U+010A) and no merges, which tokenizes the same however
+# the pieces are pre-split. The digits-only original needs neither.
+ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+CHAT_CHARS = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a"]  # + space, newline
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>"
+                 "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
 BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
 
 
@@ -44,9 +55,13 @@ class TinySpec:
     warmup_batch: int = 64
     warmup_lr: float = 3e-3
     max_operand: int = 9
+    chat: bool = False  # the chat tokenizer; warm-up answers are "\\boxed{sum}"
 
     def key(self) -> str:
-        blob = json.dumps({"v": BUILD_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if not self.chat:  # the models built before the chat variant keep their cache key
+            del fields["chat"]
+        blob = json.dumps({"v": BUILD_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -58,16 +73,27 @@ def cache_root() -> Path:
     return Path(base) / "reserve-occupy"
 
 
-def build_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+def build_tokenizer(chat: bool = False):
+    """The character-level tokenizer; ``chat``: the variant with a chat template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(SPECIAL + CHARS)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")  # one char each
-    tok.decoder = decoders.Fuse()  # join characters back without spaces
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>", unk_token="<unk>")
+    if chat:
+        vocab = {t: i for i, t in enumerate(SPECIAL + ROLE_TOKENS + CHAT_CHARS)}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens([AddedToken(t, special=True) for t in ROLE_TOKENS])  # whole
+    else:
+        vocab = {t: i for i, t in enumerate(SPECIAL + CHARS)}
+        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")  # one char
+        tok.decoder = decoders.Fuse()  # join characters back without spaces
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                                  eos_token="</s>", unk_token="<unk>")
+    if chat:
+        out.chat_template = CHAT_TEMPLATE
+    return out
 
 
 def build_model(spec: TinySpec, tokenizer):
@@ -103,8 +129,14 @@ def warm_up(model, tokenizer, spec: TinySpec,
         rows = make_problems(spec.warmup_batch, rng.randrange(2**31), spec.max_operand)
         seqs, labels = [], []
         for r in rows:
-            p = tokenizer.encode(r["prompt"])
-            a = tokenizer.encode(r["answer"]) + [eos]
+            if spec.chat:
+                p = tokenizer.encode(tokenizer.apply_chat_template(
+                    [{"role": "user", "content": r["prompt"]}], tokenize=False,
+                    add_generation_prompt=True))
+                a = tokenizer.encode("\\boxed{" + r["answer"] + "}") + [eos]
+            else:
+                p = tokenizer.encode(r["prompt"])
+                a = tokenizer.encode(r["answer"]) + [eos]
             seqs.append(p + a)
             labels.append([-100] * len(p) + a)
         width = max(map(len, seqs))
@@ -140,7 +172,7 @@ def ensure_tiny_model(spec: TinySpec | None = None, root: Path | None = None,
         log(f"building the tiny model once ({spec.warmup_steps} warm-up steps) into {target}")
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
-        tokenizer = build_tokenizer()
+        tokenizer = build_tokenizer(spec.chat)
         model = build_model(spec, tokenizer)
         loss = warm_up(model, tokenizer, spec)
         model.save_pretrained(tmp, safe_serialization=True)

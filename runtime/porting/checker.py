@@ -92,7 +92,8 @@ def _describe(event: Event | None, refused_what: str = "") -> str:
 
 _REFUSAL = {"reserve": "refuse: admission must wait",
             "consume": "refuse: the head buffer is not READY",
-            "release_stuck": "refuse: the head buffer is not STUCK"}
+            "release_stuck": "refuse: the head buffer is not STUCK",
+            "stream": "refuse: the head buffer holds no finished unit not handed yet"}
 
 
 def _strict_step(ref: StalenessController, entry: TraceEntry,
@@ -118,11 +119,11 @@ def _strict_step(ref: StalenessController, entry: TraceEntry,
     except IllegalOperation as exc:
         if entry.refused:  # e.g. a consume logged as refused while training: nothing happened
             return None, [], f"refuse: {exc}"
-        return None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))], \
-            f"refuse: {exc}"
+        return (None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))],
+                f"refuse: {exc}")
     except ProtocolError as exc:
-        return None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))], \
-            f"refuse: {exc}"
+        return (None, [Difference("error", f"refuse: {exc}", "performed", rule_for(op, "error"))],
+                f"refuse: {exc}")
     if produced is None:
         return None, [Difference("decision", _REFUSAL[op], "performed",
                                  rule_for(op, "decision"))], _REFUSAL[op]

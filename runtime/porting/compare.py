@@ -30,6 +30,11 @@ RULES: dict[tuple[str, str], str] = {
     ("consume", "decision"): "Consume: allowed exactly when the trainer is idle and the head "
                              "buffer is READY",
     ("consume", "batch"): "Consume: the batch is the head buffer's batch_size OCCUPIED units",
+    ("consume", "streamed"): "Consume: the batch names as streamed exactly the units stream "
+                             "handed from its buffer",
+    ("stream", "decision"): "Stream: allowed exactly when streaming is on, the trainer is idle "
+                            "and the head buffer holds an OCCUPIED unit not handed yet",
+    ("stream", "batch"): "Stream: the head buffer's OCCUPIED units not handed yet",
     ("abort", "slot"): "Abort: the unit's RESERVED slot is freed",
     ("filter", "slot"): "Filter: the unit's OCCUPIED slot is freed",
     ("*", "version"): "window: version counts publishes",
@@ -100,8 +105,8 @@ def _compare_moves(op: str, expected: tuple, actual: tuple) -> Difference | None
     return None  # unreachable: unequal tuples differ somewhere
 
 
-def _compare_batch(expected: Any, actual: Any) -> list[Difference]:
-    rule = rule_for("consume", "batch")
+def _compare_batch(expected: Any, actual: Any, op: str = "consume") -> list[Difference]:
+    rule = rule_for(op, "batch")
     out = []
     if expected.version != actual.version:
         out.append(Difference("batch.version", expected.version, actual.version, rule))
@@ -114,6 +119,11 @@ def _compare_batch(expected: Any, actual: Any) -> list[Difference]:
     for unit_id, v in got.items():
         if v is not None and v != want[unit_id]:
             out.append(Difference(f"batch unit {unit_id!r} v_traj", want[unit_id], v, rule))
+    # ``streamed`` is optional on a consume (a runtime may track it itself); when logged, it
+    # must name exactly the units stream handed.
+    if actual.streamed and set(expected.streamed) != set(actual.streamed):
+        out.append(Difference("batch.streamed", _unit_set(expected.streamed),
+                              list(actual.streamed), rule_for(op, "streamed")))
     return out
 
 
@@ -152,6 +162,6 @@ def differences(expected: Event, entry: TraceEntry, coarse: bool = False) -> lis
             or len(actual.aborted) != len(set(actual.aborted))):
         out.append(Difference("aborted", _unit_set(expected.aborted), list(actual.aborted),
                               rule_for(op, "aborted")))
-    if op == "consume":
-        out.extend(_compare_batch(expected.batch, actual.batch))
+    if op in ("consume", "stream"):
+        out.extend(_compare_batch(expected.batch, actual.batch, op))
     return out

@@ -39,7 +39,11 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 UsageError = InputError  # bad arguments: reported in one line, exit code 2
 MAX_STRIDE = 1_000_000
 MAX_ADAPTER_TIMEOUT_S = 3600.0
-ADAPTER_METHODS = tuple(name for name in Adapter.__dict__ if not name.startswith("_"))
+# ``stream`` is optional: only a port with streaming consume implements it, and only the
+# ``streaming`` family asks for it.
+OPTIONAL_METHODS = ("stream",)
+ADAPTER_METHODS = tuple(name for name in Adapter.__dict__
+                        if not name.startswith("_") and name not in OPTIONAL_METHODS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -201,8 +205,15 @@ def _run(args: argparse.Namespace) -> int:
     mode = "lenient" if args.lenient else "strict"
     configs: dict[str, Any] = {}
 
+    families = _families(args)
+    if not args.family and (isinstance(adapter, SubprocessAdapter)
+                            or not callable(getattr(adapter, "stream", None))):
+        # Streaming consume is an optional extension: its family runs by default only for an
+        # in-process adapter with ``stream``; ``--family streaming`` asks for it explicitly.
+        families = [f for f in families if f != "streaming"]
+
     def selected() -> Any:
-        for k, v in enumerate(vec.load(_families(args), args.dir)):
+        for k, v in enumerate(vec.load(families, args.dir)):
             if k % args.stride == 0:
                 configs[v["id"]] = v["config"]
                 yield v

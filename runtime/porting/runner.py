@@ -54,6 +54,8 @@ class Adapter(Protocol):
     * ``consume()``: None = nothing READY; a list of unit ids; or a dict ``{"version", "units"}``.
     * ``publish()``: anything.
     * ``release_stuck()``: the list of units it aborted (empty = nothing to release).
+    * ``stream()`` (only for vectors whose config has ``streaming``): the units it handed to
+      the trainer, as ids or ``BatchUnit``s (empty = nothing new to hand).
 
     Any method may instead return a full trace record (a dict, as the port would log it), and
     the core's own result objects (``Reservation``, ``Placement``, ``Batch`` ...) are accepted.
@@ -68,6 +70,7 @@ class Adapter(Protocol):
     def consume(self) -> Any: ...
     def publish(self) -> Any: ...
     def release_stuck(self) -> Any: ...
+    def stream(self) -> Any: ...
 
 
 class ReferenceAdapter:
@@ -99,6 +102,9 @@ class ReferenceAdapter:
 
     def release_stuck(self) -> Any:
         return self.c.release_stuck()
+
+    def stream(self) -> Any:
+        return self.c.stream()
 
 
 class AdapterError(Exception):
@@ -194,7 +200,7 @@ class SubprocessAdapter:
             self.proc = None
 
     def __getattr__(self, op: str) -> Any:
-        if op not in UNIT_OPS and op not in ("consume", "publish", "release_stuck"):
+        if op not in UNIT_OPS and op not in ("consume", "publish", "release_stuck", "stream"):
             raise AttributeError(op)
         if op in UNIT_OPS:
             return lambda unit_id: self._ask({"op": op, "unit": unit_id})
@@ -226,6 +232,8 @@ def _from_object(op: str, value: Any) -> dict[str, Any]:
     if hasattr(value, "units") and op == "consume":
         out["batch"] = {"version": value.version,
                         "units": [{"unit": u.unit_id, "v_traj": u.v_traj} for u in value.units]}
+        if getattr(value, "streamed", ()):
+            out["batch"]["streamed"] = list(value.streamed)
     return out
 
 
@@ -242,9 +250,14 @@ def outcome_record(op: str, unit_id: Any, value: Any, batches: int) -> dict[str,
             record = {"op": op, "batch": {"version": fields.get("version", batches),
                                           "units": fields["units"]}}
         return record
-    refused = value is None or value is False or (op == "release_stuck" and not value)
-    if op in ("reserve", "consume", "release_stuck") and refused:
+    refused = value is None or value is False or (
+        op in ("release_stuck", "stream") and not value)
+    if op in ("reserve", "consume", "release_stuck", "stream") and refused:
         record["refused"] = True
+    elif op == "stream":  # the units handed, for the head buffer (= batches consumed so far)
+        record["batch"] = {"version": batches, "units": [
+            {"unit": u.unit_id, "v_traj": u.v_traj} if hasattr(u, "unit_id") else {"unit": u}
+            for u in value]}
     elif op in ("reserve", "occupy") and value is not None and value is not True:
         # Result objects are NamedTuples, so look for their fields before treating a tuple
         # as a bare (buffer, index).
@@ -307,7 +320,7 @@ def _applies(tracker: SafetyTracker, op: str, unit_id: Any) -> bool:
         return state == FINISHED
     if op == "publish":
         return tracker.training
-    return not tracker.training  # consume, release_stuck
+    return not tracker.training  # consume, release_stuck, stream
 
 
 def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) -> None:
@@ -341,8 +354,8 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
             outcomes.append(record)
             entry = parse_record(record, k + 2)
         except TraceFormatError as exc:
-            failure = f"the adapter's answer is not a valid record: {exc.reason} " \
-                      f"(field {exc.field})"
+            failure = (f"the adapter's answer is not a valid record: {exc.reason} "
+                       f"(field {exc.field})")
         except AdapterError:
             raise  # no answer at all: not a verdict on this vector
         except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer

@@ -2,7 +2,7 @@
 
 An implementation may place units differently from the reference and still be safe. This
 tracker needs no slots and no moves -- only reserve, occupy, abort, filter, release_stuck,
-consume and publish with their units -- and checks, after every event:
+consume, publish and stream with their units -- and checks, after every event:
 
 * ``staleness``   -- every consumed unit has ``0 <= batch.version - v_traj <= eta`` with the
   ``v_traj`` recorded at its reserve; a unit is stamped with the current version; no live unit
@@ -10,7 +10,10 @@ consume and publish with their units -- and checks, after every event:
   where an occupy logs ``served`` (the weight versions the generators really used), the first is
   not older than ``v_traj`` -- otherwise publish ran ahead of the weights.
 * ``conservation`` -- each unit is reserved once and then ends at most once: occupy and abort only
-  in flight, filter only finished, consume only finished, nothing twice.
+  in flight, filter only finished (not streamed), consume only finished, nothing twice.
+* ``streamed``    -- stream only with streaming on, while idle, of finished units not handed
+  yet, at a staleness in ``[0, eta]`` for buffer ``head``; the next batch contains every unit
+  handed (and, where it logs ``streamed``, names exactly those).
 * ``order``       -- consume only while idle, of buffer ``head`` (= the published version), and
   publish only after a consume: batches train strictly in order.
 * ``batch``       -- every batch has exactly ``batch_size`` distinct units.
@@ -32,6 +35,7 @@ from reserve_occupy import Config, Event
 from reserve_occupy.trace import TraceEntry
 
 IN_FLIGHT, FINISHED, ENDED = "in flight", "finished", "ended"
+STREAMED = "streamed"  # finished and handed to the trainer (counted as finished)
 
 
 class Violation(NamedTuple):
@@ -57,6 +61,7 @@ class SafetyTracker:
         self.max_staleness_seen = -1
         self.max_in_flight_seen = 0
         self._served: tuple[int, int] | None = None
+        self.streamed: dict[object, None] = {}  # units handed by stream since the last consume
 
     # ------------------------------------------------------------------ bookkeeping -------
 
@@ -81,15 +86,15 @@ class SafetyTracker:
         d = v + self.eta
         if old == IN_FLIGHT:
             self.in_flight -= 1
-        if old in (IN_FLIGHT, FINISHED):
+        if old in (IN_FLIGHT, FINISHED, STREAMED):
             self._count(self.live, d, -1)
-        if old == FINISHED:
+        if old in (FINISHED, STREAMED):
             self._count(self.finished, d, -1)
         if state == IN_FLIGHT:
             self.in_flight += 1
-        if state in (IN_FLIGHT, FINISHED):
+        if state in (IN_FLIGHT, FINISHED, STREAMED):
             self._count(self.live, d, 1)
-        if state == FINISHED:
+        if state in (FINISHED, STREAMED):
             self._count(self.finished, d, 1)
         if state == ENDED:
             self.ends[unit_id] = how
@@ -194,11 +199,21 @@ class SafetyTracker:
             return Violation("order", f"consumed batch {b.version}, but the next buffer in order "
                                       f"is {self.head} (version {self.version})")
         ids = [u.unit_id for u in b.units]  # type: ignore[union-attr]
+        missing = [u for u in self.streamed if u not in set(ids)]
+        if missing:
+            return Violation("streamed", f"batch {b.version} leaves out unit {missing[0]!r}, "
+                                         f"which stream had handed to the trainer")
         if len(ids) != self.config.batch_size or len(set(ids)) != len(ids):
             return Violation("batch", f"batch {b.version} has {len(ids)} units "
                                       f"({len(set(ids))} distinct), batch_size is "
                                       f"{self.config.batch_size}")
+        if b.streamed and set(b.streamed) != set(self.streamed):  # type: ignore[union-attr]
+            names, version = list(b.streamed), b.version  # type: ignore[union-attr]
+            return Violation("streamed", f"batch {version} names {names} as streamed; "
+                                         f"stream handed {list(self.streamed)}")
         for u in b.units:  # type: ignore[union-attr]
+            if self.state(u.unit_id) == STREAMED:
+                self._set(u.unit_id, FINISHED)
             bad = self._require("consume", u.unit_id, FINISHED)
             if bad:
                 return bad
@@ -218,6 +233,30 @@ class SafetyTracker:
         self.training = True
         self.head += 1
         self.batches += 1
+        self.streamed = {}
+        return None
+
+    def _stream(self, e: Event) -> Violation | None:
+        if not self.config.streaming:
+            return Violation("streamed", "stream in a trace whose config has streaming off")
+        if self.training:
+            return Violation("order", "stream while a batch is training (the weights of the "
+                                      "head buffer do not exist yet)")
+        b = e.batch
+        if b.version != self.head:  # type: ignore[union-attr]
+            return Violation("streamed", f"stream hands units for buffer "
+                                         f"{b.version}, but the head buffer is "  # type: ignore
+                                         f"{self.head}")
+        for u in b.units:  # type: ignore[union-attr]
+            bad = self._require("stream", u.unit_id, FINISHED)
+            if bad:
+                return bad
+            v = self.units[u.unit_id][1]
+            if not 0 <= self.head - v <= self.eta:
+                return Violation("staleness", f"stream hands unit {u.unit_id!r} (v_traj={v}) "
+                                              f"for buffer {self.head}, eta={self.eta}")
+            self._set(u.unit_id, STREAMED)
+            self.streamed[u.unit_id] = None
         return None
 
     def _publish(self, e: Event) -> Violation | None:

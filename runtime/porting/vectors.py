@@ -9,11 +9,13 @@ asks a port to do -- and that input's expected outcome. One JSON object per line
 Families (``FAMILIES``) draw a config and a runtime profile from their seed; ``spec`` replays the
 worked examples of spec/scenarios (their controller operations; the expected outcomes here are
 the reference's, which tests/core checks against the hand-written ones); ``scenarios`` holds the
-shortest run in which each rule decides an outcome. Each family is stored as ``<family>.jsonl.xz``:
-xz because the JSON repeats itself (about 25x smaller than plain text), so the corpus stays at a
-few MB in git; ``MANIFEST.json`` records counts and the SHA-256 of each uncompressed file.
-Generation is deterministic: the same code and core give byte-identical text, which is how
-``--check`` detects a stale corpus.
+shortest run in which each rule decides an outcome; ``streaming`` holds runs with
+``Config.streaming`` (a trainer that streams at random idle moments, and the spec/scenarios
+files whose config streams, which ``spec`` leaves to it). Each family is stored as
+``<family>.jsonl.xz``: xz because the JSON repeats itself (about 25x smaller than plain text),
+so the corpus stays at a few MB in git; ``MANIFEST.json`` records counts and the SHA-256 of
+each uncompressed file. Generation is deterministic: the same code and core give byte-identical
+text, which is how ``--check`` detects a stale corpus.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 SPEC_SCENARIOS = Path(__file__).resolve().parents[2] / "spec" / "scenarios"
 # Scenario steps that are not controller operations: Group bookkeeping, and steps whose expected
 # outcome is an exception (an interface error, not a protocol outcome a trace can record).
-_CONTROLLER_OPS = {"reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck"}
+_CONTROLLER_OPS = {"reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck",
+                   "stream"}
 GENERATOR = "runtime.porting.vectors/1"
 
 
@@ -90,6 +93,14 @@ def _stragglers(r: random.Random) -> tuple[Config, Profile]:
             Profile(steps=r.randint(30, 110), finish=1.5, train=2.5, release=0.45, fail=0.12))
 
 
+def _streaming(r: random.Random) -> tuple[Config, Profile]:
+    b = r.choice((1, 2, 3, 4))
+    return (Config(r.choice((0, 1, 2, 3)), b, capacity=b + r.choice((0, 0, 1)),
+                   max_concurrency=r.choice((None, None, b + 1)), streaming=True),
+            Profile(steps=r.randint(30, 110), filter=0.4, fail=0.08, release=0.1,
+                    stream=r.choice((0.3, 0.7))))
+
+
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("sync", 1000, "eta = 0 (synchronous RL), with and without a concurrency limit", _sync),
     Family("basic", 2000, "eta 1..3, batch 1..4, capacity = batch, no concurrency limit", _basic),
@@ -100,6 +111,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                            "aborted, zero-variance groups filtered", _groups),
     Family("stragglers", 1500, "slow units: STUCK head buffers released, frequent aborts",
            _stragglers),
+    Family("streaming", 1000, "Config.streaming: the idle trainer streams the head buffer's "
+                              "finished units; filters, aborts, oversampling", _streaming),
 )}
 
 
@@ -176,7 +189,7 @@ def spec_scenario(path: Path) -> tuple[Config, list[Step], dict[str, Any]]:
     data = json.loads(path.read_text())
     c = data["config"]
     config = Config(c["max_staleness"], c["batch_size"], c.get("capacity"),
-                    c.get("max_concurrency"))
+                    c.get("max_concurrency"), c.get("streaming", False))
     script = [(s["op"], s["unit"]) if "unit" in s else (s["op"],) for s in data["steps"]
               if s["op"] in _CONTROLLER_OPS and "error" not in s]
     return config, script, data
@@ -184,13 +197,20 @@ def spec_scenario(path: Path) -> tuple[Config, list[Step], dict[str, Any]]:
 
 def generate(family: str, count: int | None = None) -> Iterator[str]:
     """The family's vectors as JSON lines (deterministic)."""
-    if family == "spec":
+    if family in ("spec", "streaming"):
         for path in sorted(SPEC_SCENARIOS.glob("*.json")):
             config, script, data = spec_scenario(path)
+            if config.streaming != (family == "streaming"):
+                continue
             rec = play(StalenessController(config), script)
+            if family == "streaming":
+                yield _vector(f"streaming/spec-{path.stem}", family, config, rec.records,
+                              source=data.get("source", ""))
+                continue
             yield _vector(f"spec/{path.stem}", "spec", config, rec.records,
                           source=data.get("source", ""))
-        return
+        if family == "spec":
+            return
     if family == "scenarios":
         for name, (config, script, shows) in SCENARIOS.items():
             rec = play(StalenessController(config), _letters(script))
@@ -264,8 +284,8 @@ def load(families: list[str] | None = None,
                 vector = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise CorpusError(f"{path}: line {number}: not a JSON vector ({exc})") from None
-            if not isinstance(vector, dict) or not {"id", "config", "events"} <= set(vector) \
-                    or not isinstance(vector["events"], list):
+            if (not isinstance(vector, dict) or not {"id", "config", "events"} <= set(vector)
+                    or not isinstance(vector["events"], list)):
                 raise CorpusError(f"{path}: line {number}: a vector needs 'id', 'config' and a "
                                   f"list of 'events'")
             yield vector

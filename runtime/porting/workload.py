@@ -36,6 +36,7 @@ class Profile:
     group_size: int = 0  # > 0: units are GRPO groups of this size
     candidates: int = 0  # > group_size: group-level oversampling
     int_ids: bool = False  # unit ids are ints instead of strings
+    stream: float = 0.0  # chance the idle trainer streams after a step (Config.streaming)
 
 
 @dataclass
@@ -110,6 +111,14 @@ class _Recorder:
         self._took()
         return tuple(released)
 
+    def stream(self) -> tuple[UnitId, ...]:
+        handed = self.c.stream()
+        if not handed:
+            self._refused("stream")
+            return ()
+        self._took()
+        return tuple(u.unit_id for u in handed)
+
 
 def drive(controller: StalenessController, seed: int, profile: Profile = Profile(),
           reraise: bool = False) -> Recording:
@@ -118,6 +127,7 @@ def drive(controller: StalenessController, seed: int, profile: Profile = Profile
     rec = _Recorder(controller)
     in_flight: dict[UnitId, Group | None] = {}  # admitted, still generating
     finished: list[UnitId] = []  # occupied, not yet consumed or filtered
+    streamed: set[UnitId] = set()  # handed to the trainer: not filterable until consumed
     waiting: UnitId | None = None  # refused admission, retried next time
     training = False
     next_id = 0
@@ -134,9 +144,10 @@ def drive(controller: StalenessController, seed: int, profile: Profile = Profile
 
     try:
         for _ in range(p.steps):
+            filterable = [u for u in finished if u not in streamed] if streamed else finished
             action = rng.choices(("admit", "finish", "train", "filter"),
                                  (p.admit, p.finish if in_flight else 0.0, p.train,
-                                  p.filter if finished else 0.0))[0]
+                                  p.filter if filterable else 0.0))[0]
             if action == "admit":
                 unit_id = waiting if waiting is not None else new_id()
                 if rec.reserve(unit_id):
@@ -162,7 +173,8 @@ def drive(controller: StalenessController, seed: int, profile: Profile = Profile
                     gone(rec.occupy(unit_id))
                     finished.append(unit_id)
             elif action == "filter":
-                unit_id = finished.pop(rng.randrange(len(finished)))
+                unit_id = filterable[rng.randrange(len(filterable))]
+                finished.remove(unit_id)
                 gone(rec.filter(unit_id))
             elif training:
                 rec.publish()
@@ -175,6 +187,9 @@ def drive(controller: StalenessController, seed: int, profile: Profile = Profile
                     training = True
                     taken = set(batch)
                     finished[:] = [u for u in finished if u not in taken]
+                    streamed.clear()
+            if p.stream and not training and rng.random() < p.stream:
+                streamed.update(rec.stream())
     except Exception as exc:  # a mutant broke itself: keep the trace so far
         if reraise:
             raise
@@ -193,6 +208,7 @@ def play(controller: StalenessController, script: Sequence[Step],
     ops: dict[str, Callable[..., Any]] = {
         "reserve": rec.reserve, "occupy": rec.occupy, "abort": rec.abort, "filter": rec.filter,
         "consume": rec.consume, "publish": rec.publish, "release_stuck": rec.release_stuck,
+        "stream": rec.stream,
     }
     try:
         for step in script:

@@ -98,15 +98,22 @@ class TrainerActor:
     """The GRPO trainer in its own process; its methods run one at a time."""
 
     def __init__(self, model_path: str, settings: Any, out_dir: str, temperature: float,
-                 seed: int, keep_weights: int) -> None:
+                 seed: int, keep_weights: int, total_steps: int | None = None) -> None:
         configure()
         from ..trainer.grpo import GRPOTrainer
 
         self.t = GRPOTrainer(model_path, settings, out_dir, temperature, seed=seed,
-                             keep_weights=keep_weights)
+                             keep_weights=keep_weights, total_steps=total_steps)
 
     def train_step(self, batch: Any) -> tuple[dict[str, float], int]:
         metrics = self.t._train(batch)
+        return metrics, self.t.steps
+
+    def accumulate(self, chunk: Any) -> None:
+        self.t._accumulate(chunk)
+
+    def finish_step(self, batch: Any) -> tuple[dict[str, float], int]:
+        metrics = self.t._finish_step(batch)
         return metrics, self.t.steps
 
     def export(self, version: int) -> list[Any]:

@@ -28,6 +28,7 @@ from ray.exceptions import RayActorError
 from ..rollout.base import GenerationRequest, Segment
 from ..rollout.env import COMMON, CPU, cpu_build
 from ..rollout.pool import EngineCrashed, EnginePool
+from . import loopback
 from .actors import EngineActor, TrainerActor
 from .preflight import check_cluster
 
@@ -42,6 +43,18 @@ def actor_options(resources: dict[str, float]) -> dict[str, Any]:
     if custom:
         opts["resources"] = custom
     return opts
+
+
+def placeable(options: dict[str, Any]) -> str | None:
+    """The address of a live node whose total resources hold one actor with these ``.options``
+    (None: none does, so Ray would leave the actor pending until such a node joins)."""
+    need = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0),
+            "memory": options.get("memory", 0), **options.get("resources", {})}
+    for node in ray.nodes():
+        have = node.get("Resources", {})
+        if node.get("Alive") and all(have.get(k, 0) >= v for k, v in need.items() if v):
+            return node["NodeManagerAddress"]
+    return None
 
 
 @dataclass(frozen=True)
@@ -111,6 +124,13 @@ class RayTrainer:
         metrics, self.steps = await self.handle.train_step.remote(batch)
         return metrics
 
+    async def accumulate(self, chunk: Any) -> None:
+        await self.handle.accumulate.remote(chunk)
+
+    async def finish_step(self, batch: Any) -> dict[str, float]:
+        metrics, self.steps = await self.handle.finish_step.remote(batch)
+        return metrics
+
     async def export_weights(self, version: int) -> RayWeights:
         ref, digest = await self.handle.export.remote(version)
         return RayWeights(version, ref, digest)
@@ -145,6 +165,8 @@ class RayBackend:
         owns = False
         if not ray.is_initialized():
             r = cfg.ray
+            if r.address is None:  # a cluster of our own: on 127.0.0.1 only
+                loopback.pin()
             ray.init(address=r.address, num_cpus=r.num_cpus if r.address is None else None,
                      include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": _env()})
@@ -186,6 +208,12 @@ class RayBackend:
         async def restart(index: int) -> ActorEngine:
             if restarts_left[0] <= 0:
                 raise RuntimeError("ray.max_engine_restarts is used up")
+            if placeable(options) is None:  # Ray would keep the actor pending, the run waiting forever
+                raise RuntimeError(
+                    f"no live Ray node has the resources of an engine "
+                    f"(ray.engine_resources={dict(cfg.ray.engine_resources)}): the node that "
+                    f"ran engine {index} is gone; add a node with them and continue the run "
+                    f"with --resume")
             restarts_left[0] -= 1
             return await new_engine(index)
 
@@ -193,7 +221,7 @@ class RayBackend:
         trainer_handle = TrainerActor.options(  # type: ignore[attr-defined]
             **actor_options(cfg.ray.trainer_resources)).remote(
             str(model_path), cfg.trainer, str(out_dir), r.temperature, cfg.run.seed,
-            cfg.run.keep_weights)
+            cfg.run.keep_weights, cfg.run.steps)
         await trainer_handle.steps.remote()  # wait until the model is loaded
         return cls(RayRollout(engines, restart), RayTrainer(trainer_handle), trainer_handle,
                    owns)

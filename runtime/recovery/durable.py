@@ -65,8 +65,8 @@ def group_from_record(rec: dict[str, Any], prompts: list[Prompt]) -> GroupRun:
     for smp in rec["samples"]:
         c = candidates[smp["candidate"]]
         c.token_ids, c.logprobs, c.versions = smp["token_ids"], smp["logprobs"], smp["versions"]
-        c.reward, c.finish_reason, c.segments = smp["reward"], smp["finish_reason"], \
-            smp["segments"]
+        c.reward, c.finish_reason, c.segments = (smp["reward"], smp["finish_reason"],
+                                                 smp["segments"])
         group.finish(c.index)
     for c in candidates:
         if c.index not in group.committed:

@@ -140,6 +140,8 @@ class JournaledController(StalenessController):
         other.metas = dict(self.metas)
         return other  # type: ignore[return-value]
 
+    # Overrides the core's private event append on purpose: it is the one call every successful
+    # operation makes after its state change, so the journal sees exactly the events the log has.
     def _log(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         super()._log(*args, **kwargs)
         event: Event = self.last_event  # type: ignore[assignment]
@@ -178,6 +180,9 @@ class JournaledController(StalenessController):
 
     def publish(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().publish)
+
+    def stream(self, meta=None):  # type: ignore[no-untyped-def,override]
+        return self._with(meta, super().stream)
 
 
 # ------------------------------------------------------------------------- reading back ------

@@ -13,6 +13,10 @@
    is queued for re-admission.
 4. Units the log has FINISHED get their data back from the store; a unit whose file is missing
    is filtered (``meta.reason = "trajectory_missing"``) and reported, never silently dropped.
+   With streaming, units the log has STREAMED (handed to the trainer before the crash) get their
+   data back the same way: their partial gradients died with the trainer, so they are trained
+   again at the next consume (``report.restream``). One without its file cannot be filtered (the
+   protocol forbids it) and stops recovery.
 5. If the crash fell while a batch was training (the log ends in TRAINING), that batch is
    trained (or was, by the checkpoint) and published now, so the controller is IDLE.
 6. The trainer exports the weights of the controller's version for the engines.
@@ -63,6 +67,7 @@ class RecoveryReport:
     salvaged: list[UnitId] = field(default_factory=list)  # IN_FLIGHT, data complete: occupied
     lost: list[UnitId] = field(default_factory=list)  # IN_FLIGHT: aborted, prompt re-admitted
     finished: list[UnitId] = field(default_factory=list)  # FINISHED, data loaded
+    restream: list[UnitId] = field(default_factory=list)  # STREAMED: data loaded, train again
     missing: list[UnitId] = field(default_factory=list)  # FINISHED, no data: filtered
     missing_retrain: list[UnitId] = field(default_factory=list)  # consumed, no data to retrain
     deleted: int = 0  # orphaned or no longer needed files removed
@@ -76,10 +81,13 @@ class RecoveryReport:
                + (f" -> {self.version}" if self.version != self.version_logged else "")]
         if self.torn:
             out.append(f"recovery: {self.torn}")
-        ck = "none (training from the initial weights)" if self.checkpoint is None \
-            else f"step {self.checkpoint}"
+        ck = ("none (training from the initial weights)" if self.checkpoint is None
+              else f"step {self.checkpoint}")
         out.append(f"recovery: checkpoint {ck}; retrained batches {self.retrained or 'none'}"
                    + ("; published the batch that was training" if self.published else ""))
+        if self.restream:
+            out.append(f"recovery: {len(self.restream)} units handed to the crashed trainer "
+                       f"(streaming) reloaded; they train again at the next consume")
         out.append(f"recovery: {len(self.finished)} finished units reloaded, {len(self.salvaged)}"
                    f" in-flight units salvaged (complete on disk), {len(self.lost)} in-flight "
                    f"units aborted as lost ({self.readmit} prompts to re-admit)")
@@ -204,7 +212,17 @@ class Recovery:
         """4. Finished units get their data back; a missing file is filtered and reported."""
         controller, report = self.controller, self.report
         for unit in self.order:
-            if controller.unit_state(unit) is not UnitState.FINISHED or unit in report.salvaged:
+            state = controller.unit_state(unit)
+            if state is UnitState.STREAMED:
+                if self.load(unit) is None:
+                    raise RecoveryError(f"unit {unit!r} was handed to the trainer (streaming) "
+                                        f"but its trajectory file is missing: the run directory "
+                                        f"is damaged (the file is written before the unit's "
+                                        f"occupy line)")
+                report.finished.append(unit)
+                report.restream.append(unit)
+                continue
+            if state is not UnitState.FINISHED or unit in report.salvaged:
                 continue
             if self.load(unit) is not None:
                 report.finished.append(unit)
@@ -256,12 +274,12 @@ class Recovery:
                 and (m := _SEQ.match(u))]
         draws = [m["draw"] for m in self.reserve_meta.values() if isinstance(m.get("draw"), int)]
         finished = {u: self.groups[u] for u in self.order
-                    if controller.unit_state(u) is UnitState.FINISHED}
+                    if controller.unit_state(u) in (UnitState.FINISHED, UnitState.STREAMED)}
         resume = ResumePoint(next_seq=max(seqs, default=-1) + 1,
                              draws=max(draws, default=-1) + 1, readmit=pending, groups=finished,
                              step=controller.version)
-        weights = await self.trainer.export_weights(controller.version) \
-            if controller.version else None
+        weights = (await self.trainer.export_weights(controller.version)
+                   if controller.version else None)
         _report(self.store, report, self.say)
         return Recovered(self.store, controller, resume, weights, report)
 

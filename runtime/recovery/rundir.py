@@ -33,7 +33,7 @@ from .journal import EmptyLog, LogCorrupt, read_log, rebuild
 from .store import Checkpoints, unit_filename, unit_from_filename
 
 # Everything a run writes into its directory (run_training, RunStore, the trainer).
-RUN_FILES = (LOG_NAME, "config.json", "metrics.jsonl", "summary.json", "driver_trace.jsonl",
+RUN_FILES = (LOG_NAME, "config.json", "metrics.jsonl", "summary.json", "driver_notes.jsonl",
              "recovery.jsonl", "lengths.jsonl", "curves.png", "trajectories", "checkpoints",
              "checkpoint", "weights", "tensorboard", "eval_before.json")
 

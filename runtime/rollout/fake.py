@@ -103,8 +103,8 @@ class FakeRollout:
         n = len(plan.token_ids)
         if act.aborted.is_set():
             elapsed = self.clock.now() - act.started
-            n = 0 if math.isinf(plan.duration) else int(n * elapsed / plan.duration) \
-                if plan.duration > 0 else n
+            n = (0 if math.isinf(plan.duration) else int(n * elapsed / plan.duration)
+                 if plan.duration > 0 else n)
             n = min(n, len(plan.token_ids))
             finish = "abort"
         elif plan.error is not None:
@@ -141,12 +141,41 @@ class FakeRollout:
 
 
 class FakeTrainer:
-    """Takes ``train_s`` of clock time per step and records the batches it saw."""
+    """Takes ``train_s`` of clock time per step and records the batches it saw. Streaming
+    (``accumulate``/``finish_step``): ``train_s`` is shared out per group, so a chunk of k of
+    a batch's B groups takes k / B of it, plus ``step_s`` for the optimiser step at the end;
+    ``chunks`` records the unit ids of every chunk."""
 
-    def __init__(self, clock: Clock, train_s: float = 0.05) -> None:
-        self.clock, self.train_s = clock, train_s
+    def __init__(self, clock: Clock, train_s: float = 0.05, step_s: float = 0.0,
+                 batch_size: int | None = None) -> None:
+        self.clock, self.train_s, self.step_s = clock, train_s, step_s
+        self.batch_size = batch_size  # B for the per-group share (None: the batch's own size)
         self.batches: list[Any] = []
+        self.chunks: list[tuple[Any, ...]] = []
         self.version = 0
+        self._pending: list[Any] = []
+
+    def _share(self, groups: int) -> float:
+        return self.train_s * groups / (self.batch_size or max(groups, 1))
+
+    async def accumulate(self, chunk: Any) -> None:
+        ids = [g.unit_id for g in chunk.groups]
+        if any(u in self._pending for u in ids):
+            raise AssertionError(f"units {ids} accumulated twice")
+        self.chunks.append(tuple(ids))
+        self._pending += ids
+        await self.clock.sleep(self._share(len(ids)))
+
+    async def finish_step(self, batch: Any) -> dict[str, float]:
+        ids = [g.unit_id for g in batch.groups]
+        if not set(self._pending) <= set(ids):
+            raise AssertionError(f"accumulated {self._pending}, not all in batch {ids}")
+        rest = [u for u in ids if u not in self._pending]
+        streamed = len(self._pending)
+        self._pending = []
+        self.batches.append(batch)
+        await self.clock.sleep(self._share(len(rest)) + self.step_s)
+        return {"loss": 0.0, "streamed_units": float(streamed)}
 
     async def train_step(self, batch: Any) -> dict[str, float]:
         self.batches.append(batch)

@@ -70,8 +70,9 @@ class EnginePool:
                 if live:
                     return min(live, key=lambda i: (self._load[i], i))
                 if not self._restarts:
-                    raise RolloutDead("every engine of the pool is dead and none can be "
-                                      "restarted")
+                    why = f" ({'; '.join(self.restart_errors)})" if self.restart_errors else ""
+                    raise RolloutDead(f"every engine of the pool is dead and none can be "
+                                      f"restarted{why}")
                 await self._changed.wait()
         finally:
             del self._waiting[request_id]

@@ -9,7 +9,10 @@ the source's experiments, the regime map, the clairvoyant bound, the frontier, d
 
 from .model.core import PolicyError, SimulationError, SimulationStalled, Simulator
 from .model.cost import PRESETS, CostModel, load_cost, preset
-from .model.workload import TraceError, Workload, generate, load_trace
+from .model.workload import (TraceError, Workload, WorkloadError, generate, load_trace,
+                             load_workload)
 
 __all__ = ["CostModel", "PRESETS", "PolicyError", "SimulationError", "SimulationStalled",
-           "Simulator", "TraceError", "Workload", "generate", "load_cost", "load_trace", "preset"]
+           "Simulator", "Workload", "WorkloadError", "generate", "load_cost", "load_workload",
+           "preset",
+           "TraceError", "load_trace"]  # older names of WorkloadError and load_workload

@@ -1,16 +1,18 @@
 """``reserve-occupy simulate``: run policies over eta values on a workload, or the experiments.
 
-    reserve-occupy simulate [run] --policy all --eta 1,2,3 --batches 10 [--trace FILE.jsonl]
+    reserve-occupy simulate [run] --policy all --eta 1,2,3 --batches 10 [--workload FILE.jsonl]
                             [--preset NAME | --cost FILE.json] [--out DIR]
                             [--filter-rate R [--filter-skew S]] [--stuck-timeout SECONDS]
                             [--capacity C] [--candidates K] [--progress-close]
                             [--idle-surplus] [--head-priority] [--lookahead N]
+                            [--chunk-groups N [--chunk-overhead S] [--chunk-share X]
+                             [--streaming]] [--no-reprefill]
     reserve-occupy simulate experiments [--results-dir DIR] [--img-dir DIR] [--only 1,...,6]
     reserve-occupy simulate regimes [--tiny] [--seeds N] [--batches N]
     reserve-occupy simulate list
 
 ``run`` prints one row per (eta, policy) with Reserve–Occupy's speed-up over each and writes
-``results.json`` plus PNG figures to ``--out``. Bad input (a malformed trace line, an unknown
+``results.json`` plus PNG figures to ``--out``. Bad input (a malformed workload line, an unknown
 cost field or policy, a number outside ``LIMITS``, an unreadable file, an output directory that
 cannot be created) is reported in one line naming what is wrong, exit status 2, before anything
 runs; a policy that stalls (``SimulationStalled``) or breaks a check exits with status 1.
@@ -36,7 +38,7 @@ from .. import outputs
 from .model.cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
 from .model.filtering import FilterError, RewardFilter
 from .model.policies import POLICIES, UnknownPolicy, policy_names
-from .model.workload import MathReasoningShape, TraceError, Workload, generate, load_trace
+from .model.workload import MathReasoningShape, Workload, WorkloadError, generate, load_workload
 
 PROG = "reserve-occupy simulate"
 
@@ -45,6 +47,7 @@ UsageError = InputError  # bad arguments: one line, exit status 2
 
 LIMITS = inputs.SIM_LIMITS  # option -> (lowest, highest)
 MAX_STUCK_TIMEOUT_S = 1e9
+MAX_CHUNK_OVERHEAD_S = 1e6
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -84,6 +87,12 @@ def _check(args: argparse.Namespace) -> None:
         inputs.int_in("--" + name.replace("_", "-"), getattr(args, name), lo, hi)
     inputs.number_in("--stuck-timeout", args.stuck_timeout, 0.0, MAX_STUCK_TIMEOUT_S,
                      open_low=True)
+    inputs.number_in("--chunk-overhead", args.chunk_overhead, 0.0, MAX_CHUNK_OVERHEAD_S)
+    inputs.number_in("--chunk-share", args.chunk_share, 0.0, 1.0)
+    if args.streaming and not args.chunk_groups:
+        raise UsageError("--streaming needs a streaming trainer (--chunk-groups >= 1)")
+    if args.streaming and args.stuck_timeout is not None:
+        raise UsageError("--streaming with --stuck-timeout is not modelled")
     if args.mode == "run":
         etas = _int_list(args.eta, "eta")
         names = policy_names(args.policy)
@@ -95,8 +104,8 @@ def _check(args: argparse.Namespace) -> None:
             what = "--capacity" if args.capacity else "--batch-size"
             raise UsageError(f"{what} {slots} at eta {max(etas)} needs {worst:,} slots, more "
                              f"than the controller's limit of {MAX_SLOTS:,}")
-    if args.trace:
-        inputs.readable_file(args.trace, "--trace")
+    if args.workload:
+        inputs.readable_file(args.workload, "--workload")
     if args.cost:
         inputs.text_file(args.cost, "--cost")
     if args.mode == "run" and args.out:
@@ -124,8 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="training batches per run (10; regimes: 60)")
     g.add_argument("--batch-size", type=int, default=16, help="groups per batch (16)")
     w = parser.add_argument_group("workload")
-    w.add_argument("--trace", metavar="FILE.jsonl",
-                   help="JSONL trace, one group per line: "
+    w.add_argument("--workload", "--trace", metavar="FILE.jsonl",  # --trace: its older name
+                   help="JSONL workload file, one group per line: "
                         '{"group": id, "prompt_len": n, "response_lens": [n, ...]}')
     w.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload (0)")
     w.add_argument("--groups", type=int, default=1024, help="groups the generator makes (1024)")
@@ -135,13 +144,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="tilt of the no-gradient share toward long (>0) or short (<0) groups (1)")
     g.add_argument("--stuck-timeout", type=float, default=None, metavar="SECONDS",
                    help="reserve_occupy: release a STUCK head buffer after the trainer waited "
-                        "this long (source 7.2; off)")
+                        "this long (spec §6.2; off)")
     v = parser.add_argument_group("oversampling and extensions (reserve_occupy unless noted)")
     v.add_argument("--capacity", type=int, default=None,
-                   help="slots per buffer, > batch size: batch-level oversampling (source 7.6)")
+                   help="slots per buffer, > batch size: batch-level oversampling (spec §6.6)")
     v.add_argument("--candidates", type=int, default=None,
                    help="every policy: samples admitted per group; the first group-size to "
-                        "finish commit, the rest are aborted (source 7.5)")
+                        "finish commit, the rest are aborted (spec §6.5)")
     v.add_argument("--progress-close", action="store_true",
                    help="at closure abort the reservations that decoded least (needs --capacity)")
     v.add_argument("--idle-surplus", action="store_true",
@@ -150,6 +159,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the head buffer's groups first in the engine queue")
     v.add_argument("--lookahead", type=int, default=0,
                    help="admit the longest earlier-epoch prompt of the next N first (0: off)")
+    t = parser.add_argument_group("trainer and engine (every policy; override the cost model)")
+    t.add_argument("--chunk-groups", type=int, default=None,
+                   help="streaming trainer: train chunks of at least this many finished groups "
+                        "(NeMo-RL's min_groups_for_streaming_train); 0: whole batches "
+                        "(the cost model's; default 0)")
+    t.add_argument("--chunk-overhead", type=float, default=None, metavar="SECONDS",
+                   help="streaming trainer: seconds every chunk pays besides its tokens (1)")
+    t.add_argument("--chunk-share", type=float, default=None,
+                   help="streaming trainer: share of the per-token work a chunk runs, in "
+                        "[0, 1] (1: forward+backward per chunk; PSRL's recompute scope 0.2)")
+    t.add_argument("--streaming", action="store_true",
+                   help="reserve_occupy: hand the trainer the head buffer's finished units "
+                        "before it is READY (needs --chunk-groups)")
+    t.add_argument("--no-reprefill", action="store_true",
+                   help="engines keep the KV cache across a weight update (in-flight refit, "
+                        "as NeMo-RL's default); default: running contexts re-prefill")
     c = parser.add_argument_group("cost model")
     c.add_argument("--preset", default=DEFAULT_PRESET,
                    help=f"named cost preset ({', '.join(PRESETS)})")
@@ -184,12 +209,20 @@ def _cost(args: argparse.Namespace) -> CostModel:
         value = getattr(args, field)
         if value is not None:
             model = dataclasses.replace(model, **{field: value})
+    train = {name: getattr(args, arg) for name, arg in (
+        ("chunk_groups", "chunk_groups"), ("chunk_overhead_s", "chunk_overhead"),
+        ("chunk_share", "chunk_share")) if getattr(args, arg) is not None}
+    if train:
+        model = dataclasses.replace(model, train=dataclasses.replace(model.train, **train))
+    if args.no_reprefill:
+        model = dataclasses.replace(model, rollout=dataclasses.replace(
+            model.rollout, reprefill_on_update=False))
     return model
 
 
 def _workload(args: argparse.Namespace) -> Workload:
-    if args.trace:
-        return load_trace(args.trace)
+    if args.workload:
+        return load_workload(args.workload)
     return generate(args.seed, MathReasoningShape(groups=args.groups))
 
 
@@ -231,7 +264,8 @@ def _run(args: argparse.Namespace) -> int:
                          f"got {args.candidates}")
     extensions = tuple((k, getattr(args, k)) for k in ("capacity", "progress_close",
                                                         "idle_surplus", "head_priority",
-                                                        "lookahead") if getattr(args, k))
+                                                        "lookahead", "streaming")
+                       if getattr(args, k))
     specs = [RunSpec(n, e, batches, args.batch_size,
                      options=timeout + extensions if n == "reserve_occupy" else (),
                      filtering=filt, candidates=args.candidates)
@@ -288,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
         if args.mode == "regimes":
             return _experiments(args, only=(6,))
         return _run(args)
-    except (TraceError, CostError, UnknownPolicy, UsageError, FilterError, ConfigError) as exc:
+    except (WorkloadError, CostError, UnknownPolicy, UsageError, FilterError, ConfigError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except (SimulationStalled, CheckFailed, PolicyError) as exc:

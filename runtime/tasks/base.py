@@ -4,6 +4,9 @@ A reward function scores one completion of one prompt: ``reward(prompt, completi
 It runs in the driver's event loop, so it must be quick (the verifiable-answer reward is a string
 comparison); anything slow belongs in a thread of the function's own. An exception it raises
 makes the driver abort that candidate's whole group (the group cannot be scored fairly).
+
+A reward object may also have ``metrics() -> dict[str, float]``: counters it keeps (the math
+reward's reasons), which ``metrics.jsonl`` reports per step as the increase since the last one.
 """
 
 from __future__ import annotations
@@ -15,12 +18,20 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class Prompt:
-    """One task instance: the text the model continues and what a reward may check it against."""
+    """One task instance: the text the model continues and what a reward may check it against.
+
+    A conversational record keeps its ``messages`` (``{"role", "content"}`` dicts) and has no
+    ``text`` until ``runtime.prompts.render_prompts`` renders it with the tokenizer's chat
+    template; ``rendered`` marks a prompt whose ``text`` is that rendering (what the engine is
+    sent and the trainer's log-probabilities are conditioned on).
+    """
 
     text: str
     answer: str | None = None
     index: int = 0  # position in the data file (for error messages and traces)
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    messages: tuple[dict[str, str], ...] | None = field(default=None, compare=False)
+    rendered: bool = False
 
 
 @runtime_checkable
@@ -35,6 +46,7 @@ class RewardError(ValueError):
 BUILTIN = {
     "exact_answer": "runtime.tasks.arithmetic:ExactAnswerReward",
     "arithmetic": "runtime.tasks.arithmetic:ExactAnswerReward",
+    "math": "runtime.tasks.math:MathReward",  # needs the math extra (math-verify)
 }
 
 
@@ -54,7 +66,10 @@ def load_reward(name: str, **kwargs: Any) -> RewardFn:
     except (ImportError, AttributeError) as exc:
         raise RewardError(f"reward {name!r}: cannot import {target} ({exc})") from None
     if isinstance(obj, type):
-        return obj(**kwargs)
+        try:
+            return obj(**kwargs)
+        except (ImportError, TypeError, ValueError) as exc:  # a missing extra, a bad option
+            raise RewardError(f"reward {name!r}: {exc}") from None
     if kwargs:
         raise RewardError(f"reward {name!r} is a function; it takes no options, got "
                           f"{sorted(kwargs)}")

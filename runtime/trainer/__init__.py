@@ -1,5 +1,5 @@
 """Trainers behind the driver's ``Trainer`` protocol: the torch GRPO trainer (``grpo``)."""
 
-from .base import GroupSample, Sample, TrainBatch, Trainer
+from .base import GroupSample, Sample, StreamingTrainer, TrainBatch, Trainer
 
-__all__ = ["GroupSample", "Sample", "TrainBatch", "Trainer"]
+__all__ = ["GroupSample", "Sample", "StreamingTrainer", "TrainBatch", "Trainer"]

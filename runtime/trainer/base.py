@@ -84,3 +84,15 @@ class Trainer(Protocol):
     async def save_checkpoint(self, path: Path) -> None: ...
 
     async def load_checkpoint(self, path: Path) -> None: ...
+
+
+@runtime_checkable
+class StreamingTrainer(Trainer, Protocol):
+    """A trainer that can build one update from chunks (``trainer.streaming``): ``accumulate``
+    runs forward/backward on some of the batch's groups without stepping; ``finish_step``
+    trains the batch's groups not accumulated yet and takes the one optimiser step, the same
+    update ``train_step`` would take on the whole batch."""
+
+    async def accumulate(self, chunk: TrainBatch) -> None: ...
+
+    async def finish_step(self, batch: TrainBatch) -> dict[str, float]: ...

@@ -15,41 +15,93 @@ unlikely under the current weights get their gradient clipped instead of trusted
 (version == batch.version) have rho = 1 up to float noise; ``onpolicy_logprob_err`` reports
 that noise, a cheap end-to-end check that engine and trainer compute the same distribution.
 
+Memory and schedule (``trainer.precision``, ``gradient_checkpointing``, ``warmup_steps``,
+``lr_schedule``): ``bf16-mixed`` keeps float32 weights and optimizer state and runs the forward
+pass under bfloat16 autocast (activations halve; the update is float32); ``bf16`` holds the
+weights, gradients and AdamW state in bfloat16 as well (about half the memory of float32, at
+the cost of updates smaller than bfloat16's resolution being rounded away). The learning rate
+follows ``lr_at``, a pure function of the steps trained, so a resumed run continues the same
+schedule from the step count its checkpoint records.
+
+Checkpoints and exported weights are Hugging Face model directories (``save_pretrained``:
+``config.json``, ``model.safetensors``, and in checkpoints the tokenizer), so
+``AutoModelForCausalLM.from_pretrained`` and vLLM load them as they are.
+
 Torch work runs in a worker thread (``asyncio.to_thread``) so generation continues meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
+import math
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .base import TrainBatch
+from .base import GroupSample, TrainBatch
+
+
+# Safetensors has no file-size limit; one file per directory is what the engine's weight
+# reload and the Ray backend's weight transfer read.
+_ONE_SHARD = "100000GB"
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "trainer_state.json")
+
+
+def lr_at(step: int, total: int | None, warmup: int = 0, schedule: str = "constant",
+          min_ratio: float = 0.0) -> float:
+    """The learning-rate factor (of ``trainer.lr``) for the batch after ``step`` trained ones:
+    linear warm-up over the first ``warmup`` batches, then ``constant``, ``linear`` or
+    ``cosine`` decay to ``min_ratio`` at batch ``total`` (the run's steps). Written out rather
+    than taken from a torch scheduler object because a function of the step count alone needs
+    no state of its own in a checkpoint to resume exactly."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant" or not total or total <= warmup:
+        return 1.0
+    done = min(1.0, (step - warmup) / (total - warmup))
+    if schedule == "linear":
+        return 1.0 - (1.0 - min_ratio) * done
+    if schedule == "cosine":
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * done))
+    raise ValueError(f"trainer.lr_schedule {schedule!r}: expected constant, linear or cosine")
 
 
 class GRPOTrainer:
     def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
-                 temperature: float = 1.0, seed: int = 0, keep_weights: int = 2) -> None:
+                 temperature: float = 1.0, seed: int = 0, keep_weights: int = 2,
+                 total_steps: int | None = None) -> None:
         """``settings``: a ``runtime.config.TrainerConfig`` (lr, betas, weight_decay, clip_low,
         clip_high, kl_coef, max_grad_norm, scale_rewards, epochs, minibatches, micro_batch,
-        device, threads)."""
-        from transformers import AutoModelForCausalLM
+        device, threads, precision, gradient_checkpointing, warmup_steps, lr_schedule,
+        min_lr_ratio). ``total_steps``: the run's steps, where the schedule ends."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ..config import resolve_device
+        from ..config import check_precision, resolve_device
 
         self.s = settings
         self.device = torch.device(resolve_device(settings.device))  # "auto" -> cuda or cpu
+        self.precision = getattr(settings, "precision", "fp32")
+        check_precision(self.precision, self.device.type)
         if self.device.type == "cpu":
             # The rollout engine owns the other core(s); more threads only contend.
             torch.set_num_threads(settings.threads or 1)
         torch.manual_seed(seed)
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
         self.model.to(self.device).train()
+        if getattr(settings, "gradient_checkpointing", False):
+            # Non-reentrant: works with inputs that need no grad and with autocast.
+            self.model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+        # Saved with every checkpoint so that the directory is a complete model for other tools
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+        self.total_steps = total_steps
         self.ref = None
         if settings.kl_coef > 0:
             self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -62,6 +114,7 @@ class GRPOTrainer:
         self.out_dir = Path(out_dir)
         self.keep_weights = keep_weights
         self.steps = 0
+        self._pending: dict[str, Any] | None = None  # streamed chunks of the step being built
 
     # ------------------------------------------------------------------ log-probabilities ----
 
@@ -80,7 +133,9 @@ class GRPOTrainer:
         [n, max_response] tensor with its 0/1 mask."""
         seqs = [p + r for p, r in zip(prompts, responses)]
         ids, mask = self._pad(seqs)
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        with self._autocast():
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        logits = logits[:, :-1].float()
         logp = torch.log_softmax(logits / self.temperature, dim=-1)
         logp = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         width = max(1, max(map(len, responses)))
@@ -110,12 +165,7 @@ class GRPOTrainer:
 
     def _train(self, batch: TrainBatch) -> dict[str, float]:
         s = self.s
-        rows = []  # (prompt, tokens, behaviour logprobs, versions, advantage)
-        for g in batch.groups:
-            for smp, adv in zip(g.samples, self.advantages(list(g.rewards), s.scale_rewards)):
-                if smp.token_ids:
-                    rows.append((list(g.prompt_ids), list(smp.token_ids), list(smp.logprobs),
-                                 list(smp.versions), adv))
+        rows = self._rows(batch.groups)
         if not rows:
             raise ValueError(f"batch {batch.version} has no response tokens to train on")
         n_once = sum(len(r[1]) for r in rows)
@@ -145,16 +195,30 @@ class GRPOTrainer:
             "stale_token_frac": stale / n_once, "tokens": float(n_once),
             "onpolicy_logprob_err": (sums["onpolicy_err"] / sums["onpolicy_n"]
                                      if sums.get("onpolicy_n") else 0.0),
+            "lr": self.opt.param_groups[0]["lr"],
         }
         if self.ref is not None:
             out["kl_ref"] = sums["kl_ref"] / n
         return out
 
+    def _rows(self, groups: Sequence[GroupSample]) -> list[tuple]:
+        """(prompt, tokens, behaviour logprobs, versions, advantage) of every sample with a
+        response; the advantages are each group's own (GRPO normalises within a group)."""
+        rows = []
+        for g in groups:
+            for smp, adv in zip(g.samples, self.advantages(list(g.rewards), self.s.scale_rewards)):
+                if smp.token_ids:
+                    rows.append((list(g.prompt_ids), list(smp.token_ids), list(smp.logprobs),
+                                 list(smp.versions), adv))
+        return rows
+
     def _minibatch(self, rows: list[tuple], version: int, sums: dict[str, float],
-                   first: bool) -> None:
-        """Accumulate the gradient of one optimiser step over ``rows`` (in micro-batches)."""
+                   first: bool, n_tokens: float | None = None) -> None:
+        """Accumulate the gradient of one optimiser step over ``rows`` (in micro-batches),
+        divided by ``n_tokens`` (default: the rows' own tokens, a token mean)."""
         s = self.s
-        n_tokens = sum(len(r[1]) for r in rows)
+        if n_tokens is None:
+            n_tokens = sum(len(r[1]) for r in rows)
 
         def add(key: str, value: float) -> None:
             sums[key] = sums.get(key, 0.0) + value
@@ -192,7 +256,21 @@ class GRPOTrainer:
                     add("onpolicy_err", float(((logp - old).abs() * fresh).sum()))
                     add("onpolicy_n", float(fresh.sum()))
 
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.precision == "bf16-mixed":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def lr(self) -> float:
+        """The learning rate of the next optimizer step (it is constant within a batch)."""
+        s = self.s
+        return s.lr * lr_at(self.steps, self.total_steps, getattr(s, "warmup_steps", 0),
+                            getattr(s, "lr_schedule", "constant"),
+                            getattr(s, "min_lr_ratio", 0.0))
+
     def _optimizer_step(self) -> float:
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr()
         params = [p for p in self.model.parameters() if p.grad is not None]
         if self.s.max_grad_norm is not None:
             norm = float(torch.nn.utils.clip_grad_norm_(params, self.s.max_grad_norm))
@@ -205,18 +283,139 @@ class GRPOTrainer:
     async def train_step(self, batch: TrainBatch) -> dict[str, float]:
         return await asyncio.to_thread(self._train, batch)
 
+    # ------------------------------------------------------------------ streaming -------------
+    #
+    # The same update as ``_train`` with one pass and one minibatch, computed chunk by chunk
+    # while the batch still fills (``trainer.streaming``). A chunk is whole groups, so each
+    # sample's advantage is known when its chunk arrives. The normaliser is not: the loss is a
+    # token mean over the *whole* batch, and the batch's token count is known only once its
+    # last unit is final (the unit count, B, is known in advance; the tokens are not). The
+    # gradient is linear in the per-token sum, so each chunk back-propagates its unnormalised
+    # sum, and ``_finish_step`` divides the accumulated gradient by the batch's token count
+    # once, before clipping and the optimiser step: grad(sum / N) = grad(sum) / N, the
+    # whole-batch gradient up to float rounding. Dividing each chunk by its own token count
+    # instead would weigh a short chunk's tokens more than a long one's: a different update
+    # (tests/runtime/test_grpo_streaming.py shows it fails the comparison).
+
+    def _check_streamable(self) -> None:
+        if self.s.epochs != 1 or self.s.minibatches != 1:
+            raise ValueError(f"streaming trains one pass and one optimiser step per batch; "
+                             f"trainer.epochs is {self.s.epochs} and trainer.minibatches is "
+                             f"{self.s.minibatches} (both must be 1)")
+
+    def _accumulate(self, chunk: TrainBatch) -> None:
+        """Forward/backward over ``chunk`` (whole groups of the batch ``chunk.version``),
+        adding to the pending gradient; no optimiser step. Raises ``ValueError`` (and changes
+        nothing) for a chunk of another batch than the pending one or a unit already in it."""
+        self._check_streamable()
+        p = self._pending
+        if p is not None and p["version"] != chunk.version:
+            raise ValueError(f"chunk of batch {chunk.version} while batch {p['version']} is "
+                             f"pending: finish or discard that step first")
+        ids = [g.unit_id for g in chunk.groups]
+        seen = set(p["units"]) if p is not None else set()
+        dup = [u for u in ids if u in seen] or [u for u in ids if ids.count(u) > 1]
+        if dup:
+            raise ValueError(f"unit {dup[0]!r} is already accumulated for batch {chunk.version}")
+        if p is None:
+            self.opt.zero_grad(set_to_none=True)
+            p = self._pending = {"version": chunk.version, "units": [], "sums": {},
+                                 "tokens": 0, "stale": 0, "chunks": 0}
+        rows = self._rows(chunk.groups)
+        self.model.train()
+        if rows:
+            self._minibatch(rows, chunk.version, p["sums"], True, n_tokens=1.0)
+        p["units"] += ids
+        p["tokens"] += sum(len(r[1]) for r in rows)
+        p["stale"] += sum(v < chunk.version for r in rows for v in r[3])
+        p["chunks"] += 1
+
+    def _finish_step(self, batch: TrainBatch) -> dict[str, float]:
+        """Accumulate the groups of ``batch`` not accumulated yet, then take the one optimiser
+        step: the whole-batch update of ``_train`` (one pass, one minibatch). Groups handed
+        to an earlier trainer process (a resumed run) are simply trained here. Raises
+        ``ValueError`` (and changes nothing) if the pending chunks hold a unit the batch does
+        not, or the batch has no response tokens."""
+        self._check_streamable()
+        p = self._pending
+        units = {g.unit_id for g in batch.groups}
+        if p is not None:
+            if p["version"] != batch.version:
+                raise ValueError(f"batch {batch.version} while chunks of batch {p['version']} "
+                                 f"are pending")
+            extra = [u for u in p["units"] if u not in units]
+            if extra:
+                raise ValueError(f"unit {extra[0]!r} was accumulated but is not in batch "
+                                 f"{batch.version}")
+        if not any(s.token_ids for g in batch.groups for s in g.samples):
+            raise ValueError(f"batch {batch.version} has no response tokens to train on")
+        done = set(p["units"]) if p is not None else set()
+        rest = tuple(g for g in batch.groups if g.unit_id not in done)
+        if rest or p is None:
+            self._accumulate(TrainBatch(batch.version, rest))
+        p = self._pending
+        n = p["tokens"]
+        for param in self.model.parameters():
+            if param.grad is not None:
+                param.grad.div_(n)
+        grad_norm = self._optimizer_step()
+        self._pending = None
+        self.steps += 1
+        sums = p["sums"]
+        out = {
+            "loss": sums["loss"] / n, "clip_frac": sums["clipped"] / n,
+            "ratio_mean": sums["ratio"] / n, "ratio_max": sums["ratio_max"],
+            "kl_behaviour": sums["kl_behaviour"] / n, "grad_norm": grad_norm,
+            "stale_token_frac": p["stale"] / n, "tokens": float(n),
+            "onpolicy_logprob_err": (sums["onpolicy_err"] / sums["onpolicy_n"]
+                                     if sums.get("onpolicy_n") else 0.0),
+            "chunks": float(p["chunks"]), "streamed_units": float(len(done)),
+        }
+        if self.ref is not None:
+            out["kl_ref"] = sums["kl_ref"] / n
+        return out
+
+    def _discard(self) -> None:
+        """Drop the pending chunks' gradient (nothing was stepped)."""
+        self._pending = None
+        self.opt.zero_grad(set_to_none=True)
+
+    async def accumulate(self, chunk: TrainBatch) -> None:
+        await asyncio.to_thread(self._accumulate, chunk)
+
+    async def finish_step(self, batch: TrainBatch) -> dict[str, float]:
+        return await asyncio.to_thread(self._finish_step, batch)
+
     # ------------------------------------------------------------------ weights, checkpoints --
 
     def _state_dict(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().to("cpu").contiguous() for k, v in self.model.state_dict().items()}
+        """The weights on the CPU, a tied weight once (safetensors refuses shared tensors)."""
+        out, seen = {}, set()
+        for k, v in self.model.state_dict().items():
+            if v.data_ptr() in seen:
+                continue
+            seen.add(v.data_ptr())
+            out[k] = v.detach().to("cpu").contiguous()
+        return out
+
+    def _write_model(self, path: Path) -> None:
+        """``path`` as a Hugging Face model directory (config, generation config, one
+        ``model.safetensors``; tied weights stored once, as ``from_pretrained`` expects)."""
+        from transformers.utils import logging as hf_logging
+
+        path.mkdir(parents=True, exist_ok=True)
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a "Writing model shards" bar at every publish
+        try:
+            self.model.save_pretrained(path, safe_serialization=True, max_shard_size=_ONE_SHARD)
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
 
     def _export(self, version: int) -> Path:
-        from safetensors.torch import save_file
-
         root = self.out_dir / "weights"
         path = root / f"v{version}"
-        path.mkdir(parents=True, exist_ok=True)
-        save_file(self._state_dict(), str(path / "model.safetensors"))
+        self._write_model(path)
         old = root / f"v{version - self.keep_weights}"
         if version - self.keep_weights >= 0 and old.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -226,22 +425,31 @@ class GRPOTrainer:
         return await asyncio.to_thread(self._export, version)
 
     def _save(self, path: Path) -> None:
-        from safetensors.torch import save_file
-
-        path.mkdir(parents=True, exist_ok=True)
-        save_file(self._state_dict(), str(path / "model.safetensors"))
+        self._write_model(path)
+        self.tokenizer.save_pretrained(path)
         torch.save(self.opt.state_dict(), path / "optimizer.pt")
-        (path / "trainer_state.json").write_text(json.dumps({"steps": self.steps}))
+        (path / "trainer_state.json").write_text(json.dumps(
+            {"steps": self.steps, "precision": self.precision}))
 
     def _load(self, path: Path) -> None:
         from safetensors.torch import load_file
 
-        missing = [n for n in ("model.safetensors", "optimizer.pt", "trainer_state.json")
-                   if not (path / n).exists()]
+        missing = [n for n in CHECKPOINT_FILES if not (path / n).exists()]
         if missing:
             raise FileNotFoundError(f"{path}: not a checkpoint (missing {', '.join(missing)})")
-        self.model.load_state_dict(load_file(str(path / "model.safetensors"),
-                                             device=str(self.device)))
+        state = load_file(str(path / "model.safetensors"), device=str(self.device))
+        dtype = next(self.model.parameters()).dtype
+        state = {k: v.to(dtype) for k, v in state.items()}
+        result = self.model.load_state_dict(state, strict=False)
+        # save_pretrained stores a tied weight once; the model re-ties it
+        tied = set(getattr(self.model, "_tied_weights_keys", None) or ()) \
+            if getattr(self.model.config, "tie_word_embeddings", False) else set()
+        absent = [k for k in result.missing_keys if k not in tied]
+        if absent or result.unexpected_keys:
+            raise ValueError(f"{path}: checkpoint does not match the model (missing "
+                             f"{absent[:3]}, unexpected {result.unexpected_keys[:3]})")
+        if tied:
+            self.model.tie_weights()
         self.opt.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
         self.steps = json.loads((path / "trainer_state.json").read_text())["steps"]
 

@@ -27,8 +27,8 @@ class Checked:
 
 @pytest.fixture
 def make():
-    def factory(eta=1, batch=4, capacity=None, concurrency=None) -> Checked:
-        return Checked(Config(eta, batch, capacity, concurrency))
+    def factory(eta=1, batch=4, capacity=None, concurrency=None, streaming=False) -> Checked:
+        return Checked(Config(eta, batch, capacity, concurrency, streaming))
 
     return factory
 

@@ -11,11 +11,11 @@ from reserve_occupy import Config, Group, StalenessController
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "spec" / "scenarios"
 UNIT_OPS = {"reserve", "occupy", "abort", "filter"}
-PLAIN_OPS = {"consume", "publish", "release_stuck"}
+PLAIN_OPS = {"consume", "publish", "release_stuck", "stream"}
 GROUP_OPS = {"group_open", "group_finish", "group_fail"}
 STEP_KEYS = {"op", "unit", "refused", "slot", "moves", "aborted", "batch", "version", "error",
              "buffers", "status", "size", "candidates", "candidate", "complete", "failed",
-             "surplus", "note"}
+             "surplus", "streamed", "note"}
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def _do(c: StalenessController, groups: dict[str, Group], step: dict[str, Any]) 
 def _compare(where: str, c: StalenessController, step: dict[str, Any], result: Any) -> None:
     op = step["op"]
     if step.get("refused"):
-        assert result in (None, []), f"{where}: expected refusal, got {result!r}"
+        assert result in (None, [], ()), f"{where}: expected refusal, got {result!r}"
         return
     if op == "reserve":
         assert result is not None, f"{where}: reserve was refused"
@@ -99,6 +99,11 @@ def _compare(where: str, c: StalenessController, step: dict[str, Any], result: A
         assert result is not None, f"{where}: consume was refused"
         got = [[u.unit_id, u.staleness] for u in result.units]
         assert got == step["batch"], f"{where}: batch {got}"
+        assert list(result.streamed) == step.get("streamed", []), (
+            f"{where}: streamed {list(result.streamed)}")
+    elif op == "stream":
+        got = [[u.unit_id, u.staleness] for u in result]
+        assert got == step["batch"], f"{where}: handed {got}"
     elif op == "publish":
         assert result == step["version"], f"{where}: version {result}"
     elif op == "release_stuck":

@@ -121,6 +121,6 @@ def run_toy_training(*, reserve_occupy: bool, steps: int, batch_size: int = 4, e
                 run.events = manager.controller.events
         executor.destroy()
     if manager is not None:
-        manager.controller.check()  # every invariant of spec/PROTOCOL.md section 4
+        manager.controller.check()  # every invariant of spec/PROTOCOL.md §4
         run.controller = manager.controller  # type: ignore[attr-defined]
     return run

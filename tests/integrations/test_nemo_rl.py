@@ -30,6 +30,7 @@ import uuid
 
 import pytest
 
+from reserve_occupy import Phase, UnitState
 from reserve_occupy.integrations.nemo_rl import NemoSamplerError, ReserveOccupySampler
 
 
@@ -100,6 +101,7 @@ class SingleControllerDriver:
         self.step_sizes: list[int] = []
         self.committed = 0
         self.evicted = 0
+        self.chunks: list[tuple[int, bool]] = []  # (groups, handed before the batch was whole)
 
     async def run(self):
         self.permitted = asyncio.Event()
@@ -154,6 +156,8 @@ class SingleControllerDriver:
                     continue
                 for _ in range(n):
                     self.capacity.release()
+                # the sampler consumes when the head is READY: IDLE means it was not yet
+                self.chunks.append((n, self.sampler.controller.phase is Phase.IDLE))
                 self.staleness += [version_during_step - w for w in meta.start_weights]
                 got += n
             self.step_sizes.append(got)
@@ -177,9 +181,10 @@ def schedule(seed=0, every=7, long_s=0.12):
     return lambda i: long_s if i % every == 3 else short[i]
 
 
-def drive(eta, b=4, steps=12, **kw):
+def drive(eta, b=4, steps=12, streaming=False, **kw):
     driver = SingleControllerDriver(
-        lambda buf: ReserveOccupySampler(buf, max_staleness=eta, groups_per_step=b),
+        lambda buf: ReserveOccupySampler(buf, max_staleness=eta, groups_per_step=b,
+                                         streaming=streaming),
         groups_per_step=b, steps=steps, durations=kw.pop("durations", schedule()), **kw)
     asyncio.run(driver.run())
     return driver
@@ -208,6 +213,32 @@ def test_streaming_chunks_and_a_resumed_run():
     # train pump would make first.
     assert asyncio.run(d.sampler.evict(current_train_weight=d.trainer_version)) == 0
     assert d.sampler.controller.version == 6  # counted from the resume step (11 - 5)
+
+
+@pytest.mark.parametrize("eta", [0, 1, 2])
+@pytest.mark.parametrize("min_stream", [1, 2])
+def test_streaming_selection_hands_final_groups_before_the_batch_is_whole(eta, min_stream):
+    d = drive(eta, b=4, steps=12, streaming=True, min_groups_for_streaming_train=min_stream)
+    assert len(d.step_sizes) == 12 and all(n == 4 for n in d.step_sizes)
+    assert 0 <= min(d.staleness) and max(d.staleness) <= eta
+    assert d.evicted == 0 and d.buffer.cleared == 0 and d.sampler.orphans == 0
+    assert d.committed == len(d.staleness) + sum(d.buffer.ready_list)
+    early = [n for n, before in d.chunks if before]
+    assert early  # chunks trained while the step's stragglers still generated ...
+    assert all(n >= min_stream for n in early)  # ... each as large as the pump asked
+    d.sampler.controller.check()
+    # the log is the run: every streamed unit was consumed in its batch, none trained twice
+    events = d.sampler.controller.events
+    streamed = [u.unit_id for e in events if e.op == "stream" for u in e.batch.units]
+    consumed = [u for e in events if e.op == "consume" for u in e.batch.unit_ids]
+    assert len(consumed) == len(set(consumed)) and set(streamed) <= set(consumed) | {
+        u for u in streamed if d.sampler.controller.unit_state(u) is UnitState.STREAMED}
+
+
+def test_without_streaming_no_chunk_is_handed_before_the_batch_is_whole():
+    d = drive(1, b=4, steps=12, min_groups_for_streaming_train=1)
+    assert d.chunks and not any(before for _, before in d.chunks)
+    assert all(e.op != "stream" for e in d.sampler.controller.events)
 
 
 def test_config_mismatch_and_bad_calls_are_refused():

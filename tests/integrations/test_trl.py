@@ -303,8 +303,8 @@ def test_trl_with_reserve_occupy_keeps_eta_where_the_loss_is_computed(tiny_model
     assert len(batches) == STEPS
     ctl.check()
     # what each step trained is exactly the batch the controller consumed for it, in order
-    assert [sorted(set(g)) for g in run["groups"]] == \
-        [sorted(e.batch.unit_ids) for e in batches]
+    assert ([sorted(set(g)) for g in run["groups"]]
+            == [sorted(e.batch.unit_ids) for e in batches])
 
 
 # ----------------------------------------------------------------- setup errors ---------------

@@ -88,8 +88,8 @@ class WaitMirror(LockstepAreal):
         if ours is None:
             assert real == [], (count, real)
         else:
-            assert sorted(r for r in real if r is not None) == \
-                sorted(g.gid for g in ours if not g.no_grad)
+            assert (sorted(r for r in real if r is not None)
+                    == sorted(g.gid for g in ours if not g.no_grad))
             assert sum(r is None for r in real) == sum(g.no_grad for g in ours)
             self.checked["waits"] += 1
         return ours

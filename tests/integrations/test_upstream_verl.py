@@ -120,8 +120,8 @@ class LockstepVerl(VerlDrop):
             real_tags = sorted(by_uid[u].tag for u in real_taken)
             assert real_tags == sorted(by_uid[u].tag for u in ours_taken)
             below = real_tags[-1]  # groups with a smaller tag than the last one taken: no tie
-            assert {u for u in real_taken if by_uid[u].tag < below} == \
-                {u for u in ours_taken if by_uid[u].tag < below}
+            assert ({u for u in real_taken if by_uid[u].tag < below}
+                    == {u for u in ours_taken if by_uid[u].tag < below})
             self.checked["samples"] += 1
         else:
             self.checked["waits"] += 1

@@ -103,8 +103,11 @@ def test_scenarios_show_their_rule() -> None:
 
 def test_spec_vectors_match_the_hand_written_scenarios() -> None:
     """The ``spec`` family is spec/scenarios replayed; its records agree with every outcome the
-    scenario files state by hand (slots, refusals, moves, aborts, batches)."""
+    scenario files state by hand (slots, refusals, moves, aborts, batches). Scenarios with
+    streaming on are in the ``streaming`` family instead, as ``streaming/spec-<name>``."""
     vecs = {v["id"]: v for v in load(["spec"])}
+    vecs.update((f"spec/{v['id'].removeprefix('streaming/spec-')}", v)
+                for v in load(["streaming"]) if v["id"].startswith("streaming/spec-"))
     paths = sorted(vectors.SPEC_SCENARIOS.glob("*.json"))
     assert paths and set(vecs) == {f"spec/{p.stem}" for p in paths}
     checked = 0
@@ -120,14 +123,15 @@ def test_spec_vectors_match_the_hand_written_scenarios() -> None:
             if "slot" in step:
                 assert event["slot"] == step["slot"], (path.name, step)
             if "moves" in step:
-                assert [[m["unit"], m["from"], m["to"], m["reason"]] for m in event["moves"]] \
-                    == step["moves"], (path.name, step)
-            if step["op"] in ("occupy", "abort", "filter", "release_stuck") and \
-                    not step.get("refused"):
+                assert ([[m["unit"], m["from"], m["to"], m["reason"]] for m in event["moves"]]
+                        == step["moves"]), (path.name, step)
+            if (step["op"] in ("occupy", "abort", "filter", "release_stuck")
+                    and not step.get("refused")):
                 assert sorted(event.get("aborted", [])) == sorted(step.get("aborted", []))
             if "batch" in step:
-                assert [[u["unit"], u["staleness"]] for u in event["batch"]["units"]] \
-                    == step["batch"], (path.name, step)
+                assert ([[u["unit"], u["staleness"]] for u in event["batch"]["units"]]
+                        == step["batch"]), (path.name, step)
+                assert event["batch"].get("streamed", []) == step.get("streamed", [])
             checked += 1
     assert checked > 80
 

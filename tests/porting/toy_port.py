@@ -22,6 +22,7 @@ class ToyController:
         self.occ: dict[int, list] = {}  # buffer -> finished units
         self.where: dict = {}  # unit -> buffer
         self.v_traj: dict = {}
+        self.handed: list = []  # streaming: head units given to the trainer since consume
         self._open()
 
     def _open(self) -> None:
@@ -125,7 +126,17 @@ class ToyController:
             del self.where[u]
         self.head += 1
         self.training = True
+        self.handed = []
         return batch
+
+    def stream(self):
+        """The head buffer's finished units not handed yet (its fill never takes from the
+        head: donors are later buffers, so a handed unit stays)."""
+        if self.training:
+            raise RuntimeError("stream while training")
+        new = [u for u in self.occ[self.head] if u not in self.handed]
+        self.handed += new
+        return new
 
     def publish(self):
         self.training = False

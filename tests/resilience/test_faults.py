@@ -89,7 +89,7 @@ def test_each_broken_simulator_variant_is_caught(name):
 def test_the_command_reports_a_violation_with_its_seed_and_minimal_schedule(capsys):
     assert cli.main(["--schedules", "40", "--variant", "keep_in_flight", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "VIOLATION (driver) -- reproduce with: python -m runtime.faults --schedules 1 " \
-           "--seed" in out and "minimal schedule:" in out and "variant keep_in_flight: caught" \
-           in out
+    assert ("VIOLATION (driver) -- reproduce with: python -m runtime.faults --schedules 1 "
+            "--seed" in out and "minimal schedule:" in out
+            and "variant keep_in_flight: caught" in out)
     assert cli.main(["--schedules", "5", "--variant", "nope"]) == 2

@@ -163,9 +163,9 @@ def test_the_driver_survives_an_engine_crash_in_its_pool():
 
     records = clock.run(main())
     assert len(records) == 6 and pool.crashes == 1 and pool.restarts == 1
-    failed = [e for e in driver.trace if e["event"] == "request_error"]
+    failed = [e for e in driver.notes if e["event"] == "request_error"]
     assert failed and all("EngineCrashed" in e["error"] for e in failed)
-    aborted = {e["unit"] for e in driver.trace if e["event"] == "abort"}
+    aborted = {e["unit"] for e in driver.notes if e["event"] == "abort"}
     assert aborted and all(driver.controller.unit_state(u) is UnitState.ABORTED for u in aborted)
 
 
@@ -193,7 +193,7 @@ def test_completion_messages_are_judged_by_the_controller():
 
     clock.run(main())
     assert seen and not any(seen.values())
-    errors = {e["error"] for e in driver.trace if e["event"] == "rejected_completion"}
+    errors = {e["error"] for e in driver.notes if e["event"] == "rejected_completion"}
     assert {"UnknownUnit", "IllegalUnitState", "InvalidUnitId"} <= errors
     assert "premature" in errors or "in flight" not in seen
     assert driver.counts["rejected"] == len(seen)
@@ -209,4 +209,4 @@ def test_timeouts_fire_on_a_clock_that_does_not_start_at_zero():
     records = run(driver, clock)
     assert len(records) == 3
     assert any(e["event"] == "abort" and e["unit"] == "g0" and e["reason"] == "timeout"
-               for e in driver.trace)
+               for e in driver.notes)

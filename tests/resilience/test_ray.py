@@ -29,14 +29,21 @@ def test_ray_is_imported_only_by_the_ray_backend():
 def ray_cluster():
     ray = pytest.importorskip("ray")
     psutil = pytest.importorskip("psutil")
+    from runtime.ray_backend import loopback
     from runtime.ray_backend.backend import _env
 
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     t0 = time.monotonic()
+    loopback.pin()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": _env()})
     print(f"\nlocal Ray cluster up in {time.monotonic() - t0:.1f} s")
+    # on 127.0.0.1 only: the node table, and every port the GCS, raylet, workers and agents
+    # listen on
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {loopback.LOOPBACK}
+    assert loopback.listening(me.children(recursive=True))
+    assert loopback.exposed(me.children(recursive=True)) == []
     yield ray
     ray.shutdown()
     deadline = time.monotonic() + 30
@@ -146,7 +153,7 @@ def test_an_engine_actor_that_dies_is_replaced(ray_cluster, tmp_path):
     result, pool, replaced, loaded, final = asyncio.run(main())
     assert len(result.rows) == 8 and pool.crashes == 1 and pool.restarts == 1 and replaced
     assert loaded == (8, final)  # the replacement caught up with the weights
-    errors = [e for e in result.driver.trace if e["event"] == "request_error"]
+    errors = [e for e in result.driver.notes if e["event"] == "request_error"]
     assert errors and all("EngineCrashed" in e["error"] for e in errors)
     assert _trace_ok(tmp_path / "events.jsonl")
     print(f"engine actor killed and replaced: {time.monotonic() - t0:.1f} s")

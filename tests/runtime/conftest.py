@@ -39,3 +39,15 @@ def tokenizer(tiny_model):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_model))
+
+
+# The chat variant of the tiny model (a chat template, printable ASCII), long enough for the
+# math recipe's prompts; a short warm-up, so that it answers "\boxed{...}" now and then.
+CHAT_SPEC = dict(chat=True, max_positions=512, warmup_steps=30)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model():
+    from runtime.models.tiny import TinySpec, ensure_tiny_model
+
+    return ensure_tiny_model(TinySpec(**CHAT_SPEC), log=None)

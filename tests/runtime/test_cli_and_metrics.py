@@ -61,7 +61,7 @@ def test_train_command_runs_in_a_fresh_process(tmp_path):
     assert "summary" in proc.stdout and "generated tokens/s" in proc.stdout
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
-    for name in ("curves.png", "summary.json", "events.jsonl", "driver_trace.jsonl",
+    for name in ("curves.png", "summary.json", "events.jsonl", "driver_notes.jsonl",
                  "checkpoint/model.safetensors", "checkpoint/optimizer.pt"):
         assert (tmp_path / name).exists(), name
 

@@ -47,7 +47,7 @@ def test_virtual_runs_are_deterministic_and_replay():
         driver, _, _, clock = make(script=random_script(5, long_tail=0.1), candidates=6,
                                          stuck_timeout_s=0.5, steps=10)
         run(driver, clock)
-        logs.append((driver.controller.events, driver.trace, clock.now()))
+        logs.append((driver.controller.events, driver.notes, clock.now()))
         replay(driver.controller.config, driver.controller.events)  # the log is the run
     assert logs[0] == logs[1]
 
@@ -105,7 +105,7 @@ def test_hung_request_is_released_by_the_stuck_timeout_and_the_run_continues():
                                            batch_size=2, group_size=2, steps=4,
                                            stuck_timeout_s=2.0)
     run(driver, clock)
-    released = [e for e in driver.trace if e["event"] == "release_stuck"]
+    released = [e for e in driver.notes if e["event"] == "release_stuck"]
     assert [e["units"] for e in released] == [["g1"]]
     # Exactly on time: the trainer waits from 0 on a head buffer that is STUCK from 0 (both
     # slots reserved), and the release fires stuck_timeout_s later, by the virtual clock.
@@ -128,7 +128,7 @@ def test_unit_timeout_aborts_a_slow_group():
     driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special), eta=1,
                                            steps=6, unit_timeout_s=5.0)
     run(driver, clock)
-    aborts = [e for e in driver.trace if e["event"] == "abort" and e["unit"] == "g2"]
+    aborts = [e for e in driver.notes if e["event"] == "abort" and e["unit"] == "g2"]
     assert aborts and aborts[0]["reason"] == "timeout"
     assert aborts[0]["t"] == pytest.approx(5.0)
     # every candidate's running request (resumed after weight updates: -s1, -s2, ...) stopped
@@ -145,7 +145,7 @@ def test_reward_exception_aborts_that_group_cleanly():
     driver, rollout, trainer, clock = make(script=random_script(1), reward=reward, steps=30,
                                            candidates=6)
     run(driver, clock)
-    errors = [e for e in driver.trace if e["event"] == "reward_error"]
+    errors = [e for e in driver.notes if e["event"] == "reward_error"]
     assert errors
     units = {e["unit"] for e in errors}
     for u in units:
@@ -164,11 +164,11 @@ def test_engine_errors_fail_candidates_and_then_the_group():
                                            reward=lambda p, c: float(len(c) == 3))
     run(driver, clock)
     # With one spare candidate, a single failure is absorbed: both groups still complete.
-    assert not [e for e in driver.trace if e["event"] == "abort" and e["unit"] in ("g3", "g5")]
+    assert not [e for e in driver.notes if e["event"] == "abort" and e["unit"] in ("g3", "g5")]
     driver2, *_, clock2 = make(script=fixed_script(0.1, special=special), group_size=4,
                                steps=6, reward=lambda p, c: float(len(c) == 3))
     run(driver2, clock2)
-    failed = {e["unit"] for e in driver2.trace
+    failed = {e["unit"] for e in driver2.notes
               if e["event"] == "abort" and e["reason"] == "candidates_failed"}
     assert failed == {"g3", "g5"}
 
@@ -202,7 +202,7 @@ def test_zero_variance_groups_are_filtered_not_trained():
                                            steps=4)
     run(driver, clock)
     assert driver.log_counts.counts()["filtered"] > 0
-    filtered = {e["unit"] for e in driver.trace if e["event"] == "filter"}
+    filtered = {e["unit"] for e in driver.notes if e["event"] == "filter"}
     # Rewards are known before placement, so the reservation is dropped, never occupied.
     assert all(driver.controller.unit_state(u) is UnitState.ABORTED for u in filtered)
     occupied = {e.unit_id for e in driver.controller.events if e.op == "occupy"}
@@ -219,7 +219,7 @@ def test_batch_oversampling_stops_reservations_the_controller_closes():
     driver, rollout, trainer, clock = make(script=random_script(2, long_tail=0.2), eta=1,
                                            capacity=6, steps=10)
     run(driver, clock)
-    dropped = [e["unit"] for e in driver.trace
+    dropped = [e["unit"] for e in driver.notes
                if e["event"] == "abort" and e["reason"] == "dropped_by_controller"]
     assert dropped  # the closing rule fired and the driver stopped those groups
     for u in dropped:
@@ -270,7 +270,7 @@ def test_a_stuck_timeout_shorter_than_every_group_backs_off_and_the_run_trains()
                                      group_size=2, steps=3, stuck_timeout_s=1.0)
     run(driver, clock)
     assert len(trainer.batches) == 3
-    released = [e["t"] for e in driver.trace if e["event"] == "release_stuck"]
+    released = [e["t"] for e in driver.notes if e["event"] == "release_stuck"]
     gaps = [b - a for a, b in zip(released, released[1:])]
     assert gaps[:2] == [pytest.approx(1.0), pytest.approx(2.0)]  # 1 s, then doubled
 
@@ -286,9 +286,9 @@ def test_fruitless_releases_escalate_to_units_outside_the_head():
                                            batch_size=2, group_size=2, steps=3,
                                            stuck_timeout_s=1.0)
     run(driver, clock)
-    released = [e["t"] for e in driver.trace if e["event"] == "release_stuck"]
+    released = [e["t"] for e in driver.notes if e["event"] == "release_stuck"]
     assert released[:4] == [pytest.approx(t) for t in (1.0, 2.0, 4.0, 8.0)]
-    escalated = [(e["unit"], e["t"]) for e in driver.trace
+    escalated = [(e["unit"], e["t"]) for e in driver.notes
                  if e["event"] == "abort" and e.get("reason") == "stuck_escalation"]
     assert escalated[:2] == [("g0", pytest.approx(8.0)), ("g1", pytest.approx(8.0))]
     assert len(trainer.batches) == 3 and rollout.active == []

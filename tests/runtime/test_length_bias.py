@@ -58,8 +58,8 @@ def test_every_generated_token_and_every_trained_sample_is_accounted(overrides):
     assert mine == trained
     # a record per unit whose generation ended, written after its aborted requests returned:
     # every token the engine returned is in exactly one of them
-    assert sum(sum(r["lengths"]) for r in driver.lengths.records.values()) \
-        == driver.accounting.tokens_generated
+    assert (sum(sum(r["lengths"]) for r in driver.lengths.records.values())
+            == driver.accounting.tokens_generated)
     if "candidates" in overrides:
         assert summary["length_ratio"] < 1.0
     if "capacity" in overrides:  # the closing rule aborted reservations, with their tokens
@@ -75,7 +75,7 @@ def test_each_step_reports_the_bias_so_far():
     assert rows[-1]["length_admitted_mean"] > rows[-1]["length_trained_mean"]
 
 
-def _log(*records):
+def _fates_of(*records):
     counts = LogCounts()
     for r in records:
         counts.add(r)
@@ -83,7 +83,7 @@ def _log(*records):
 
 
 def test_a_samples_fate_joins_its_role_with_its_units_fate(tmp_path):
-    fates = _log(
+    fates = _fates_of(
         {"op": "reserve", "unit": "t"}, {"op": "reserve", "unit": "f"},
         {"op": "occupy", "unit": "t", "aborted": ["c"]},
         {"op": "consume", "batch": {"units": [{"unit": "t", "staleness": 0}]}},

@@ -47,14 +47,14 @@ def _one_line_error(capsys, *needles: str) -> str:
 
 def _bounded(driver, limit: int = 3_000) -> None:
     """Turn a livelock into a failure: a driver that logs ``limit`` events has not stopped."""
-    log = driver._log
+    log = driver._note
 
     def counted(*args, **kwargs):
-        if len(driver.trace) > limit:
+        if len(driver.notes) > limit:
             raise AssertionError(f"the driver logged {limit} events without stopping")
         log(*args, **kwargs)
 
-    driver._log = counted
+    driver._note = counted
 
 
 @pytest.mark.parametrize("overrides, script, message", [

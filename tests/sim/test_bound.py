@@ -138,10 +138,10 @@ def test_clairvoyant_longest_first_queues_each_admission_burst_longest_first(wor
     longest = [max(g.spec.response_lens) for g in sim.groups]
     first = BATCH * 2  # eta = 1: the first burst is two batches' worth of groups
     assert longest[:first] == sorted(longest[:first], reverse=True)
-    assert sorted(g.spec.group for g in sim.groups[:first]) == \
-        sorted(workload.groups[i % n].group for i in range(first))
-    assert [g.spec.group for g in plain.groups[:first]] == \
-        [workload.groups[i].group for i in range(first)]  # fifo: workload order
+    assert (sorted(g.spec.group for g in sim.groups[:first])
+            == sorted(workload.groups[i % n].group for i in range(first)))
+    assert ([g.spec.group for g in plain.groups[:first]]
+            == [workload.groups[i].group for i in range(first)])  # fifo: workload order
     check_drop_free(sim, 1)
 
 

@@ -21,24 +21,24 @@ def test_compare_policies_writes_json_and_plots(tmp_path, capsys):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
 
 
-def test_user_trace_and_cost_file(tmp_path, capsys):
-    trace = tmp_path / "t.jsonl"
-    trace.write_text("\n".join(json.dumps({"group": i, "prompt_len": 50 + i,
+def test_user_workload_and_cost_file(tmp_path, capsys):
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"group": i, "prompt_len": 50 + i,
                                            "response_lens": [100 + 7 * i, 300, 40, 900]})
                                for i in range(40)))
     cost = tmp_path / "c.json"
     cost.write_text(json.dumps({"preset": "toy", "concurrency": 4}))
     rc = main(["simulate", "--policy", "reserve_occupy", "--eta", "1", "--batches", "4",
-               "--batch-size", "2", "--trace", str(trace), "--cost", str(cost), "--no-progress"])
+               "--batch-size", "2", "--workload", str(jsonl), "--cost", str(cost), "--no-progress"])
     assert rc == 0
     assert "t.jsonl (40 groups of 4), cost toy" in capsys.readouterr().out
 
 
-def test_malformed_trace_is_one_clear_line(tmp_path, capsys):
-    trace = tmp_path / "bad.jsonl"
-    trace.write_text('{"group": 1, "prompt_len": 5, "response_lens": [1, 2]}\n'
+def test_malformed_workload_is_one_clear_line(tmp_path, capsys):
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_text('{"group": 1, "prompt_len": 5, "response_lens": [1, 2]}\n'
                      '{"group": 2, "prompt_len": 5, "response_lens": [1, "x"]}\n')
-    rc = main(["simulate", "--trace", str(trace), "--no-progress"])
+    rc = main(["simulate", "--trace", str(jsonl), "--no-progress"])  # the older flag
     err = capsys.readouterr().err
     assert rc == 2
     assert err.strip().count("\n") == 0 and "bad.jsonl:2:" in err and "'response_lens'[1]" in err

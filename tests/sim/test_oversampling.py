@@ -12,7 +12,7 @@ from runtime.sim.studies import frontier
 from runtime.sim.model.core import Simulator
 from runtime.sim.model.policies import make_policy
 from runtime.sim.model.runner import RunSpec, simulate
-from runtime.sim.model.workload import parse_trace
+from runtime.sim.model.workload import parse_workload
 
 from sim_helpers import BATCH
 
@@ -76,13 +76,13 @@ def test_candidates_below_group_size_refused(workload, cost):
                   batch_size=BATCH, candidates=7)
 
 
-def test_candidates_on_a_trace_reuse_the_groups_own_lengths(cost):
+def test_candidates_on_a_workload_file_reuse_the_groups_own_lengths(cost):
     lines = [f'{{"group": {i}, "prompt_len": 50, "response_lens": [{100 + i}, {300 + i}]}}'
              for i in range(40)]
-    trace = parse_trace(lines)
-    assert trace.groups[3].candidate_lens(3)[2] in (103, 303)
-    assert trace.groups[3].candidate_lens(3) == trace.groups[3].candidate_lens(3)
-    r, _ = simulate(RunSpec("nemo_in_order", 1, 4, 2, candidates=3), trace, cost)
+    loaded = parse_workload(lines)
+    assert loaded.groups[3].candidate_lens(3)[2] in (103, 303)
+    assert loaded.groups[3].candidate_lens(3) == loaded.groups[3].candidate_lens(3)
+    r, _ = simulate(RunSpec("nemo_in_order", 1, 4, 2, candidates=3), loaded, cost)
     assert r.length_ratio <= 1.0
 
 
@@ -121,10 +121,10 @@ def test_extension_options_validated():
 
 
 def test_lookahead_needs_hints(cost):
-    trace = parse_trace([f'{{"group": {i}, "prompt_len": 50, "response_lens": [100, 200]}}'
-                         for i in range(20)])
+    loaded = parse_workload([f'{{"group": {i}, "prompt_len": 50, "response_lens": [100, 200]}}'
+                             for i in range(20)])
     with pytest.raises(ValueError, match="hint"):
-        simulate(RunSpec("reserve_occupy", 1, 2, 2, options=(("lookahead", 4),)), trace, cost)
+        simulate(RunSpec("reserve_occupy", 1, 2, 2, options=(("lookahead", 4),)), loaded, cost)
 
 
 # ----------------------------------------------------------------------- frontier smoke ----

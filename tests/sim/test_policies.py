@@ -15,8 +15,8 @@ from sim_helpers import run_policy
 def test_synchronous_equals_reserve_occupy_at_eta_zero(workload, cost):
     a = run_policy(("reserve_occupy", 0), workload, cost, batches=10)
     b = run_policy(("synchronous", 0), workload, cost, batches=10)
-    assert [(x.t_consume, x.t_published, sorted(x.tids)) for x in a.ledger.batches] == \
-        [(x.t_consume, x.t_published, sorted(x.tids)) for x in b.ledger.batches]
+    assert ([(x.t_consume, x.t_published, sorted(x.tids)) for x in a.ledger.batches]
+            == [(x.t_consume, x.t_published, sorted(x.tids)) for x in b.ledger.batches])
 
 
 def test_weight_fifo_wedges_with_min_groups_equal_to_the_batch():

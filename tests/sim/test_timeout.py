@@ -1,4 +1,4 @@
-"""Reserve–Occupy's 7.2 timeout: released groups are aborted in the engines and counted as L2
+"""Reserve–Occupy's timeout (§6.2): released groups are aborted in the engines and counted as L2
 waste, the clock only runs while the idle trainer waits on a STUCK head, and the staleness bound
 still holds. Each check is shown to fail on a broken variant."""
 
@@ -41,7 +41,7 @@ def test_released_groups_are_aborted_and_counted_as_l2_waste(eta, workload, cost
 
 class Recorded(ReserveOccupy):
     """Reserve–Occupy that records, at every moment the idle trainer asks, whether the head was
-    STUCK (what the 7.2 clock must follow)."""
+    STUCK (what the timeout clock must follow)."""
 
     def attach(self, sim):
         super().attach(sim)

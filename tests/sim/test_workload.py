@@ -1,4 +1,4 @@
-"""Trace files (schema, errors naming the line) and the synthetic generator."""
+"""Workload files (schema, errors naming the line) and the synthetic generator."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import pytest
 
 from runtime.sim.model.workload import (
     MathReasoningShape,
-    TraceError,
+    WorkloadError,
     generate,
-    load_trace,
-    parse_trace,
-    write_trace,
+    load_workload,
+    parse_workload,
+    write_workload,
 )
 
 GOOD = '{"group": "a", "prompt_len": 10, "response_lens": [5, 6]}'
@@ -34,29 +34,29 @@ GOOD = '{"group": "a", "prompt_len": 10, "response_lens": [5, 6]}'
 ])
 def test_malformed_line_names_its_number_and_fault(bad, message):
     lines = [GOOD, "# a comment", "", bad]
-    with pytest.raises(TraceError) as err:
-        parse_trace(lines, "t.jsonl")
+    with pytest.raises(WorkloadError) as err:
+        parse_workload(lines, "t.jsonl")
     assert err.value.line == 4
     assert str(err.value).startswith("t.jsonl:4: ")
     assert message in str(err.value)
 
 
 def test_empty_and_unreadable_files(tmp_path):
-    with pytest.raises(TraceError, match="no groups"):
-        parse_trace(["# nothing", ""], "e.jsonl")
-    with pytest.raises(TraceError, match="can't read"):
-        load_trace(tmp_path / "missing.jsonl")
+    with pytest.raises(WorkloadError, match="no groups"):
+        parse_workload(["# nothing", ""], "e.jsonl")
+    with pytest.raises(WorkloadError, match="can't read"):
+        load_workload(tmp_path / "missing.jsonl")
     binary = tmp_path / "b.jsonl"
     binary.write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(TraceError, match="UTF-8"):
-        load_trace(binary)
+    with pytest.raises(WorkloadError, match="UTF-8"):
+        load_workload(binary)
 
 
 def test_round_trip(tmp_path):
     w = generate(3, MathReasoningShape(groups=20))
     path = tmp_path / "w.jsonl"
-    write_trace(w, path)
-    back = load_trace(path)
+    write_workload(w, path)
+    back = load_workload(path)
     assert back.groups == w.groups
 
 
@@ -76,3 +76,13 @@ def test_generator_is_seeded_and_has_the_documented_shape():
         logs = np.log(x)
         return logs.mean(axis=1).var() / logs.var()
     assert icc(lens) > 2 * icc(shuffled)
+
+
+def test_the_older_names_still_import():
+    import runtime.sim
+    from runtime.sim.model import workload
+
+    assert (workload.TraceError, workload.parse_trace, workload.load_trace,
+            workload.write_trace) == (WorkloadError, parse_workload, load_workload,
+                                      write_workload)
+    assert (runtime.sim.TraceError, runtime.sim.load_trace) == (WorkloadError, load_workload)

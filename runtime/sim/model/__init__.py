@@ -1,7 +1,7 @@
 """The simulator's model: what a run of asynchronous RL costs and how each staleness control
 schedules it.
 
-``cost`` (how long things take, named presets), ``workload`` (trace files and the synthetic
+``cost`` (how long things take, named presets), ``workload`` (workload files and the synthetic
 generator), ``engine`` (one continuous-batching instance in closed form), ``core`` (the event loop
 and ledger), ``filtering`` (reward filtering), ``policies`` (one module per staleness control),
 ``metrics`` (what a run measured), ``checks`` (conservation, staleness bound, batch sizes,

@@ -3,7 +3,8 @@
 * ``conservation`` -- every admitted trajectory has exactly one fate: trained once, aborted in
   flight (L2), dropped after finishing (L3), filtered (finished without gradient), or still live
   (queued, running, finished and waiting) when the run ended; nothing trained, dropped or
-  filtered before it finished; nothing vanished.
+  filtered before it finished (with a streaming trainer: before its chunk was handed to the
+  trainer); nothing vanished.
 * ``filtering`` -- only groups without gradient are filtered, always whole; a policy that filters
   never trains a group without gradient.
 * ``released`` -- every group a timeout released (Reserve–Occupy's ``release_stuck``) was aborted
@@ -35,6 +36,20 @@ class CheckFailed(AssertionError):
         super().__init__(f"check {check!r} failed: {detail}")
 
 
+def _handed_times(batch) -> list[float]:
+    """When each trajectory of ``batch`` reached the trainer: its chunk's time with a streaming
+    trainer, the consume time otherwise."""
+    if not batch.chunks:
+        return [batch.t_consume] * len(batch.tids)
+    times: list[float] = []
+    for t, n in batch.chunks:
+        times += [t] * n
+    if len(times) != len(batch.tids):
+        raise CheckFailed("conservation", f"batch {batch.index}: its chunks hold {len(times)} "
+                                          f"trajectories, the batch {len(batch.tids)}")
+    return times
+
+
 def check_conservation(sim: Simulator) -> dict[str, int]:
     """Raise ``CheckFailed('conservation', ...)`` unless every admitted trajectory has exactly
     one fate; return the fate counts."""
@@ -46,13 +61,14 @@ def check_conservation(sim: Simulator) -> dict[str, int]:
         by_tid[req.tid] = req
     fates: Counter[int] = Counter()
     for batch in ledger.batches:
-        for tid in batch.tids:
+        handed = _handed_times(batch)
+        for tid, t_handed in zip(batch.tids, handed):
             fates[tid] += 1
             req = by_tid.get(tid)
             if req is None:
                 raise CheckFailed("conservation", f"batch {batch.index} trained trajectory "
                                                   f"{tid}, which was never admitted")
-            if req.state != Request.FINISHED or not req.t_end <= batch.t_consume:
+            if req.state != Request.FINISHED or not req.t_end <= t_handed:
                 raise CheckFailed("conservation", f"batch {batch.index} trained trajectory {tid} "
                                                   f"before it finished")
     for tid, _ in ledger.aborted:
@@ -89,8 +105,8 @@ def check_conservation(sim: Simulator) -> dict[str, int]:
               "trained": sum(len(b.tids) for b in ledger.batches),
               "aborted": len(ledger.aborted), "dropped": len(ledger.dropped),
               "filtered": len(ledger.filtered), "live": sum(live.values())}
-    if counts["admitted"] != counts["trained"] + counts["aborted"] + counts["dropped"] \
-            + counts["filtered"] + counts["live"]:  # pragma: no cover - implied above
+    if (counts["admitted"] != counts["trained"] + counts["aborted"] + counts["dropped"]
+            + counts["filtered"] + counts["live"]):  # pragma: no cover - implied above
         raise CheckFailed("conservation", f"counts do not add up: {counts}")
     return counts
 

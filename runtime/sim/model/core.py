@@ -24,7 +24,7 @@ decides -- seeded, by admission index, so every policy sees the same outcome for
 whether the group carries no gradient (all rewards equal). ``group.no_grad`` tells the policy,
 which either ``filter``s it (it is never trained) or trains it anyway, as its source does.
 A policy may also set one timer (``set_timer``); ``on_timer`` is called when it expires (the
-Reserve–Occupy timeout of source section 7.2 uses it).
+Reserve–Occupy timeout of spec §6.2 uses it).
 
 Termination. Every event is a trajectory finishing, a trainer step, or the policy's timer, and a
 run ends after ``batches`` publishes. Two detectors turn a run that can no longer get there into
@@ -35,10 +35,20 @@ the engines); (2) more than ``max(MAX_EVENTS_PER_BATCH, 1000 * batch_size * cand
 events since the last publish (a policy that keeps finishing and discarding work without ever
 forming a batch). Either detector bounds the events between two publishes, so every run ends.
 
-Group-level oversampling (source 7.5, ``candidates`` > group size): a group's ``candidates``
+Group-level oversampling (spec §6.5, ``candidates`` > group size): a group's ``candidates``
 requests are admitted together; when ``group_size`` of them have finished, those commit as the
 group (its ``requests``) and the rest are aborted in the engines (L2 waste, recorded in
 ``surplus``). The extra candidates' lengths come from ``GroupSpec.candidate_lens``.
+
+Streaming trainer (``cost.train.chunk_groups`` >= 1; 0, the default, trains whole batches as
+above). An idle trainer asks the policy for a *chunk* of the open step (``take_chunk``): at least
+``min(chunk_groups, groups the step still lacks)`` finished groups and at most what it lacks.
+Each chunk trains for ``TrainCost.chunk_time`` and the trainer asks again; the chunk that
+completes the step also pays ``TrainCost.finish_time`` (the optimizer step), and then the sync
+and publish follow as for a whole batch. The version does not move inside a step, so every
+chunk trains at the step's version; the step's ``BatchRecord`` collects its chunks
+(``chunks``: when each was handed and how many trajectories it held) and ``t_consume`` is when
+the last one was handed, the moment a whole-batch trainer would have taken the batch.
 
 While time advances the loop also records *why admission is not happening* in each interval:
 engines paused for a sync, every engine slot busy (or requests queued), or an engine slot free and
@@ -120,6 +130,7 @@ class BatchRecord:
     useful_tokens: int = 0  # tokens of groups that carry a gradient
     t_trained: float = INF
     t_published: float = INF
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # streaming: (handed, n)
 
 
 @dataclass
@@ -167,6 +178,9 @@ class Simulator:
         self._queued = 0
         self._seq = 0
         self._trainer = "idle"  # idle | training | syncing
+        self.chunk_groups = cost.train.chunk_groups  # 0: whole-batch trainer
+        self._step: BatchRecord | None = None  # streaming: the step whose chunks are training
+        self._step_lengths: list[int] = []
         self._trainer_until = INF
         self._published = 0
         self._idle_since = 0.0
@@ -210,8 +224,8 @@ class Simulator:
         group_spec = self.workload.groups[index % len(self.workload)]
         group = Group(gid, group_spec, self.version if v_tag is None else v_tag, self.now)
         size = self.candidates
-        lengths = group_spec.candidate_lens(size) if size > self.group_size \
-            else group_spec.response_lens
+        lengths = (group_spec.candidate_lens(size) if size > self.group_size
+                   else group_spec.response_lens)
         fresh = []
         for i, length in enumerate(lengths):
             req = Request(gid * size + i, group, i, length, group_spec.prompt_len)
@@ -330,6 +344,9 @@ class Simulator:
         self._dispatch()
         self.policy.admit()
         if self._trainer == "idle" and self._published < self.n_batches:
+            if self.chunk_groups:
+                self._stream()
+                return
             batch = self.policy.take_batch()
             if batch is not None:
                 self._train(batch)
@@ -410,8 +427,52 @@ class Simulator:
         self._trainer = "training"
         self._trainer_until = self.now + self.cost.train.batch_time(lengths)
 
+    def _stream(self) -> None:
+        """Streaming: hand the idle trainer the next chunk of the open step, if the policy has
+        one (see "Streaming trainer" in the module docstring)."""
+        per_step = self.batch_size * self.group_size
+        record = self._step
+        have = len(record.tids) if record is not None else 0
+        lacks = (per_step - have) // self.group_size
+        chunk = self.policy.take_chunk(min(self.chunk_groups, lacks), lacks)
+        if chunk is None:
+            return
+        if not chunk or len(chunk) % self.group_size or len(chunk) > per_step - have:
+            raise PolicyError(f"{type(self.policy).__name__} handed a chunk of {len(chunk)} "
+                              f"trajectories to a step that lacks {per_step - have} "
+                              f"(groups of {self.group_size})")
+        version = self.version
+        lengths = [r.prompt + r.length for r in chunk]
+        if record is None:
+            record = BatchRecord(index=len(self.ledger.batches), version=version,
+                                 t_consume=self.now, tids=[], staleness=[], tokens=0)
+            self.ledger.batches.append(record)
+            self._step, self._step_lengths = record, []
+        record.tids += [r.tid for r in chunk]
+        record.staleness += [version - r.group.v_gen for r in chunk]  # type: ignore[union-attr]
+        record.tokens += sum(lengths)
+        record.useful_tokens += sum(n for n, r in zip(lengths, chunk)
+                                    if not r.group.no_grad)  # type: ignore[union-attr]
+        record.chunks.append((self.now, len(chunk)))
+        record.t_consume = self.now
+        self._step_lengths += lengths
+        train = self.cost.train
+        duration = train.chunk_time(lengths)
+        if len(record.tids) == per_step:
+            duration += train.finish_time(self._step_lengths)
+        self.trainer_idle_time += self.now - self._idle_since
+        self._trainer = "training"
+        self._trainer_until = self.now + duration
+        self.policy.admit()
+
     def _trainer_event(self) -> None:
         record = self.ledger.batches[-1]
+        if self._trainer == "training" and self.chunk_groups \
+                and len(record.tids) < self.batch_size * self.group_size:
+            self._trainer = "idle"  # a chunk ended; the step is still open
+            self._trainer_until = INF
+            self._idle_since = self.now
+            return
         if self._trainer == "training":
             record.t_trained = self.now
             self._trainer = "syncing"
@@ -428,6 +489,7 @@ class Simulator:
             self._trainer = "idle"
             self._trainer_until = INF
             self._idle_since = self.now
+            self._step = None
             self._published += 1
             self.policy.on_publish(self.version)
             if self._progress is not None:
@@ -443,8 +505,8 @@ class Simulator:
         return req.tokens if req.state != Request.QUEUED else 0.0
 
     def _stall_report(self, why: str = "") -> str:
-        gone = {t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped) \
-            | set(self.ledger.filtered)
+        gone = ({t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped)
+                | set(self.ledger.filtered))
         done = sum(1 for g in self.groups
                    if g.state == Group.DONE and g.requests[0].tid not in gone)
         running = sum(i.k for i in self.instances)

@@ -11,6 +11,20 @@ Training (one batch): ``(fixed + per_token * tokens + per_token_sq * sum(L_i^2))
 where ``bubble = (pipeline_stages - 1) / microbatches`` (1F1B pipeline) and ``L_i`` is the length
 of trajectory ``i`` (the quadratic term is causal attention). Then the weights are synced to the
 rollout instances in ``sync_s`` seconds, during which rollout is paused.
+
+Chunked (streaming) training, ``chunk_groups`` >= 1 (0, the default, is the whole-batch trainer
+above): the trainer takes a step's groups in chunks as they become final, at least
+``min(chunk_groups, groups the step still lacks)`` at a time. A chunk of trajectories costs
+``chunk_share * work * (1 + bubble_chunk) + chunk_overhead_s``, where ``work = per_token * tokens
++ per_token_sq * sum(L_i^2)`` of the chunk and ``bubble_chunk`` is the pipeline bubble of the
+chunk's own micro-batches (a small chunk fills the pipeline worse); ``chunk_overhead_s`` is what
+every chunk pays besides (log-prob preparation, data movement, the trainer's mode switches). The
+step ends with the optimizer step and fixed cost, ``fixed_s``, plus the part of the work that
+cannot run per chunk, ``(1 - chunk_share) * work * (1 + bubble)`` of the whole batch.
+``chunk_share = 1`` is a trainer that runs forward and backward per chunk and accumulates
+gradients (NeMo-RL's ``train_microbatches_from_meta``); PSRL's fine-grain overlap in its default
+``recompute`` scope runs only the old-log-prob forward per chunk, 2N of the 10N FLOP per token
+of ``train.per_token_s`` below, so 0.2.
 """
 
 from __future__ import annotations
@@ -55,14 +69,38 @@ class TrainCost:
     pipeline_stages: int = 1
     microbatch_size: int = 1  # trajectories per micro-batch; sets the number of micro-batches
     sync_s: float = 0.0
+    chunk_groups: int = 0  # 0: whole-batch trainer; n >= 1: chunks of at least min(n, left)
+    chunk_overhead_s: float = 1.0  # paid by every chunk (streaming only)
+    chunk_share: float = 1.0  # share of the per-token work a chunk runs (streaming only)
+
+    @property
+    def streaming(self) -> bool:
+        return self.chunk_groups > 0
+
+    def _bubble(self, trajectories: int) -> float:
+        microbatches = max(1, math.ceil(trajectories / self.microbatch_size))
+        return 1.0 + (self.pipeline_stages - 1) / microbatches
+
+    def _work(self, lengths: list[int] | tuple[int, ...]) -> float:
+        return self.per_token_s * sum(lengths) + self.per_token_sq_s * sum(n * n for n in lengths)
 
     def batch_time(self, lengths: list[int] | tuple[int, ...]) -> float:
         """Training time of one batch whose trajectories have these total lengths (tokens)."""
         tokens = sum(lengths)
         squares = sum(n * n for n in lengths)
         base = self.fixed_s + self.per_token_s * tokens + self.per_token_sq_s * squares
-        microbatches = max(1, math.ceil(len(lengths) / self.microbatch_size))
-        return base * (1.0 + (self.pipeline_stages - 1) / microbatches)
+        return base * self._bubble(len(lengths))
+
+    def chunk_time(self, lengths: list[int] | tuple[int, ...]) -> float:
+        """Streaming: training time of one chunk with these trajectory lengths."""
+        return self.chunk_share * self._work(lengths) * self._bubble(len(lengths)) \
+            + self.chunk_overhead_s
+
+    def finish_time(self, lengths: list[int] | tuple[int, ...]) -> float:
+        """Streaming: what the step costs after its last chunk (``lengths``: the whole batch)."""
+        rest = 1.0 - self.chunk_share
+        return self.fixed_s + (rest * self._work(lengths) * self._bubble(len(lengths))
+                               if rest > 0 else 0.0)
 
 
 @dataclass(frozen=True)
@@ -134,6 +172,12 @@ QWEN3_8B_H20 = CostModel(
         "train.pipeline": "PP=3 with one trajectory per micro-batch: bubble (3-1)/128 of a batch",
         "train.sync_s": "gather 16.4 GB from TP2 PP3 and broadcast over NVLink, plus engine "
                         "pause/resume: an assumption (NVLink alone would take ~0.1 s)",
+        "train.chunk_groups": "0: the whole-batch trainer; a streaming run sets the chunk size",
+        "train.chunk_overhead_s": "per chunk of a streaming trainer: log-prob preparation, data "
+                                  "movement, mode switches and the chunk's own pipeline fill, "
+                                  "1 s: an assumption, an eighth of fixed_s",
+        "train.chunk_share": "1: forward and backward per chunk (NeMo-RL); PSRL's recompute "
+                             "scope runs only the old-log-prob forward per chunk, 2N of 10N",
         "status": "derived from public spec sheets with stated efficiencies; not fitted to "
                   "measurements, and not the source's (unpublished) SimRL coefficients",
     },
@@ -156,6 +200,10 @@ DEFAULT_PRESET = QWEN3_8B_H20.name
 
 # --------------------------------------------------------------------------- loading -------
 
+_INT_LOW = {"chunk_groups": 0}  # integer fields whose lowest value is not 1
+_NUMBER_HIGH = {"chunk_share": 1.0}  # number fields with an upper limit
+
+
 def _build(cls, data: object, where: str):
     if not isinstance(data, dict):
         raise CostError(where, f"must be a JSON object, got {type(data).__name__}")
@@ -173,13 +221,18 @@ def _build(cls, data: object, where: str):
             if not isinstance(value, bool):
                 raise CostError(f"{where}.{name}", f"must be true or false, got {value!r}")
         elif want == "int":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise CostError(f"{where}.{name}", f"must be an integer >= 1, got {value!r}")
+            low = _INT_LOW.get(name, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise CostError(f"{where}.{name}", f"must be an integer >= {low}, got {value!r}")
         else:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):
                 raise CostError(f"{where}.{name}", f"must be a number >= 0, got {value!r}")
             value = float(value)
+            high = _NUMBER_HIGH.get(name)
+            if high is not None and value > high:
+                raise CostError(f"{where}.{name}", f"must be a number in [0, {high:g}], "
+                                                   f"got {value!r}")
         values[name] = value
     try:
         return cls(**values)
@@ -246,5 +299,5 @@ def preset(name: str) -> CostModel:
     try:
         return PRESETS[name]
     except KeyError:
-        raise CostError("preset", f"unknown preset {name!r} (choose from {', '.join(PRESETS)})") \
-            from None
+        raise CostError(
+            "preset", f"unknown preset {name!r} (choose from {', '.join(PRESETS)})") from None

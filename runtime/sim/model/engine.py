@@ -80,8 +80,8 @@ class Instance:
     def _coeffs(self) -> tuple[float, float, float]:
         c = self.cost
         ctx = self.ctx_base + self.k * self.progress
-        return c.floor_s, c.step_s + c.per_request_s * self.k + c.per_ctx_token_s * ctx, \
-            c.per_ctx_token_s * self.k
+        return (c.floor_s, c.step_s + c.per_request_s * self.k + c.per_ctx_token_s * ctx,
+                c.per_ctx_token_s * self.k)
 
     def time_for(self, u: float) -> float:
         """Seconds of decoding needed to advance progress by ``u`` steps from now."""

@@ -43,11 +43,11 @@ class RewardFilter:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) \
-                or not 0.0 <= self.rate < 1.0:
+        if (isinstance(self.rate, bool) or not isinstance(self.rate, (int, float))
+                or not 0.0 <= self.rate < 1.0):
             raise FilterError(f"filter rate must be a number in [0, 1), got {self.rate!r}")
-        if isinstance(self.skew, bool) or not isinstance(self.skew, (int, float)) \
-                or not math.isfinite(self.skew) or abs(self.skew) > 10:
+        if (isinstance(self.skew, bool) or not isinstance(self.skew, (int, float))
+                or not math.isfinite(self.skew) or abs(self.skew) > 10):
             raise FilterError(f"filter skew must be a number in [-10, 10], got {self.skew!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise FilterError(f"filter seed must be an integer, got {self.seed!r}")

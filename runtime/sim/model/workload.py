@@ -1,18 +1,18 @@
-"""Workloads: the prompt groups a simulation draws from, read from a trace file or generated.
+"""Workloads: the prompt groups a simulation draws from, read from a workload file or generated.
 
-Trace file (JSONL, one GRPO group per line)::
+Workload file (JSONL, one GRPO group per line)::
 
     {"group": "q-00017", "prompt_len": 212, "response_lens": [5120, 3301, 38912, ...]}
 
 ``group`` is any string or integer id, ``prompt_len`` an integer >= 1, ``response_lens`` a
 non-empty list of integers >= 1 (one per trajectory). Every group must have the same number of
 responses (the group size). Blank lines and lines starting with ``#`` are skipped. A malformed
-line raises ``TraceError`` naming the line number and what is wrong.
+line raises ``WorkloadError`` naming the line number and what is wrong.
 
 The default generator is *synthetic*: it mimics the shape the source describes for its
-dapo-math-17k trace with Qwen3-8B (1024 groups of 8, prompts <= 1024 tokens, responses <= 38,912
+dapo-math-17k run with Qwen3-8B (1024 groups of 8, prompts <= 1024 tokens, responses <= 38,912
 tokens with a heavy tail, lengths correlated within a group, a point mass at the cap). Its
-parameters are assumptions, documented in docs/simulator.md; it is not the source's trace.
+parameters are assumptions, documented in docs/simulator.md; it is not the source's data.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Iterable, Iterator
 import numpy as np
 
 
-class TraceError(ValueError):
-    """A trace file line is malformed. ``line`` is 1-based (0: the file as a whole)."""
+class WorkloadError(ValueError):
+    """A workload file line is malformed. ``line`` is 1-based (0: the file as a whole)."""
 
     def __init__(self, path: str, line: int, message: str) -> None:
         self.path = path
@@ -45,14 +45,14 @@ class GroupSpec:
     prompt_len: int
     response_lens: tuple[int, ...]
     # Extra candidates of the same prompt, for group-level oversampling (``candidate_lens``).
-    # (Neither is part of a trace file, so neither takes part in equality.)
+    # (Neither is part of a workload file, so neither takes part in equality.)
     spare_lens: tuple[int, ...] = field(default=(), compare=False)
     # Mean response length of this prompt's group in an earlier epoch (None: never seen).
     hint: float | None = field(default=None, compare=False)
 
     def candidate_lens(self, k: int) -> tuple[int, ...]:
         """Response lengths of ``k >= len(response_lens)`` candidates of this prompt: the group's
-        own, then its spares, then (traces have none) the group's own lengths again, cycled
+        own, then its spares, then (workload files have none) the group's own lengths again, cycled
         from a seeded shuffle so the result is deterministic."""
         n = len(self.response_lens)
         if k <= n:
@@ -107,19 +107,19 @@ class Workload:
         }
 
 
-# --------------------------------------------------------------------------- trace files ----
+# ------------------------------------------------------------------------ workload files ----
 
 def _int_field(record: dict, key: str, path: str, lineno: int) -> int:
     value = record[key]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TraceError(path, lineno, f"{key!r} must be an integer, got {value!r}")
+        raise WorkloadError(path, lineno, f"{key!r} must be an integer, got {value!r}")
     if value < 1:
-        raise TraceError(path, lineno, f"{key!r} must be >= 1, got {value}")
+        raise WorkloadError(path, lineno, f"{key!r} must be >= 1, got {value}")
     return value
 
 
-def parse_trace(lines: Iterable[str], path: str = "<trace>") -> Workload:
-    """Parse JSONL trace lines (see the module docstring); raise ``TraceError`` on the first
+def parse_workload(lines: Iterable[str], path: str = "<workload>") -> Workload:
+    """Parse JSONL workload lines (see the module docstring); raise ``WorkloadError`` on the first
     malformed line."""
     groups: list[GroupSpec] = []
     seen: dict[str | int, int] = {}
@@ -131,59 +131,66 @@ def parse_trace(lines: Iterable[str], path: str = "<trace>") -> Workload:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise TraceError(path, lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") \
-                from None
+            raise WorkloadError(
+                path, lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(record, dict):
-            raise TraceError(path, lineno, f"must be a JSON object, got {type(record).__name__}")
+            raise WorkloadError(path, lineno, f"must be a JSON object, got {type(record).__name__}")
         for key in ("group", "prompt_len", "response_lens"):
             if key not in record:
-                raise TraceError(path, lineno, f"missing field {key!r}")
+                raise WorkloadError(path, lineno, f"missing field {key!r}")
         extra = sorted(set(record) - {"group", "prompt_len", "response_lens"})
         if extra:
-            raise TraceError(path, lineno, f"unknown field {extra[0]!r} (expected group, "
-                                           f"prompt_len, response_lens)")
+            raise WorkloadError(path, lineno, f"unknown field {extra[0]!r} (expected group, "
+                                              f"prompt_len, response_lens)")
         gid = record["group"]
         if isinstance(gid, bool) or not isinstance(gid, (str, int)):
-            raise TraceError(path, lineno, f"'group' must be a string or integer, got {gid!r}")
+            raise WorkloadError(path, lineno, f"'group' must be a string or integer, got {gid!r}")
         if gid in seen:
-            raise TraceError(path, lineno, f"group {gid!r} already defined on line {seen[gid]}")
+            raise WorkloadError(path, lineno, f"group {gid!r} already defined on line {seen[gid]}")
         prompt = _int_field(record, "prompt_len", path, lineno)
         lens = record["response_lens"]
         if not isinstance(lens, list) or not lens:
-            raise TraceError(path, lineno,
-                             f"'response_lens' must be a non-empty list, got {lens!r}")
+            raise WorkloadError(path, lineno,
+                                f"'response_lens' must be a non-empty list, got {lens!r}")
         for i, n in enumerate(lens):
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise TraceError(path, lineno, f"'response_lens'[{i}] must be an integer >= 1, "
-                                               f"got {n!r}")
+                raise WorkloadError(path, lineno, f"'response_lens'[{i}] must be an integer >= 1, "
+                                                  f"got {n!r}")
         if size is None:
             size = len(lens)
         elif len(lens) != size:
-            raise TraceError(path, lineno, f"group {gid!r} has {len(lens)} responses but earlier "
-                                           f"groups have {size} (the group size must be fixed)")
+            raise WorkloadError(path, lineno, f"group {gid!r} has {len(lens)} responses but "
+                                              f"earlier groups have {size} (the group size must "
+                                              f"be fixed)")
         seen[gid] = lineno
         groups.append(GroupSpec(gid, prompt, tuple(lens)))
     if not groups:
-        raise TraceError(path, 0, "no groups (the file is empty or only comments)")
+        raise WorkloadError(path, 0, "no groups (the file is empty or only comments)")
     return Workload(Path(path).name, tuple(groups))
 
 
-def load_trace(path: str | Path) -> Workload:
+def load_workload(path: str | Path) -> Workload:
     p = Path(path)
     try:
         with p.open() as fh:
-            return parse_trace(fh, str(p))
+            return parse_workload(fh, str(p))
     except OSError as exc:
-        raise TraceError(str(p), 0, f"can't read: {exc.strerror}") from None
+        raise WorkloadError(str(p), 0, f"can't read: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise TraceError(str(p), 0, "not a UTF-8 text file") from None
+        raise WorkloadError(str(p), 0, "not a UTF-8 text file") from None
 
 
-def write_trace(workload: Workload, path: str | Path) -> None:
+def write_workload(workload: Workload, path: str | Path) -> None:
     with Path(path).open("w") as fh:
         for g in workload.groups:
             fh.write(json.dumps({"group": g.group, "prompt_len": g.prompt_len,
                                  "response_lens": list(g.response_lens)}) + "\n")
+
+
+# The older names, from before "trace" meant only the event log's format (reserve_occupy.trace);
+# kept so that code written against them still imports.
+TraceError, parse_trace, load_trace, write_trace = (
+    WorkloadError, parse_workload, load_workload, write_workload)
 
 
 def iter_lines(workload: Workload) -> Iterator[str]:

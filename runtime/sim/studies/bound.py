@@ -6,7 +6,7 @@ between their publishes):
 
 * ``upper_tok_s`` -- a provable upper bound, the smallest of four terms, each a lower bound on
   the time those batches take (the argument and its assumptions are written out in
-  docs/simulator.md, "The clairvoyant limit"):
+  docs/sim/bound.md):
 
   - trainer: every step trains its batch and syncs; the time depends only on *which* groups are
     trained, not on how they are batched;
@@ -23,6 +23,24 @@ between their publishes):
     this term equals the smaller of the trainer and rollout terms; it is kept as the proof that
     the concurrency lever gives nothing there.
 
+  A streaming trainer (``cost.train.chunk_groups`` >= 1) restates two terms, and drops one:
+
+  - trainer: a step whose chunks hold ``n_1 .. n_k`` trajectories costs
+    ``sum_i share*W_i*(1 + (P-1)/mb(n_i)) + k*overhead + fixed + (1-share)*W*(1 + (P-1)/mb(B*G))``
+    (``cost.TrainCost.chunk_time`` and ``finish_time``); every ``n_i <= B*G`` and ``k >= 1``, so
+    it is at least ``W*(1 + (P-1)/mb(B*G)) + overhead + fixed``, again independent of the
+    batching (``_train_time``);
+  - window: the slowest group of step ``j`` still starts decoding after the publish of version
+    ``j - eta``, but the trainer no longer waits for it to start step ``j``: the earlier chunks
+    train while it decodes. What cannot overlap it is the chunk that holds it (at least one
+    chunk overhead) and the end of the step (the optimizer step and the part of the work a
+    chunk does not run, ``fixed + (1-share)*W_j*(1 + bubble)``), then the sync. So the
+    ``eta + 1`` periods hold the straggler's decode, ``eta + 1`` syncs and this *tail* instead
+    of step ``j``'s whole training (``_tail_time``); with ``share = 1`` the tail is
+    ``overhead + fixed`` per step, whatever the tokens;
+  - in-flight: its phases assume the trainer idles while a batch is collected, which a
+    streaming trainer does not, so it is not restated and not used (reported as infinite).
+
   The groups are the window's own (admission order ``warmup*B .. batches*B``): a drop-free policy
   trains every admitted group within eta steps of its admission, so over a long run these are
   the groups it trains; the bound is on the long-run rate (see the docs for the end effects).
@@ -30,7 +48,9 @@ between their publishes):
 * ``schedule_tok_s`` -- the best strictly bounded, drop-free schedule we could construct, run
   through the simulator itself: the clairvoyant EDF policy (``policies/clairvoyant.py``) in a few
   variants, and the bounded policies that train every group (Reserve–Occupy, NeMo-RL in_order
-  and weight_fifo, synchronous). Each run must pass ``checks.check_run`` and ``check_drop_free``.
+  and weight_fifo, synchronous), on the cost model's trainer (with a streaming one,
+  Reserve–Occupy streams and NeMo-RL's samplers take chunks; the others hand each batch as one
+  chunk). Each run must pass ``checks.check_run`` and ``check_drop_free``.
   It is a lower bound on the optimum, so the optimum lies in ``[schedule_tok_s, upper_tok_s]``.
 
 ``python -m runtime.sim.studies.bound`` prints both, and every policy as a fraction of the bound.
@@ -45,7 +65,7 @@ from dataclasses import dataclass
 
 from reserve_occupy.config import MAX_STALENESS
 
-from ...inputs import InputError, int_in, int_list, one_int, seed_list, sim_limit
+from ...inputs import InputError, int_in, int_list, one_int, output_dir, seed_list, sim_limit
 from ..model.checks import CheckFailed, check_run
 from ..model.core import Simulator
 from ..model.cost import CostError, CostModel, preset
@@ -98,16 +118,36 @@ def window_groups(workload: Workload, batch_size: int, batches: int, warmup: int
     return [workload.groups[i % n] for i in range(warmup * batch_size, batches * batch_size)]
 
 
+def _work(groups: list, cost: CostModel) -> float:
+    """``per_token * tokens + per_token_sq * sum(L^2)`` over every trajectory of ``groups``."""
+    t = cost.train
+    tokens = squares = 0.0
+    for g in groups:
+        for r in g.response_lens:
+            n = g.prompt_len + r
+            tokens += n
+            squares += n * n
+    return t.per_token_s * tokens + t.per_token_sq_s * squares
+
+
+def _batch_bubble(cost: CostModel, batch_size: int, group_size: int) -> float:
+    t = cost.train
+    microbatches = max(1, math.ceil(batch_size * group_size / t.microbatch_size))
+    return 1.0 + (t.pipeline_stages - 1) / microbatches
+
+
 def _train_time(groups: list, cost: CostModel, steps: int, batch_size: int,
                 group_size: int) -> float:
-    """Total training time (without syncs) of ``steps`` batches holding exactly ``groups``.
+    """Total training time (without syncs) of ``steps`` batches holding exactly ``groups``; for a
+    streaming trainer, a lower bound on it (see the module docstring).
 
     ``TrainCost.batch_time`` is linear in the trajectories' lengths and squares, and its bubble
     factor depends only on the batch's trajectory count, so the sum over any batching of the same
     groups is this closed form."""
     t = cost.train
-    microbatches = max(1, math.ceil(batch_size * group_size / t.microbatch_size))
-    bubble = 1.0 + (t.pipeline_stages - 1) / microbatches
+    bubble = _batch_bubble(cost, batch_size, group_size)
+    if t.streaming:
+        return bubble * _work(groups, cost) + steps * (t.chunk_overhead_s + t.fixed_s)
     tokens = squares = 0.0
     for g in groups:
         for r in g.response_lens:
@@ -115,6 +155,19 @@ def _train_time(groups: list, cost: CostModel, steps: int, batch_size: int,
             tokens += n
             squares += n * n
     return bubble * (steps * t.fixed_s + t.per_token_s * tokens + t.per_token_sq_s * squares)
+
+
+def _tail_time(groups: list, cost: CostModel, steps: int, batch_size: int,
+               group_size: int) -> float:
+    """Summed over the steps, what a step's training must spend after its last group finished:
+    the whole training for the whole-batch trainer; for a streaming one, one chunk overhead,
+    the fixed cost and the share of the work no chunk runs (see the module docstring)."""
+    t = cost.train
+    if not t.streaming:
+        return _train_time(groups, cost, steps, batch_size, group_size)
+    rest = (1.0 - t.chunk_share) * _batch_bubble(cost, batch_size, group_size) \
+        * _work(groups, cost)
+    return rest + steps * (t.chunk_overhead_s + t.fixed_s)
 
 
 def rollout_busy(groups: list, cost: CostModel) -> float:
@@ -227,8 +280,8 @@ def straggler_time(group, cost: CostModel) -> float:
     ``max(F, a + b + c*(P + x))`` (at least itself running, with its own context)."""
     r = cost.rollout
     L, P = max(group.response_lens), group.prompt_len
-    floor, alpha, beta = r.floor_s, r.step_s + r.per_request_s + r.per_ctx_token_s * P, \
-        r.per_ctx_token_s
+    floor, alpha, beta = (r.floor_s, r.step_s + r.per_request_s + r.per_ctx_token_s * P,
+                          r.per_ctx_token_s)
     if alpha >= floor:
         decode = alpha * L + 0.5 * beta * L * L
     else:
@@ -260,12 +313,16 @@ def bound_terms(groups: list, cost: CostModel, *, eta: int, batch_size: int,
     # least the work of all groups (rollout_busy is superadditive).
     d = sorted((straggler_time(g, cost) for g in groups), reverse=True)
     stragglers = sum(d[k * batch_size] for k in range(steps))
-    t_window = (max(stragglers, busy) + train + steps * (eta + 1) * sync) / (eta + 1)
-    collect = inflight_collect_time(groups, cost, eta=eta, batch_size=batch_size,
-                                    group_size=group_size, train=train)
-    t_inflight = collect + train + steps * sync
+    tail = _tail_time(groups, cost, steps, batch_size, group_size)
+    t_window = (max(stragglers, busy) + tail + steps * (eta + 1) * sync) / (eta + 1)
+    if cost.train.streaming:  # its phases do not hold for a streaming trainer (docstring)
+        inflight = math.inf
+    else:
+        collect = inflight_collect_time(groups, cost, eta=eta, batch_size=batch_size,
+                                        group_size=group_size, train=train)
+        inflight = tokens / (collect + train + steps * sync)
     return {"trainer": tokens / t_trainer, "rollout": tokens / t_rollout,
-            "window": tokens / t_window, "inflight": tokens / t_inflight}
+            "window": tokens / t_window, "inflight": inflight}
 
 
 def check_drop_free(sim: Simulator, eta: int) -> None:
@@ -288,6 +345,8 @@ def run_schedule(workload: Workload, cost: CostModel, policy: str, options: tupl
                  eta: int, batch_size: int, batches: int, warmup: int) -> tuple[float, Simulator]:
     """Run one candidate schedule, verify it is strictly bounded and drop-free, and return its
     steady-state throughput."""
+    if cost.train.streaming and policy == "reserve_occupy":
+        options = tuple(options) + (("streaming", True),)
     pol = make_policy(policy, eta, **dict(options))
     sim = Simulator(pol, workload, cost, batches=batches, batch_size=batch_size).run()
     check_run(sim)
@@ -386,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="40", help="batches per run (default 40)")
     parser.add_argument("--batch-size", default="16", help="groups per batch (default 16)")
     parser.add_argument("--preset", default="qwen3-8b-h20", help="cost preset")
+    parser.add_argument("--results-dir", default=None,
+                        help="also write the table as the 'bound' section of DIR/tables.md "
+                             "(docs/results: and into the docs pages that show it; make "
+                             "sim-bound does this)")
     args = parser.parse_args(argv)
     try:
         seeds = seed_list("--seeds", args.seeds)
@@ -394,11 +457,23 @@ def main(argv: list[str] | None = None) -> int:
         batches = sim_limit("--batches", one_int("--batches", args.batches, 1))
         batch_size = sim_limit("--batch-size", one_int("--batch-size", args.batch_size, 1))
         cost = preset(args.preset)
+        results = None if args.results_dir is None else \
+            output_dir(args.results_dir, "--results-dir")  # before the runs, not after them
     except (InputError, BoundError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    lines = []
     for line in table(seeds, etas, cost=cost, batches=batches, batch_size=batch_size):
         print(line, flush=True)
+        lines.append(line)
+    if results is not None:
+        from . import pages
+        from .report import merge_tables
+
+        merge_tables(results / pages.TABLES, {"bound": "\n".join(lines)})
+        print(f"wrote the 'bound' section of {results / pages.TABLES}")
+        for page in pages.update(pages.fed_by(pages.TABLES), results):  # docs/results only
+            print(f"rewrote {page}")
     return 0
 
 

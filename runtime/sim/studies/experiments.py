@@ -7,7 +7,7 @@ robustness runs that explain where our numbers differ.
    over 8 workload seeds (spread of the ratios) and over 100 batches (steady state), and NeMo-RL
    weight_fifo with ``min_groups_for_streaming_train = batch_size`` (it can wedge).
 3. Reserve–Occupy against the unbounded-staleness ceiling at each eta (100 batches).
-4. Reward filtering across every policy, and 5. the 7.2 timeout (``scenarios.py``).
+4. Reward filtering across every policy, and 5. the timeout of spec §6.2 (``scenarios.py``).
 6. The regime map (``regimes.py``), with Reserve–Occupy's two oversampling modes in every cell.
 
 Experiment 2 also runs at eta 4 and 5, which the source did not measure.
@@ -32,11 +32,12 @@ from ..model.cost import CostModel
 from ..model.metrics import RunResult
 from ... import outputs
 from ..model.policies import POLICIES
-from .report import comparison, markdown
+from . import pages
+from .report import comparison, markdown, merge_tables
 from ..model.runner import RunSpec, run_grid, simulate
 from ..model.workload import Workload, generate
 
-# The source's reported numbers (reserve-occupy-blog.zh.txt, section 10): tokens/s, and the
+# The source's reported numbers (its section 10): tokens/s, and the
 # speed-up of Reserve–Occupy over each baseline ("1.11-1.14x" is a range over eta 1..3).
 SOURCE_THROUGHPUT = {"reserve_occupy": {1: 1929, 2: 2007, 3: 2056},
                      "verl_drop": {1: 1438}, "trl": {1: 1612}, "roll": {1: 1512}}
@@ -50,18 +51,6 @@ EXP2_POLICIES = ("reserve_occupy", "nemo_in_order", "nemo_weight_fifo", "verl_dr
 def _dump(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     outputs.write_text(path, json.dumps(payload, indent=1, sort_keys=False) + "\n")
-
-
-def _merge_tables(path: Path, tables: dict[str, str]) -> None:
-    """Write the tables to ``path``, keeping the sections of experiments not rerun this time."""
-    merged: dict[str, str] = {}
-    if path.exists():
-        for part in ("\n" + path.read_text()).split("\n## ")[1:]:
-            name, _, body = part.partition("\n\n")
-            merged[name.strip()] = body.strip()
-    merged.update(tables)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join(f"## {k}\n\n{v}" for k, v in merged.items()) + "\n")
 
 
 def _context(workload: Workload, cost: CostModel) -> dict:
@@ -107,8 +96,8 @@ def source_table(results: list[RunResult]) -> str:
             src_up = SOURCE_SPEEDUP.get(name, "")
             if isinstance(src_up, dict):
                 src_up = src_up.get(eta, "")
-            ours_up = "" if name == "reserve_occupy" else \
-                f"{ro[eta].throughput / r.throughput:.2f}"
+            ours_up = ("" if name == "reserve_occupy" else
+                       f"{ro[eta].throughput / r.throughput:.2f}")
             rows.append([eta, label, src_thr, round(r.throughput), src_up, ours_up])
     return markdown(["η", "policy", "source tok/s", "our tok/s", "source RO ÷ it",
                      "our RO ÷ it"], rows)
@@ -260,7 +249,7 @@ def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_di
         say(f"\nExperiment 6: the regime map ({len(regimes.distinct_cells(result))} cells, "
             f"{sweep.seeds} seeds, {sweep.batches} batches; {result['seconds']:.0f} s)\n{summary}"
             f"\nBoth oversampling modes in every cell: {results_dir / 'tables.md'} "
-            f"(exp6_oversampling)\nIssue 11's targets, points meeting each / points with the "
+            f"(exp6_oversampling)\nThe four targets, points meeting each / points with the "
             f"cells it needs: " + ", ".join(f"{k} {a}/{n}" for k, (a, n) in goals.items())
             + f" (every point: {results_dir / 'tables.md'}, exp6_targets)")
         tables.update(exp6_regimes=summary, exp6_oversampling=over, exp6_cells=cells,
@@ -271,5 +260,8 @@ def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_di
                             baselines=("nemo_in_order", "verl_drop", regimes.IN_ORDER_DROP))
         heatmaps.regime_map(result, "hardware", img_dir / "sim_regimes_oversampling.png",
                             baselines=regimes.OVERSAMPLING)
-    _merge_tables(results_dir / "tables.md", tables)
+    merge_tables(results_dir / "tables.md", tables)
+    # the pages under docs/ that show these tables (only when results_dir is docs/results)
+    pages.update(pages.fed_by("tables.md", "exp1_correctness.json", "exp2_throughput.json",
+                              "exp4_filtering.json", "regimes.json"), results_dir)
     return tables

@@ -35,6 +35,7 @@ from ... import inputs
 from ..model.cost import CostModel, preset
 from ... import outputs
 from ..model.metrics import RunResult
+from . import pages
 from .report import markdown
 from ..model.runner import RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
@@ -180,8 +181,8 @@ def _table(runs, bounds, seeds, etas, variants) -> str:
             label += " (short answers)"
         if not x["bounded"]:
             label += " (not bounded)"
-        ratio = "-" if x["ratio"] is None else \
-            f"{x['ratio']:.2f} [{x['ratio_min']:.2f}, {x['ratio_max']:.2f}]"
+        ratio = ("-" if x["ratio"] is None else
+                 f"{x['ratio']:.2f} [{x['ratio_min']:.2f}, {x['ratio_max']:.2f}]")
         rows.append([x["eta"], label, round(x["throughput"]), ratio,
                      "-" if x["pace"] is None else f"{x['pace']:.2f}",
                      "-" if x["bound_fraction"] is None else f"{x['bound_fraction']:.0%}",
@@ -248,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     outputs.write_text(results / f"{name}.json", json.dumps(payload, indent=1) + "\n")
     plot(payload, img / f"sim_{name}.png")
     print(f"wrote {results / (name + '.json')} and {img / ('sim_' + name + '.png')}")
+    for page in pages.update(pages.fed_by(f"{name}.json"), results):  # docs/results only
+        print(f"rewrote {page}")
     return 0
 
 

@@ -114,7 +114,7 @@ def timeout_lines(payload: dict, path: str | Path) -> Path:
         ax.minorticks_off()
         ax.set_xlabel("stuck_timeout_s")
     axes[2].legend(fontsize=7)
-    fig.suptitle("Reserve–Occupy's 7.2 timeout: what it buys (left, middle) and what it wastes "
+    fig.suptitle("Reserve–Occupy's timeout: what it buys (left, middle) and what it wastes "
                  "(right)", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)

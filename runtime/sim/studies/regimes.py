@@ -15,16 +15,25 @@ the first fifth of the batches is left out as start-up transient). A cell report
 ratio to each baseline (mean, min, max over seeds) and the regime its Reserve–Occupy runs are in.
 
 Each cell also runs Reserve–Occupy with both oversampling modes of the source (``OVERSAMPLING``):
-batch-level with capacity B + 4 (7.6) and group-level with group size + 2 candidates (7.5). For
+<<<<<<< HEAD
+batch-level with capacity B + 4 (spec §6.6) and group-level with group size + 2 candidates
+(spec §6.5). For those a cell reports what turning the mode on does: tok/s and batches/s ÷
+plain Reserve–Occupy, the L2 waste, and the length ratio (mean trained ÷ mean admitted
+response length) relative to plain Reserve–Occupy's. A mode that is ahead of plain
+Reserve–Occupy in tok/s or batches/s while that relative length ratio is below ``SHORT_BIAS``
+is labelled "short answers": it gains only by training shorter answers.
+=======
+batch-level with capacity B + 4 (§6.6) and group-level with group size + 2 candidates (§6.5). For
 those a cell reports what turning the mode on does: tok/s and batches/s ÷ plain Reserve–Occupy,
 the L2 waste, and the length ratio (mean trained ÷ mean admitted response length) relative to
 plain Reserve–Occupy's. A mode that is ahead of plain Reserve–Occupy in tok/s or batches/s while
 that relative length ratio is below ``SHORT_BIAS`` is labelled "short answers": it gains only by
 training shorter answers.
+>>>>>>> i18small
 
 Each cell also runs two references that do not depend on its eta, once per point of the map
 (``REFERENCES``): the unbounded policy and AReaL at eta = 1 (which trains staleness up to 2).
-``targets_table`` checks issue 11's targets at every point: Reserve–Occupy >= 1.10x in_order at
+``targets_table`` checks four targets at every point: Reserve–Occupy >= 1.10x in_order at
 eta = 1, >= 0.95x unbounded at eta = 2, faster than AReaL at AReaL's achieved maximum staleness,
 and never below a bounded baseline.
 
@@ -67,7 +76,7 @@ OVERSAMPLING_LABELS = {"reserve_occupy/capacity+4": "RO C=B+4",
 # References that run at a fixed eta whatever the cell's (cached once per point and seed):
 # label -> that eta. The unbounded ceiling ignores eta; AReaL runs at eta = 1.
 REFERENCES = {"unbounded": 1, "areal/eta1": 1}
-TARGET_IN_ORDER = 1.10  # issue 11: RO >= 1.10x in_order at eta = 1
+TARGET_IN_ORDER = 1.10  # RO >= 1.10x in_order at eta = 1
 TARGET_UNBOUNDED = 0.95  # ... and >= 0.95x unbounded at eta = 2
 # Two ratios closer than this are a tie (identical schedules give 1 up to float summation
 # order, and the JSON keeps 5 significant digits): "never below" allows a tie, "faster" does not.
@@ -78,8 +87,8 @@ def classify(trainer_idle: float, slot_held: float, engine_full: float) -> str:
     """The regime of a run from three fractions of its wall time (see the module docstring)."""
     for name, value in (("trainer_idle", trainer_idle), ("slot_held", slot_held),
                         ("engine_full", engine_full)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not 0.0 <= value <= 1.0 + 1e-9:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not 0.0 <= value <= 1.0 + 1e-9):
             raise ValueError(f"classify: {name} must be a fraction in [0, 1], got {value!r}")
     if trainer_idle < TRAINER_IDLE_MAX:
         return "trainer-bound"
@@ -208,8 +217,8 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
                                options=options, filtering=filt, candidates=candidates)
                 try:
                     r, _ = simulate(spec, workload, c)
-                    total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
-                        + r.waste_filtered_tokens
+                    total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
+                             + r.waste_filtered_tokens)
                     cache[key] = {"throughput": r.throughput, "steady": r.steady_throughput,
                                   "batch_s": _steady_batch_s(r),
                                   "trainer_idle": r.trainer_idle,
@@ -420,7 +429,7 @@ def cell_table(result: dict) -> str:
 
 
 def targets(result: dict) -> list[dict]:
-    """Issue 11's targets at every point of the map (a point: every axis but eta), from the
+    """The four targets at every point of the map (a point: every axis but eta), from the
     cells' seed means. ``None`` where the point lacks the cell a target needs."""
     by_point: dict[tuple, dict[int, dict]] = {}
     for c in _unique(result):
@@ -462,7 +471,7 @@ def _met(value: float | None, target: float, strict: bool = False) -> str:
 
 
 def targets_table(result: dict) -> str:
-    """One row per point: the four targets of issue 11 (✗: missed)."""
+    """One row per point: the four targets (✗: missed)."""
     from .report import markdown
 
     rows = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..model.metrics import RunResult
 
 RO = "reserve_occupy"
@@ -25,8 +27,8 @@ def _fmt(value: object) -> str:
 
 
 def _numeric(text: str) -> bool:
-    return text.replace(".", "", 1).replace("-", "", 1).replace("×", "").replace("%", "") \
-        .isdigit()
+    return (text.replace(".", "", 1).replace("-", "", 1).replace("×", "").replace("%", "")
+            .isdigit())
 
 
 def comparison(results: list[RunResult]) -> str:
@@ -44,8 +46,8 @@ def comparison(results: list[RunResult]) -> str:
                 continue
             base = ro.get(eta)
             speedup = f"{base.throughput / r.throughput:.2f}×" if base and r.throughput else "-"
-            total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
-                + r.waste_filtered_tokens
+            total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
+                     + r.waste_filtered_tokens)
             row = [eta, r.label, round(r.throughput), speedup,
                    f"{r.waste_l2_tokens / total:.1%}" if total else "-",
                    f"{r.waste_l3_tokens / total:.1%}" if total else "-"]
@@ -65,3 +67,16 @@ def comparison(results: list[RunResult]) -> str:
     headers += ["trainer idle", "rollout idle", "s/batch", "max staleness",
                 "length bias: ratio / KS"]
     return markdown(headers, rows)
+
+
+def merge_tables(path: Path, tables: dict[str, str]) -> None:
+    """Write the tables to ``path`` (docs/results/tables.md: one ``## name`` section each),
+    keeping the sections of studies not rerun this time."""
+    merged: dict[str, str] = {}
+    if path.exists():
+        for part in ("\n" + path.read_text()).split("\n## ")[1:]:
+            name, _, body = part.partition("\n\n")
+            merged[name.strip()] = body.strip()
+    merged.update(tables)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(f"## {k}\n\n{v}" for k, v in merged.items()) + "\n")

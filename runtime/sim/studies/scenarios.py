@@ -1,4 +1,5 @@
-"""Experiments 4 and 5: reward filtering across every policy, and Reserve–Occupy's 7.2 timeout.
+"""Experiments 4 and 5: reward filtering across every policy, and Reserve–Occupy's timeout
+(spec §6.2).
 
 4. Filtering: at the shipped setting, every policy at eta 1..3 with a share of groups that carry no
    gradient (``filtering.RewardFilter``: rate 0.2 and 0.4 tilted toward long groups, and rate 0.2
@@ -70,8 +71,8 @@ def filtering(cost: CostModel, etas=(1, 2, 3), settings=FILTER_SETTINGS, seeds: 
                                        filtering=filt)
                         try:
                             r, _ = simulate(spec, workload, cost)
-                            total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens \
-                                + r.waste_filtered_tokens
+                            total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
+                                     + r.waste_filtered_tokens)
                             per[label].append({
                                 "throughput": r.throughput, "steady": r.steady_throughput,
                                 "filtered": r.waste_filtered_tokens / total,
@@ -176,5 +177,5 @@ def run(cost: CostModel, which=(4, 5), progress: bool = True,
         say(f"\nExperiment 4: reward filtering (100 batches, 3 seeds)\n{out['filtering'][1]}")
     if 5 in which:
         out["timeout"] = timeout(cost, progress=progress)
-        say(f"\nExperiment 5: the 7.2 timeout (100 batches, 3 seeds)\n{out['timeout'][1]}")
+        say(f"\nExperiment 5: the timeout (100 batches, 3 seeds)\n{out['timeout'][1]}")
     return out

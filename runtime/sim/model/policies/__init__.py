@@ -11,6 +11,7 @@ from .base import Policy
 from .clairvoyant import Clairvoyant
 from .nemo_in_order import NemoInOrder
 from .nemo_weight_fifo import NemoWeightFifo
+from .psrl import PsrlFineGrain
 from .reserve_occupy import ReserveOccupy
 from .roll import Roll
 from .synchronous import Synchronous
@@ -21,7 +22,7 @@ from .verl_drop import VerlDrop
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (ReserveOccupy, NemoInOrder, NemoWeightFifo, VerlDrop, Trl, Roll, Areal,
-                Synchronous, Unbounded, Clairvoyant)
+                Synchronous, Unbounded, Clairvoyant, PsrlFineGrain)
 }
 
 # The comparison of the source's section 10 (the baselines it measured), in its order.

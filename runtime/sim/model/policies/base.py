@@ -7,6 +7,12 @@ return the trajectories of the next batch, ``None`` to keep the trainer waiting,
 ``sim.drop(...)`` for finished data it discards). Policies hold their own queues; the simulator
 holds time, engines and the ledger.
 
+With a streaming trainer (``cost.train.chunk_groups`` >= 1) the simulator calls ``take_chunk``
+instead of ``take_batch``: the next chunk of the open step (at least ``least`` and at most
+``most`` finished groups) or None. A policy whose framework streams sets ``streams = True`` and
+overrides it; the default hands the whole batch as one chunk once ``take_batch`` returns it (a
+whole-batch framework on a chunked trainer).
+
 With reward filtering on, a finished group may carry no gradient (``group.no_grad``). A policy
 whose source discards such groups calls ``sim.filter(group)`` and sets ``filters = True``; one
 whose source has no such path trains them (zero advantage) and sets ``filters = False``.
@@ -30,6 +36,7 @@ class Policy:
     bounded: ClassVar[bool] = True  # promises staleness <= eta for every trained trajectory
     uses_eta: ClassVar[bool] = True  # False for the synchronous and unbounded references
     filters: bool = True  # discards no-gradient groups (sim.filter) instead of training them
+    streams: ClassVar[bool] = False  # hands a streaming trainer chunks (take_chunk)
 
     def __init__(self, eta: int) -> None:
         if isinstance(eta, bool) or not isinstance(eta, int) or eta < 0:
@@ -55,6 +62,11 @@ class Policy:
         """L3: the trainer is idle; return the next batch's trajectories or None to wait."""
         raise NotImplementedError
 
+    def take_chunk(self, least: int, most: int) -> list[Request] | None:
+        """Streaming trainer: the next chunk of the open step, ``least`` to ``most`` groups'
+        trajectories, or None to keep the trainer waiting. Default: the whole batch."""
+        return self.take_batch()
+
     def on_publish(self, version: int) -> None:
         """The new version is live on the rollout instances (L2 actions go here)."""
 
@@ -70,6 +82,14 @@ class Policy:
     def describe_state(self) -> str:
         """One line of internal state for stall reports."""
         return "-"
+
+
+def chunk_of(ready: list[Group], least: int, most: int) -> list[Group] | None:
+    """The first ``most`` of ``ready`` if there are at least ``least`` of them (NeMo-RL's
+    ``select(min_prompt_groups, max_prompt_groups)``), else None."""
+    if len(ready) < max(least, 1):
+        return None
+    return ready[:most]
 
 
 def members(groups: list[Group]) -> list[Request]:

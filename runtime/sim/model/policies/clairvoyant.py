@@ -1,7 +1,7 @@
 """A clairvoyant, strictly bounded, drop-free schedule: the achievable side of the limit.
 
 Source: none; it is a reference like ``synchronous`` and ``unbounded``, written for the
-clairvoyant limit of docs/simulator.md ("The clairvoyant limit", ``runtime/sim/studies/bound.py``). It
+clairvoyant limit of docs/sim/bound.md (``runtime/sim/studies/bound.py``). It
 reads every group's lengths from the workload in advance, which no real controller can.
 
 Every admitted group gets a *deadline*: the version it was admitted at plus ``eta`` (its first
@@ -16,7 +16,7 @@ on B groups per step), so it never drops, aborts or overruns:
   the deadlines allow at once, whether or not slots are free, and queues them longest first
   (the next groups of the workload, ordered by their longest member): at η = 1 each batch
   waits for a length-cap straggler, and one queued behind its batch's other groups starts
-  about a minute late (docs/simulator.md, "What sets the period at η = 1").
+  about a minute late (docs/sim/bound.md, "What sets the period at η = 1").
 * L3: a step takes every group due at it (it waits until they have finished), then as many
   finished groups as the later deadlines require, then fills up to ``B`` with finished groups.
   ``fill="long"`` fills with the longest finished groups first (the clairvoyant choice: long

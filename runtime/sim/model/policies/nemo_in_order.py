@@ -9,7 +9,10 @@ selecting until ``num_prompts_per_step`` groups are in).
 L1 is the gated admission of ``nemo.GatedNemoSampler`` with ``W = max_lookahead_versions = eta``.
 A group dispatched in batch ``d`` was admitted at a version >= d - W and trains exactly at step
 ``d``, so its staleness is <= eta. The step waits until all ``batch_size`` groups targeting it
-are ready, however long the slowest one takes (NeMo-RL#3238). Nothing is dropped; the evict rule
+are ready, however long the slowest one takes (NeMo-RL#3238). With a streaming trainer
+(``take_chunk``) the step takes its ready groups in chunks of at least
+``min(min_groups_for_streaming_train, still lacking)`` as ``_train_pump`` does, and still ends
+only when its last group is in. Nothing is dropped; the evict rule
 can never fire here because every step takes all of its groups.
 
 ``on_no_gradient="drop"`` (a what-if; see ``nemo.py``): a no-gradient group is handled as a
@@ -28,13 +31,14 @@ rates studied, so the what-if allows unlimited attempts and every step keeps its
 from __future__ import annotations
 
 from ..core import Group
-from .base import members
+from .base import chunk_of, members
 from .nemo import GatedNemoSampler
 
 
 class NemoInOrder(GatedNemoSampler):
     name = "nemo_in_order"
     label = "NeMo in_order"
+    streams = True
 
     def attach(self, sim) -> None:
         super().attach(sim)
@@ -87,6 +91,17 @@ class NemoInOrder(GatedNemoSampler):
         batch = ready[: self.batch_size]
         self._release(batch)
         return members(batch)
+
+    def take_chunk(self, least: int, most: int):
+        """Streaming (``_train_pump`` with ``min_groups_for_streaming_train`` = ``least``'s
+        setting): the ready groups stamped for this step, at least ``least``, at most
+        ``most``; they leave the buffer at once."""
+        step = self.sim.version
+        chosen = chunk_of([g for g in self.slots if g.tag == step and g.done], least, most)
+        if chosen is None:
+            return None
+        self._release(chosen)
+        return members(chosen)
 
     def settings(self) -> dict:
         out = super().settings()

@@ -20,8 +20,10 @@ selected, ``v*`` never changes, and they are not evicted until the trainer moves
 cannot (with 16 it happens here at eta = 3,
 when ``max_inflight_prompts = 32`` splits a dispatch batch across a weight update). The
 simulator reports that as ``SimulationStalled``. The default here is therefore 1, the streaming
-setting that cannot wedge; the simulator's trainer still trains a step once it is whole (it does
-not overlap chunk training with waiting), which is the same step time for this sampler.
+setting that cannot wedge, for the whole-batch trainer (which trains a step once it is whole).
+With a streaming trainer (``cost.train.chunk_groups``, ``take_chunk``) each ``select`` is one
+chunk and its ``min_prompt_groups`` is the trainer's ``min(chunk_groups, still lacking)``, as in
+``_train_pump``: the chunk trains while the step waits for the rest.
 
 ``on_no_gradient="drop"`` (a what-if; see ``nemo.py``): weight_fifo's ``admit`` returns no target
 step, so a dropped prompt "costs throughput but strands nothing and there is nothing to substitute
@@ -32,13 +34,14 @@ re-dispatched, and the gated admission goes on as usual.
 from __future__ import annotations
 
 from ..core import Group
-from .base import members
+from .base import chunk_of, members
 from .nemo import GatedNemoSampler
 
 
 class NemoWeightFifo(GatedNemoSampler):
     name = "nemo_weight_fifo"
     label = "NeMo weight_fifo"
+    streams = True
 
     def __init__(self, eta: int, min_groups_for_streaming_train: int = 1,
                  **kwargs) -> None:
@@ -78,6 +81,25 @@ class NemoWeightFifo(GatedNemoSampler):
             if len(self.step_groups) == self.batch_size:
                 batch, self.step_groups = self.step_groups, []
                 return members(batch)
+
+    def take_chunk(self, least: int, most: int):
+        """Streaming: one ``evict`` + ``select`` of ``_train_pump`` (see the module docstring)."""
+        sim = self.sim
+        version = sim.version
+        low = max(0, version - self.window)
+        stale = [g for g in self.slots if g.done and g.v_tag < low]
+        if stale:  # evict
+            self._release(stale)
+            sim.drop(members(stale))
+        in_window = [g.v_tag for g in self.slots if low <= g.v_tag <= version]
+        if not in_window:
+            return None
+        oldest = min(in_window)
+        chosen = chunk_of([g for g in self.slots if g.v_tag == oldest and g.done], least, most)
+        if chosen is None:
+            return None
+        self._release(chosen)
+        return members(chosen)
 
     def settings(self) -> dict:
         return {**super().settings(), "min_groups_for_streaming_train": self.min_groups}

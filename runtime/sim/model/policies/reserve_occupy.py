@@ -2,8 +2,8 @@
 
 Source: the protocol of the PSRL authors' blog post "异步 RL 框架的 Staleness,究竟怎么控制(三)?"
 (part 3), as corrected in spec/PROTOCOL.md (§7) and implemented in ``reserve_occupy/``. The
-unit is one GRPO group with one slot (source 7.4); with partial rollout the group keeps the
-version stamped at reservation (7.1), whatever versions later decode it.
+unit is one GRPO group with one slot (§6.4); with partial rollout the group keeps the
+version stamped at reservation (§6.1), whatever versions later decode it.
 
 This module only translates simulator events into controller calls and back; every decision
 (whether to admit, where a finished group goes, which batch is ready, what oversampling aborts)
@@ -12,27 +12,37 @@ is the controller's:
 * L1: while the rollout has a free slot, ``reserve`` the next group; ``None`` means wait.
   (PSRL admits against the engines' free concurrency in the same way.)
 * a group finished: ``occupy``; reservations the closing rule aborted are stopped (L2).
-  If it carries no gradient (reward filtering on), ``filter`` it right away (source 7.3): finished
+  If it carries no gradient (reward filtering on), ``filter`` it right away (§6.3): finished
   units of later buffers move forward into the hole and admission refills through ordinary
   reserves.
 * trainer idle: ``consume``; the batch is the consumed buffer's groups.
 * new weights live: ``publish``.
-* ``stuck_timeout_s`` (source 7.2, off by default): while the idle trainer waits on a STUCK head
+* ``stuck_timeout_s`` (§6.2, off by default): while the idle trainer waits on a STUCK head
   buffer (no EMPTY slot, not READY), a clock runs; it restarts whenever the head stops being
   STUCK or is consumed. When it reaches the timeout the policy calls ``release_stuck`` and aborts
   the returned groups in the engines (L2 waste); finished groups of later buffers move forward and
   admission refills. Aborted groups are lost work, and since the ones still running when the clock
   expires are the long ones, the timeout biases training toward short answers. With the timeout
   on, the progress rule of ``runtime.stuck`` applies as in the driver: a release with no
-  placement since the previous one doubles the next wait, and also aborts the groups in flight
-  since before the previous release, whatever their buffer (``escalated``; docs/runtime.md,
-  "Progress guarantees").
+  placement since the previous one doubles the next wait, and from the third such release in a
+  row it also aborts the groups in flight since before the previous release, whatever their
+  buffer (``escalated``; docs/runtime.md, "Progress guarantees").
 
+
+Streaming (``streaming=True``, the protocol's ``Config.streaming``; off by default): with a
+streaming trainer (``cost.train.chunk_groups``) the idle trainer calls ``stream``, which hands
+every OCCUPIED unit of the head buffer not handed yet (they can no longer leave it). The policy
+holds them until they make a chunk of at least ``min(chunk_groups, still lacking)`` groups (the
+same rule as NeMo-RL's ``min_groups_for_streaming_train``) and hands them to the trainer; when
+``consume`` returns the READY head buffer, the units of its batch not handed yet are the step's
+last chunk. ``chunk_exact`` hands chunks of exactly ``chunk_groups`` (the last one: the rest),
+as PSRL's fine-grain overlap emits them (``wait_for_training_chunk``). Without a streaming
+trainer the option does nothing.
 
 Oversampling and the extension prototypes (all off by default; the source protocol otherwise):
 
-* ``capacity`` C > B: batch-level oversampling (source 7.6); reservations a closing READY buffer
-  cannot relocate are aborted (L2). Group-level oversampling (7.5) is the simulator's
+* ``capacity`` C > B: batch-level oversampling (§6.6); reservations a closing READY buffer
+  cannot relocate are aborted (L2). Group-level oversampling (§6.5) is the simulator's
   ``candidates`` (``core.Simulator``), which this policy needs no option for.
 * ``progress_close``: progress-aware closure. When the controller aborts reservations (a READY
   buffer closed), the policy stops the groups that *decoded least* instead: for each aborted unit
@@ -56,7 +66,7 @@ from __future__ import annotations
 
 import math
 
-from reserve_occupy import BufferStatus, Config, StalenessController, UnitState
+from reserve_occupy import BufferStatus, Config, SlotState, StalenessController, UnitState
 
 from ....stuck import StuckTimeouts
 from ..core import Group
@@ -73,16 +83,27 @@ class ReserveOccupy(Policy):
     def __init__(self, eta: int, capacity: int | None = None, check_every: int = 0,
                  stuck_timeout_s: float | None = None, progress_close: bool = False,
                  idle_surplus: bool = False, head_priority: bool = False,
-                 lookahead: int = 0) -> None:
+                 lookahead: int = 0, streaming: bool = False,
+                 chunk_exact: bool = False) -> None:
         super().__init__(eta)
         for name, flag in (("progress_close", progress_close), ("idle_surplus", idle_surplus),
-                           ("head_priority", head_priority)):
+                           ("head_priority", head_priority), ("streaming", streaming),
+                           ("chunk_exact", chunk_exact)):
             if not isinstance(flag, bool):
                 raise ValueError(f"reserve_occupy: {name} must be a bool, got {flag!r}")
         if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 0:
             raise ValueError(f"reserve_occupy: lookahead must be an int >= 0, got {lookahead!r}")
         if idle_surplus and capacity is None:
             raise ValueError("reserve_occupy: idle_surplus needs a capacity > batch size")
+        if chunk_exact and not streaming:
+            raise ValueError("reserve_occupy: chunk_exact needs streaming")
+        if streaming and stuck_timeout_s is not None:
+            raise ValueError("reserve_occupy: stuck_timeout_s with streaming is not modelled")
+        self.streaming = streaming
+        self.streams = streaming
+        self.chunk_exact = chunk_exact
+        self._held: list[int] = []  # streamed units not yet handed to the trainer
+        self._handed: set[int] = set()  # units of the open step handed to the trainer
         self.progress_close = progress_close
         self.idle_surplus = idle_surplus
         self.head_priority = head_priority
@@ -116,8 +137,9 @@ class ReserveOccupy(Policy):
 
     def attach(self, sim) -> None:
         super().attach(sim)
+        extra = {"streaming": True} if self.streaming else {}  # the source protocol otherwise
         self.controller = StalenessController(Config(
-            max_staleness=self.eta, batch_size=self.batch_size, capacity=self.capacity))
+            max_staleness=self.eta, batch_size=self.batch_size, capacity=self.capacity, **extra))
 
     def _tick(self) -> None:
         if self.check_every:
@@ -158,7 +180,8 @@ class ReserveOccupy(Policy):
             return False
         for view in self.controller.snapshot().buffers:
             if view.v_buffer == v_buffer:
-                return sum(1 for st, _ in view.slots if st.value != "EMPTY") > self.batch_size
+                return sum(1 for st, _ in view.slots
+                           if st is not SlotState.EMPTY) > self.batch_size
         return False
 
     def _next_prompt(self) -> int | None:
@@ -243,11 +266,39 @@ class ReserveOccupy(Policy):
             del self._unit[g.gid]
         return members(groups)
 
+    def take_chunk(self, least: int, most: int):
+        """Streaming (see the module docstring): the step's next chunk, or None."""
+        if not self.streaming:
+            return self.take_batch()
+        ctl = self.controller
+        batch = ctl.consume()
+        if batch is not None:  # the head is READY: the rest of its batch is the last chunk
+            self._tick()
+            units = [u for u in batch.unit_ids if u not in self._handed]
+            self._held, self._handed = [], set()
+            return self._hand(units)
+        streamed = ctl.stream()
+        if streamed:
+            self._tick()
+            self._held += [u.unit_id for u in streamed]
+        if len(self._held) < max(least, 1):
+            return None
+        take = least if self.chunk_exact else most
+        units, self._held = self._held[:take], self._held[take:]
+        self._handed.update(units)
+        return self._hand(units)
+
+    def _hand(self, units) -> list:
+        groups = [self._groups.pop(u) for u in units]
+        for g in groups:
+            del self._unit[g.gid]
+        return members(groups)
+
     def _head_stuck(self) -> bool:
         return self.controller.head_status is BufferStatus.STUCK
 
     def _watch_stuck(self) -> None:
-        """The idle trainer found no READY head: run the 7.2 clock while the head is STUCK."""
+        """The idle trainer found no READY head: run the §6.2 clock while the head is STUCK."""
         sim = self.sim
         if self._head_stuck():
             if self._stuck_since is None:
@@ -302,7 +353,8 @@ class ReserveOccupy(Policy):
     def settings(self) -> dict:
         out = {"eta": self.eta, "capacity": self.capacity or self.batch_size,
                "unit": "GRPO group", "admission": "reserve while an engine slot is free"}
-        for name in ("progress_close", "idle_surplus", "head_priority", "lookahead"):
+        for name in ("progress_close", "idle_surplus", "head_priority", "lookahead",
+                     "streaming", "chunk_exact"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
         if self.progress_close:

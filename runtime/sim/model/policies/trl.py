@@ -64,8 +64,8 @@ class Trl(Policy):
                  prefetch: bool = True) -> None:
         super().__init__(eta)
         self.max_staleness = eta if max_staleness is None else max_staleness
-        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) \
-                or self.max_staleness < 0:
+        if (isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int)
+                or self.max_staleness < 0):
             raise ValueError(f"trl: max_staleness must be an int >= 0, got {max_staleness!r}")
         self.prefetch = prefetch
         # What trained data obeys: the check runs one step before the sample trains.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..core import Group
-from .base import Policy, members
+from .base import Policy, chunk_of, members
 
 
 class Unbounded(Policy):
@@ -21,6 +21,7 @@ class Unbounded(Policy):
     source = "reference ceiling: no staleness bound (admit on free slot, FIFO by completion)"
     bounded = False
     uses_eta = False
+    streams = True  # with a streaming trainer: chunks of the first finished groups
 
     def attach(self, sim) -> None:
         super().attach(sim)
@@ -40,6 +41,14 @@ class Unbounded(Policy):
         if len(self._finished) < self.batch_size:
             return None
         return members([self._finished.popleft() for _ in range(self.batch_size)])
+
+    def take_chunk(self, least: int, most: int):
+        chosen = chunk_of(list(self._finished), least, most)
+        if chosen is None:
+            return None
+        for _ in chosen:
+            self._finished.popleft()
+        return members(chosen)
 
     def settings(self) -> dict:
         return {"eta": None, "admission": "on free slot", "selection": "first finished"}

@@ -56,8 +56,8 @@ class VerlDrop(Policy):
     def __init__(self, eta: int, num_warmup_batches: int = 1, threshold: int | None = None,
                  parameter_sync_step: int = 4) -> None:
         super().__init__(eta)
-        if isinstance(parameter_sync_step, bool) or not isinstance(parameter_sync_step, int) \
-                or parameter_sync_step < 1:
+        if (isinstance(parameter_sync_step, bool) or not isinstance(parameter_sync_step, int)
+                or parameter_sync_step < 1):
             raise ValueError(f"verl_drop: parameter_sync_step must be an int >= 1, got "
                              f"{parameter_sync_step!r}")
         self.sync_step = parameter_sync_step
