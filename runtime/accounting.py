@@ -197,10 +197,10 @@ def read_log_counts(path: Any) -> LogCounts:
     for number, line in enumerate(lines[1:], 2):
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as exc:
             if number == len(lines):
                 break
-            raise
+            raise ValueError(f"{path}: line {number} is not valid JSON ({exc})") from None
         log.add(record)
     return log
 

@@ -8,8 +8,12 @@ provides ``add_arguments(parser)`` and ``run(args) -> int`` (the exit code).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import signal
 import sys
+from collections.abc import Callable
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -34,7 +38,125 @@ def _top_parser() -> argparse.ArgumentParser:
     )
 
 
+# Exit statuses every command shares (docs/cli.md, "Signals, pipes and exit status").
+EXIT_SIGINT = 130  # 128 + SIGINT: Ctrl-C
+EXIT_SIGTERM = 143  # 128 + SIGTERM
+EXIT_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away (| head)
+EXIT_IO = 74  # the output cannot be written (a full disk); never 1, which check-trace uses
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be, so that every ``finally`` runs."""
+
+
+def interrupted_status(exc: BaseException) -> int:
+    return EXIT_SIGTERM if isinstance(exc, Terminated) or _terminated else EXIT_SIGINT
+
+
+_signalled = False
+_terminated = False  # the interrupt came from SIGTERM
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    """The first SIGINT or SIGTERM interrupts; a second one (``timeout`` and a terminal both
+    signal the process group and the process) must not interrupt the interrupt's handling.
+    While an ``asyncio`` loop owns SIGINT (``asyncio.run`` cancels its main task on Ctrl-C, so
+    every ``finally`` runs in order: see ``async_sigint``), SIGTERM is handed to it as a
+    SIGINT."""
+    global _signalled, _terminated
+    if _signalled:
+        return
+    _signalled = True
+    _terminated = signum == signal.SIGTERM
+    if signum == signal.SIGTERM and signal.getsignal(signal.SIGINT) is not _on_signal:
+        signal.raise_signal(signal.SIGINT)
+        return
+    raise Terminated() if _terminated else KeyboardInterrupt()
+
+
+class async_sigint:
+    """``with async_sigint(): asyncio.run(...)``: give SIGINT back to Python's default handler
+    for the loop, which ``asyncio.run`` replaces by its own graceful one."""
+
+    def __enter__(self) -> None:
+        self.previous = None
+        try:
+            self.previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:  # not the main thread
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush at exit does not report the
+    closed pipe a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        pass
+
+
+def guarded(body: Callable[[], int | None], prog: str) -> int:
+    """Run a command's ``body`` the way every console entry point of this project runs:
+    SIGINT exits 130 and SIGTERM 143 with one line, a closed output pipe ends quietly with
+    141, an output that cannot be written (a full disk) exits 74 with one line -- never a
+    traceback. Whatever the command writes must be written atomically (``runtime.outputs``),
+    so an interrupted command leaves each output complete or absent."""
+    global _signalled, _terminated
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, _on_signal)
+        _signalled = _terminated = False
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+    try:
+        code = int(body() or 0)
+        sys.stdout.flush()  # a closed pipe or a full disk shows here, not at exit
+        return code
+    except KeyboardInterrupt as exc:
+        import warnings
+
+        # work cut off mid-way (coroutines never awaited, ...) is what an interrupt means
+        warnings.simplefilter("ignore")
+        what = "terminated" if interrupted_status(exc) == EXIT_SIGTERM else "interrupted"
+        print(f"{prog}: {what}", file=sys.stderr)
+        return interrupted_status(exc)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            raise
+        _quiet_stdout()
+        try:
+            print(f"{prog}: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        except OSError:
+            pass
+        return EXIT_IO
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def script(main_fn: Callable[[], int | None], prog: str) -> None:
+    """``if __name__ == "__main__": script(main, PROG)``: ``guarded`` and exit."""
+    raise SystemExit(guarded(main_fn, prog))
+
+
 def main(argv: list[str] | None = None) -> int:
+    # The console script, like ``python -m runtime``, imports user modules (--adapter,
+    # reward.name) from the working directory.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return guarded(lambda: _dispatch(argv), PROG)
+
+
+def _dispatch(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     top = _top_parser()
     if not argv or argv[0] in ("-h", "--help"):
@@ -50,9 +172,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        print(f"{PROG} {name}: needs the missing module {exc.name!r}; install the extras with "
-              f"pip install 'reserve-occupy[all]'", file=sys.stderr)
-        return 2
+        return missing_extra(f"{PROG} {name}", exc)
     parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=help_text)
     module.add_arguments(parser)
-    return int(module.run(parser.parse_args(rest)) or 0)
+    try:
+        return int(module.run(parser.parse_args(rest)) or 0)
+    except ModuleNotFoundError as exc:  # a module only this run's options import
+        return missing_extra(f"{PROG} {name}", exc)
+
+
+# top-level module -> the extra that installs it (pyproject.toml)
+EXTRAS = {"torch": "runtime", "vllm": "runtime", "transformers": "runtime",
+          "tokenizers": "runtime", "safetensors": "runtime", "yaml": "runtime",
+          "pydantic": "runtime", "pyarrow": "runtime", "numpy": "sim", "matplotlib": "sim",
+          "tqdm": "sim", "ray": "ray", "tensorboard": "tensorboard", "z3": "proofs",
+          "hypothesis": "proofs", "trl": "trl", "areal": "areal", "verl": "verl"}
+
+
+def missing_extra(prog: str, exc: ModuleNotFoundError) -> int:
+    """One line naming the extra that installs the missing module; exit status 2."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None and top in ("runtime", "reserve_occupy"):
+        raise exc  # this project's own module is missing: a broken install, not an extra
+    how = f"pip install 'reserve-occupy[{extra}]'" if extra else \
+        "pip install 'reserve-occupy[all]'"
+    print(f"{prog}: needs the module {top!r}, which this install lacks; install it with "
+          f"{how}", file=sys.stderr)
+    return 2

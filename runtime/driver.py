@@ -59,6 +59,7 @@ from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
+from .stuck import StuckTimeouts
 from .tasks.base import Prompt, RewardFn
 from .trainer.base import TrainBatch, Trainer, assemble
 from .units import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
@@ -552,10 +553,18 @@ class Driver:
                 sleeper.cancel()
                 waker.cancel()
 
+    @property
+    def stuck_rule(self) -> StuckTimeouts:
+        """The STUCK timeout in force, with its back-off and escalation (``runtime.stuck``)."""
+        rule = self.__dict__.get("_stuck_rule")
+        if rule is None:
+            rule = self.__dict__["_stuck_rule"] = StuckTimeouts(self.s.stuck_timeout_s)
+        return rule
+
     def _next_deadline(self) -> float:
         deadline = math.inf
         if self._stuck_since is not None:
-            deadline = self._stuck_since + self.s.stuck_timeout_s
+            deadline = self._stuck_since + self.stuck_rule.timeout
         if self.s.unit_timeout_s < math.inf:
             for g in self.groups.values():
                 if not g.closed:  # admission order = deadline order: the first open one
@@ -570,12 +579,20 @@ class Driver:
             # now - t0 >= d can be false at now == t0 + d, and the watchdog would spin.
             if not g.closed and now >= g.admitted_at + self.s.unit_timeout_s:
                 self._abort_group(g, "timeout")
-        if self._stuck_since is not None and now >= self._stuck_since + self.s.stuck_timeout_s:
+        if self._stuck_since is not None and now >= self._stuck_since + self.stuck_rule.timeout:
             released = self.controller.release_stuck(meta={"reason": "stuck_timeout"})
             self.notes.append({"t": self.accounting.elapsed(), "event": "release_stuck",
                                "units": list(released)})
             self._stuck_since = None
             self._dropped_by_controller(released)
+            # A release with no placement since the previous one: the next waits twice as
+            # long, and units in flight since before the previous release are aborted wherever
+            # their buffer (runtime.stuck; docs/runtime.md, "Progress guarantees").
+            cutoff = self.stuck_rule.released(self.controller, now) if released else None
+            if cutoff is not None:
+                for g in list(self.groups.values()):
+                    if not g.closed and g.fate == "in_flight" and g.admitted_at < cutoff:
+                        self._abort_group(g, "stuck_escalation")
             self._check()
             self._notify()
 
@@ -587,6 +604,8 @@ class Driver:
             self._stuck_since = None
         elif self._stuck_since is None:
             self._stuck_since = self.clock.now()
+            if self.s.stuck_timeout_s < math.inf:
+                self.stuck_rule.refresh(self.controller)
 
     # ------------------------------------------------------------------ bookkeeping ----------
 

@@ -14,6 +14,42 @@ import os
 from pathlib import Path
 
 
+# The simulator's option limits, shared by ``simulate`` and every ``python -m
+# runtime.sim.studies.*`` command: what a simulation can hold in memory and finish in
+# reasonable time. option -> (lowest, highest).
+SIM_LIMITS: dict[str, tuple[int, int]] = {
+    "batches": (1, 100_000),
+    "batch_size": (1, 100_000),
+    "groups": (1, 1_000_000),
+    "instances": (1, 10_000),
+    "concurrency": (1, 100_000),
+    "seeds": (1, 1_000),
+    "seed": (0, 2**63 - 1),
+    "capacity": (1, 100_000),
+    "candidates": (1, 4_096),
+    "lookahead": (0, 100_000),
+    "chunk_groups": (0, 100_000),
+}
+
+
+def sim_limit(option: str, value: int) -> int:
+    """``value`` within ``SIM_LIMITS`` for ``--option`` (``--batch-size`` -> batch_size)."""
+    lo, hi = SIM_LIMITS[option.lstrip("-").replace("-", "_")]
+    int_in(option, value, lo, hi)
+    return value
+
+
+def seed_list(option: str, text: str) -> list[int]:
+    """``--seeds 0,1,2``: at most ``SIM_LIMITS['seeds']`` seeds, each a valid seed."""
+    values = int_list(option, text)
+    lo, hi = SIM_LIMITS["seeds"]
+    if len(values) > hi:
+        raise InputError(f"{option} lists {len(values):,} seeds; at most {hi:,}")
+    for v in values:
+        int_in(option, v, *SIM_LIMITS["seed"])
+    return values
+
+
 class InputError(ValueError):
     """An option or file a command was given is unusable; the message names it."""
 
@@ -117,4 +153,10 @@ def output_file(path: str | os.PathLike[str], option: str) -> Path:
         raise InputError(f"{option} {path}: {parent} {why}")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise InputError(f"{option} {path}: not writable")
+    if p.exists():  # os.access trusts permissions; root, /proc and read-only mounts do not
+        try:
+            with open(p, "ab"):
+                pass
+        except OSError as exc:
+            raise InputError(f"{option} {path}: not writable: {exc.strerror or exc}") from None
     return p

@@ -33,6 +33,7 @@ class TrainingResult:
     driver: Driver | None = None
     plot_path: Path | None = None
     startup_s: float = 0.0
+    eval_resume: dict[str, float] = field(default_factory=dict)  # a resumed run's restart score
 
 
 def split_prompts(prompts: Sequence[Prompt], n_eval: int,
@@ -158,12 +159,30 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     a run: that raises ``RunDirError`` before anything is written, as ``train`` exits 2 (move
     the old run aside first with ``recovery.rundir.move_aside``, as ``--overwrite`` does).
 
+    One owner per run directory: the directory's lock (``recovery.rundir.lock_run_dir``) is
+    taken before anything is written and released after the last write; a directory another
+    process holds raises ``RunDirInUse`` ("DIR is in use by pid N").
+
     Three steps: ``_open_engines`` (rollout and trainer, started or borrowed),
     ``_open_run_state`` (a fresh run, a checkpoint's weights or a recovered log) and
     ``_train`` (evaluate, drive, write the outputs).
     """
+    from .recovery.rundir import lock_run_dir
+
+    lock = lock_run_dir(out_dir)  # one owner, from before the first write to after the last
+    try:
+        return await _run_locked(cfg, model_path, prompts, reward_fn, out_dir, rollout, resume,
+                                 log, driver_hook, cluster)
+    finally:
+        lock.release()
+
+
+async def _run_locked(cfg: TrainConfig, model_path: Path, prompts: Sequence[Prompt],
+                      reward_fn: RewardFn, out_dir: Path, rollout: Rollout | None,
+                      resume: Path | None, log: Callable[[str], None],
+                      driver_hook: Callable[[Driver], None] | None,
+                      cluster: Any) -> TrainingResult:
     continuing = _check_run_dir(out_dir, resume)
-    out_dir.mkdir(parents=True, exist_ok=True)
     from .prompts import render_for_model
 
     prompts = render_for_model(prompts, model_path, cfg.data.chat_template)  # runtime.prompts
@@ -310,9 +329,14 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
     r = cfg.rollout
     eval_args = (r.max_tokens, r.temperature, cfg.run.eval_samples, cfg.run.seed)
     before = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval0")
+    before, at_resume = _eval_before(out_dir, before, continuing)
     if before:
         log(f"evaluation reward before training: {before['reward']:.3f} "
-            f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)")
+            f"(greedy {before['greedy_reward']:.3f}, {len(eval_prompts)} prompts)"
+            + (" [the run's start, from eval_before.json]" if at_resume else ""))
+    if at_resume:
+        log(f"evaluation reward at the resume point: {at_resume['reward']:.3f} "
+            f"(greedy {at_resume['greedy_reward']:.3f})")
     sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
                        append=continuing, counters=getattr(reward_fn, "metrics", None))
     if continuing and sink.rows:  # keep what only the driver counts cumulative
@@ -342,14 +366,35 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
     await trainer.save_checkpoint(out_dir / "checkpoint")
     summary = summarize(sink.rows, _log_summary(driver, out_dir))
     result = TrainingResult(out_dir, sink.rows, summary, before, after, driver,
-                            startup_s=engines.startup_s)
+                            startup_s=engines.startup_s, eval_resume=at_resume)
     if cfg.run.plot and sink.rows:
         result.plot_path = plot(sink.rows, out_dir / "curves.png",
                                 f"GRPO, eta={cfg.staleness.eta}, {cfg.run.steps} steps")
     (out_dir / "summary.json").write_text(json.dumps(
         {**summary, "eval_before": before, "eval_after": after,
+         **({"eval_at_resume": at_resume} if at_resume else {}),
          "startup_s": engines.startup_s}, indent=2, default=str))
     return result
+
+
+EVAL_BEFORE = "eval_before.json"
+
+
+def _eval_before(out_dir: Path, score: dict[str, float],
+                 continuing: bool) -> tuple[dict[str, float], dict[str, float]]:
+    """(the run's score before its first step, the score at this resume point or {}). A new
+    run keeps its score in ``eval_before.json``, so that a resumed one reports the run's own
+    start rather than the weights it resumed from."""
+    from .recovery.journal import load_json, write_text_atomic
+
+    path = out_dir / EVAL_BEFORE
+    if continuing and path.is_file():
+        start = load_json(path)
+        if isinstance(start, dict) and start:
+            return start, score
+    if score and not continuing:
+        write_text_atomic(path, json.dumps(score), fsync=False)
+    return score, {}
 
 
 def _write_config(cfg: TrainConfig, out_dir: Path) -> None:

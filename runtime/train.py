@@ -9,9 +9,10 @@
     reserve-occupy train --backend ray         # engines and trainer as Ray actors
 
 Exit status: 0 done, 2 invalid input (config, data, reward, model directory and tokenizer,
-trainer device, output or run directory; one clear message naming what is wrong, before any
-engine starts: docs/runtime.md, "What train validates"), 1 the run failed (including a run in
-which nothing can ever train: see "Progress guarantees" there).
+trainer device, output or run directory, a directory another run holds; one clear message
+naming what is wrong, before any engine starts: docs/runtime.md, "What train validates"), 1 the
+run failed (including a run in which nothing can ever train: see "Progress guarantees" there),
+130 interrupted by Ctrl-C (143 by SIGTERM; docs/cli.md, "Signals, pipes and exit status").
 """
 
 from __future__ import annotations
@@ -78,11 +79,33 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Validate everything (docs/runtime.md, "What train validates"), then train. Every
-    check here runs before a model is loaded into an engine or the run directory changes."""
+    check here runs before a model is loaded into an engine or the run directory changes.
+    The run directory's lock, once taken, is held until this returns."""
+    from .recovery.rundir import release_all
+
+    held = len(_LOCKS)
+    try:
+        return _run(args)
+    finally:
+        release_all(_LOCKS[held:])
+        del _LOCKS[held:]
+
+
+_LOCKS: list = []  # the run directory locks _run took
+
+
+def _run(args: argparse.Namespace) -> int:
     configure()  # before torch or vLLM is imported
     from .config import ConfigFileError, load_config
     from .data import DataError, load_prompts
-    from .recovery.rundir import RunDirError, check_output_dir, check_resumable, run_files
+    from .recovery.rundir import (
+        RunDirError,
+        check_not_in_use,
+        check_output_dir,
+        check_resumable,
+        lock_run_dir,
+        run_files,
+    )
     from .session import is_run_dir, split_prompts
     from .tasks.base import RewardError, load_reward
 
@@ -117,10 +140,24 @@ def run(args: argparse.Namespace) -> int:
         out_dir = Path(cfg.run.output_dir)
         check_output_dir(out_dir)
         model_path = _preflight(cfg, prompts)
+        # One owner per run directory: the lock is taken before the directory is looked at
+        # (so two runs started at once cannot both find it free) and held until this process
+        # ends; --check only looks whether another process holds it.
+        if args.check:
+            check_not_in_use(out_dir)
+        else:
+            _LOCKS.append(lock_run_dir(out_dir))
         aside = None
         if continuing:
-            check_resumable(out_dir, cfg.driver_settings().controller_config(),
-                            len(train_prompts))
+            found = check_resumable(out_dir, cfg.driver_settings().controller_config(),
+                                    len(train_prompts))
+            if found.version >= cfg.run.steps and not args.check:
+                missing = "" if (out_dir / "summary.json").is_file() else (
+                    "; it stopped before its final evaluation and summary.json")
+                print(f"{PROG}: the run in {out_dir} already finished all {cfg.run.steps} "
+                      f"steps ({found.version} trained{missing}): nothing to do (to train "
+                      f"further, resume it with --steps N, N > {found.version})")
+                return 0
         else:
             held = run_files(out_dir)
             if held and not args.overwrite:
@@ -228,12 +265,16 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     print(f"{PROG}: model {model_path}, {len(prompts)} prompts, eta={cfg.staleness.eta}, "
           f"{cfg.staleness.batch_size} groups x {cfg.staleness.group_size} per step, "
           f"{cfg.run.steps} steps -> {out_dir}")
+    from .cli import EXIT_SIGTERM, async_sigint, interrupted_status
+
     try:
-        result = asyncio.run(run_training(cfg, model_path, prompts, reward, out_dir,
-                                          resume=resume))
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 1
+        with async_sigint():  # Ctrl-C cancels the run's task: its finally blocks close it
+            result = asyncio.run(run_training(cfg, model_path, prompts, reward, out_dir,
+                                              resume=resume))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run closed its engines first
+        what = "terminated" if interrupted_status(exc) == EXIT_SIGTERM else "interrupted"
+        print(f"{PROG}: {what}; continue the run with --resume {out_dir}", file=sys.stderr)
+        return interrupted_status(exc)
     except ValueError as exc:  # input found bad once the model's tokenizer could read it
         return _fail(str(exc))
     except RecoveryFailed as exc:  # the run directory cannot be trusted: say why, no traceback

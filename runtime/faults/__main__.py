@@ -1,3 +1,4 @@
+from ..cli import script
 from .cli import main
 
-raise SystemExit(main())
+script(main, "python -m runtime.faults")

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from .. import inputs
+from .. import inputs, outputs
 from ..inputs import InputError
 from .harness import run_schedule
 from .schedule import generate, minimize
@@ -114,8 +114,14 @@ def run(args: argparse.Namespace) -> int:
     for schedule, violations, kind in failures[:SHOW]:
         _print_failure(schedule, violations, kind, variant, policy)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=2)
+        try:
+            outputs.write_text(args.json, json.dumps(summary, indent=2))
+        except OSError as exc:  # checked writable up front; the disk may still fail
+            from ..cli import EXIT_IO
+
+            print(f"error: --json {args.json}: cannot write: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return EXIT_IO
     if args.variant:
         caught = bool(failures)
         print(f"variant {args.variant}: {'caught' if caught else 'NOT caught'} in "

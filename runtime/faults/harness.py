@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import shutil
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from ..recovery.journal import EmptyLog, LogCorrupt, read_log, rebuild
 from ..recovery.resume import Recovery, recover
 from ..rollout.fake import Plan, random_script
 from ..rollout.pool import EnginePool
+from ..scratch import remove, scratch_dir
 from ..tasks.base import Prompt
 from ..units import DriverSettings
 from .checks import CHECKS, CrashPoint, Evidence
@@ -357,12 +357,12 @@ def run_schedule(schedule: Schedule, variant: Variant | None = None,
                  root: Path | None = None) -> Outcome:
     """Run ``schedule`` in a fresh temporary run directory (removed afterwards)."""
     own = root is None
-    base = Path(tempfile.mkdtemp(prefix="ro-faults-")) if own else root
+    base = scratch_dir("ro-faults", Path(tempfile.gettempdir())) if own else root
     try:
         return Run(schedule, base, variant or Variant()).run()  # type: ignore[arg-type]
     finally:
         if own:
-            shutil.rmtree(base, ignore_errors=True)
+            remove(base)
 
 
 __all__ = ["Outcome", "Run", "Variant", "run_schedule"]

@@ -6,7 +6,8 @@
 * ``compare``     -- field-by-field comparison of a logged event with the reference's outcome.
 * ``report``      -- buffer tables and messages for a divergence or a violation.
 * ``workload``    -- seeded random drivers that exercise a controller and record its trace.
-* ``vectors``     -- the conformance corpus: generation, reading and writing ``spec/conformance``.
+* ``vectors``     -- the conformance corpus: generation, reading and writing
+  ``runtime/porting/corpus``.
 * ``runner``      -- the adapter interface a port implements, and the runner that feeds it vectors.
 * ``conformance`` -- the ``conformance`` command line (run, ``--check``, ``--regenerate``).
 

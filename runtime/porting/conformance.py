@@ -4,7 +4,7 @@
     reserve-occupy conformance --adapter mypkg.port:Adapter [--lenient]
     reserve-occupy conformance --adapter-cmd "./my-port --conformance"
     reserve-occupy conformance --export basic/00017 > t.jsonl   # one vector as a trace
-    python -m runtime.porting.conformance --check        # is spec/conformance up to date?
+    python -m runtime.porting.conformance --check        # is the corpus up to date?
     python -m runtime.porting.conformance --regenerate   # rewrite it (what `make conformance` runs)
 
 Exit codes: 0 all vectors pass / corpus up to date; 1 a vector failed / the corpus was stale
@@ -27,6 +27,7 @@ from typing import Any
 from reserve_occupy.trace import dumps, header, parse_config
 
 from .. import inputs
+from .. import outputs
 from ..inputs import InputError
 from . import vectors as vec
 from .runner import AdapterError, Adapter, Failure, ReferenceAdapter, SubprocessAdapter
@@ -46,7 +47,7 @@ ADAPTER_METHODS = tuple(name for name in Adapter.__dict__
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Run the conformance vectors (spec/conformance) against a port "
+    parser.description = ("Run the conformance vectors (runtime/porting/corpus) against a port "
                           "through an adapter, or check / regenerate the committed corpus.")
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--adapter", metavar="MODULE:CLASS",
@@ -72,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write each failing vector's port outcomes as a trace "
                              "(check it with check-trace for the buffer tables)")
     parser.add_argument("--dir", type=Path, default=vec.CORPUS_DIR,
-                        help="the corpus directory (default: spec/conformance of this checkout)")
+                        help="the corpus directory (default: the one installed with the package, "
+                             "runtime/porting/corpus)")
     parser.add_argument("--adapter-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="--adapter-cmd: give up when the port does not answer a request "
                              "within this long (60)")
@@ -155,7 +157,7 @@ def _compare_corpus(args: argparse.Namespace, write: bool) -> int:
         if old != manifest:
             stale.append("MANIFEST.json")
             if write:
-                manifest_path.write_text(manifest)
+                outputs.write_text(manifest_path, manifest)
     if not stale:
         print("conformance corpus is up to date", file=sys.stderr)
         return EXIT_OK
@@ -194,7 +196,7 @@ def _save(failure: Failure, vector_config: dict[str, Any], directory: Path) -> P
     path = directory / (failure.vector.replace("/", "-") + ".jsonl")
     config = parse_config({"op": "config", "schema_version": 1, "config": vector_config})
     lines = [header(config, producer=f"port outcomes for {failure.vector}")] + failure.outcomes
-    path.write_text("".join(dumps(r) + "\n" for r in lines))
+    outputs.write_text(path, "".join(dumps(r) + "\n" for r in lines))
     return path
 
 
@@ -276,4 +278,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..cli import script
+
+    script(main, "python -m runtime.porting.conformance")

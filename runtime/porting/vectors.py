@@ -1,4 +1,4 @@
-"""The conformance corpus: seeded generation, and reading and writing ``spec/conformance``.
+"""The conformance corpus: seeded generation, and reading and writing ``runtime/porting/corpus``.
 
 A *vector* is one reference run: a config and the trace records the reference controller produced
 (refusals included). Each record is both an input -- its ``op`` and ``unit`` are what the runner
@@ -32,10 +32,13 @@ from typing import Any
 from reserve_occupy import Config, StalenessController
 from reserve_occupy.trace import SCHEMA_VERSION, dumps, header
 
+from .. import outputs
 from .workload import Profile, Step, drive, play
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "spec" / "conformance"
-SPEC_SCENARIOS = CORPUS_DIR.parent / "scenarios"
+# The normative corpus, package data (spec/conformance/README.md says why it lives here).
+CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
+# What the spec family is generated from (a checkout only: --regenerate, not --check or a run).
+SPEC_SCENARIOS = Path(__file__).resolve().parents[2] / "spec" / "scenarios"
 # Scenario steps that are not controller operations: Group bookkeeping, and steps whose expected
 # outcome is an exception (an interface error, not a protocol outcome a trace can record).
 _CONTROLLER_OPS = {"reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck",
@@ -252,7 +255,8 @@ def read_text(path: Path) -> bytes:
 
 def write_family(family: str, text: bytes, directory: Path = CORPUS_DIR) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    path_for(family, directory).write_bytes(lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
+    outputs.write_bytes(path_for(family, directory),
+                        lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
 
 
 def manifest(texts: dict[str, bytes]) -> dict[str, Any]:

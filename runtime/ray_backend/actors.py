@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import ray
 
 from ..rollout.env import configure
+from ..scratch import remove, scratch_dir
 
 
 @ray.remote
@@ -36,8 +36,9 @@ class EngineActor:
         self.engine: Any = None
         self.weights_digest = ""
         self.weights_version = -1
-        self.dir = Path(tempfile.mkdtemp(prefix="ro-engine-",
-                                         dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+        # /dev/shm/ro-engine-PID-*: removed by close, at exit, or swept by the next engine
+        # actor once this process is gone (runtime.scratch)
+        self.dir = scratch_dir("ro-engine")
 
     async def start(self) -> float:
         configure()  # vLLM's CPU settings, before vLLM is imported in this process
@@ -89,7 +90,7 @@ class EngineActor:
     async def close(self) -> None:
         if self.engine is not None:
             await self.engine.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove(self.dir)
 
 
 @ray.remote

@@ -30,6 +30,7 @@ from ..rollout.env import COMMON, CPU, cpu_build
 from ..rollout.pool import EngineCrashed, EnginePool
 from . import loopback
 from .actors import EngineActor, TrainerActor
+from .preflight import check_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 _RAY_OPTIONS = ("num_cpus", "num_gpus", "memory")
@@ -171,6 +172,7 @@ class RayBackend:
                      runtime_env={"env_vars": _env()})
             owns = r.address is None
         try:
+            check_cluster(cfg)  # before any actor is queued: Ray would wait for ever
             return await cls._start_actors(cfg, model_path, out_dir, owns)
         except BaseException:
             if owns:

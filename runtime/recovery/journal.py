@@ -283,4 +283,8 @@ def write_text_atomic(path: Path, text: str, fsync: bool) -> None:
 
 
 def load_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A run's JSON file; a file that does not parse raises ``ValueError`` naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({exc})") from None

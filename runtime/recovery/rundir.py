@@ -10,14 +10,20 @@ silently reused, half-overwritten or resumed from state that recovery would refu
 * ``move_aside``: rename the whole directory to ``DIR.replaced-N`` (never deletes anything);
 * ``check_resumable``: the event log is read in full and replayed against the run's staleness
   settings, the newest checkpoint is not ahead of the log, every trajectory file parses and
-  names a prompt that exists, and every batch recovery must retrain has data on disk.
+  names a prompt that exists, and every batch recovery must retrain has data on disk;
+* ``lock_run_dir``: one owner per run directory. An exclusive ``flock`` on ``DIR/.lock``, taken
+  before anything of the run is written and held until the run's last write; a second process
+  gets ``RunDirInUse`` ("DIR is in use by pid N"). The kernel releases the lock when its
+  process dies however it dies, so there is no stale marker to clean up: the file left behind
+  is only the place the lock lives (and holds the last owner's pid, for the message).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from reserve_occupy import Config
@@ -29,11 +35,107 @@ from .store import Checkpoints, unit_filename, unit_from_filename
 # Everything a run writes into its directory (run_training, RunStore, the trainer).
 RUN_FILES = (LOG_NAME, "config.json", "metrics.jsonl", "summary.json", "driver_notes.jsonl",
              "recovery.jsonl", "lengths.jsonl", "curves.png", "trajectories", "checkpoints",
-             "checkpoint", "weights", "tensorboard")
+             "checkpoint", "weights", "tensorboard", "eval_before.json")
+
+
+LOCK_NAME = ".lock"
 
 
 class RunDirError(ValueError):
     """The run directory cannot be used as asked; the message says why and what to do."""
+
+
+class RunDirInUse(RunDirError):
+    """Another live process holds the run directory's lock."""
+
+
+@dataclass
+class RunDirLock:
+    """A held lock on a run directory (``lock_run_dir``); ``release`` is idempotent."""
+
+    path: Path
+    fd: int
+    holders: int = 1
+    _key: str = field(default="", repr=False)
+
+    def release(self) -> None:
+        self.holders -= 1
+        if self.holders > 0 or self.fd < 0:
+            return
+        _HELD.pop(self._key, None)
+        os.close(self.fd)  # closing the descriptor drops the flock
+        self.fd = -1
+
+    def __enter__(self) -> RunDirLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# Locks this process holds, by directory: a nested lock (``train`` holds it, then its
+# ``run_training`` asks again) shares the one descriptor. A second open() of the same file
+# would be a second flock owner and be refused, by this very process.
+_HELD: dict[str, RunDirLock] = {}
+
+
+def _holder(lock_path: Path) -> str:
+    try:
+        pid = lock_path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        pid = ""
+    return f"pid {pid}" if pid.isdigit() else "another process"
+
+
+def lock_run_dir(path: Path) -> RunDirLock:
+    """Take the run directory's exclusive lock (creating the directory), or raise
+    ``RunDirInUse`` naming the pid that holds it. Held until ``release`` or the process ends."""
+    key = os.path.realpath(path)
+    held = _HELD.get(key)
+    if held is not None:
+        held.holders += 1
+        return held
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise RunDirError(f"run directory {path}: cannot create its lock file "
+                          f"({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunDirInUse(f"{path} is in use by {_holder(path / LOCK_NAME)}: one process "
+                          f"at a time writes a run directory; wait for it to end, or use "
+                          f"another directory") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    lock = RunDirLock(path, fd, _key=key)
+    _HELD[key] = lock
+    return lock
+
+
+def release_all(locks: list[RunDirLock]) -> None:
+    for lock in reversed(locks):
+        lock.release()
+
+
+def check_not_in_use(path: Path) -> None:
+    """Raise ``RunDirInUse`` if a live process holds ``path``'s lock; creates nothing
+    (``train --check``)."""
+    lock_path = path / LOCK_NAME
+    if os.path.realpath(path) in _HELD or not lock_path.is_file():
+        return
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise RunDirInUse(f"{path} is in use by {_holder(lock_path)}") from None
+    finally:
+        os.close(fd)
 
 
 def run_files(path: Path) -> list[str]:
@@ -45,18 +147,26 @@ def run_files(path: Path) -> list[str]:
 
 def move_aside(path: Path) -> Path:
     """Rename ``path`` to the first free ``path.replaced-N`` and return the new name. One
-    ``rename``: the old run stays whole, under its new name, and can still be resumed there."""
+    ``rename``: the old run stays whole, under its new name, and can still be resumed there.
+    If this process holds ``path``'s lock, it holds the lock of a new, empty ``path`` after."""
     k = 1
     while True:
         target = path.with_name(f"{path.name}.replaced-{k}")
         if not target.exists():
             break
         k += 1
+    key = os.path.realpath(path)
     try:
         os.rename(path, target)
     except OSError as exc:
         raise RunDirError(f"cannot move the run in {path} aside to {target}: "
                           f"{exc.strerror or exc}") from None
+    held = _HELD.pop(key, None)
+    if held is not None:  # the lock moved with the directory: hold the new one instead
+        fresh = lock_run_dir(path)
+        old_fd, held.fd = held.fd, fresh.fd
+        _HELD[key] = held
+        os.close(old_fd)
     return target
 
 

@@ -87,10 +87,13 @@ class TrajectoryStore:
 
     def load(self, unit_id: UnitId) -> dict[str, Any] | None:
         """The unit's record, or None if there is no complete file for it."""
+        path = self.path(unit_id)
         try:
-            return json.loads(self.path(unit_id).read_text(encoding="utf-8"))
+            return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: not a readable trajectory record ({exc})") from None
 
     def delete(self, unit_id: UnitId) -> None:
         if self.guard is not None:
@@ -174,7 +177,11 @@ class Checkpoints:
         return (steps[-1], self.path(steps[-1])) if steps else None
 
     def meta(self, step: int) -> dict[str, Any]:
-        return json.loads((self.path(step) / "COMMIT.json").read_text())
+        path = self.path(step) / "COMMIT.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: not readable JSON ({exc})") from None
 
     def prune(self) -> None:
         for step in self.committed()[:-self.keep]:

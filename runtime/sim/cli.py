@@ -34,6 +34,7 @@ from .. import inputs
 from ..inputs import InputError
 from .model.checks import CheckFailed
 from .model.core import PolicyError, SimulationStalled
+from .. import outputs
 from .model.cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
 from .model.filtering import FilterError, RewardFilter
 from .model.policies import POLICIES, UnknownPolicy, policy_names
@@ -44,20 +45,7 @@ PROG = "reserve-occupy simulate"
 
 UsageError = InputError  # bad arguments: one line, exit status 2
 
-# option -> (lowest, highest): what a simulation can hold in memory and finish in reasonable time
-LIMITS: dict[str, tuple[int, int]] = {
-    "batches": (1, 100_000),
-    "batch_size": (1, 100_000),
-    "groups": (1, 1_000_000),
-    "instances": (1, 10_000),
-    "concurrency": (1, 100_000),
-    "seeds": (1, 1_000),
-    "seed": (0, 2**63 - 1),
-    "capacity": (1, 100_000),
-    "candidates": (1, 4_096),
-    "lookahead": (0, 100_000),
-    "chunk_groups": (0, 100_000),
-}
+LIMITS = inputs.SIM_LIMITS  # option -> (lowest, highest)
 MAX_STUCK_TIMEOUT_S = 1e9
 MAX_CHUNK_OVERHEAD_S = 1e6
 
@@ -67,6 +55,30 @@ def _int_list(text: str, what: str) -> list[int]:
     if what == "eta" and max(values) > MAX_STALENESS:
         raise UsageError(f"--eta values must be <= {MAX_STALENESS}, got {max(values)}")
     return values
+
+
+OUT_FILES = ("results.json", "throughput.png")  # and staleness_*.png: what a run writes
+
+
+def _fresh_out(out: Path, overwrite: bool) -> None:
+    """``--out`` never mixes two runs' files: an earlier run's results are refused, or with
+    ``--overwrite`` moved aside whole (as ``train --overwrite`` moves a run directory)."""
+    held = [n for n in OUT_FILES if (out / n).exists()] + sorted(
+        p.name for p in out.glob("staleness_*.png"))
+    if not held:
+        return
+    if not overwrite:
+        raise UsageError(f"--out {out} holds an earlier run's results ({', '.join(held)}): add "
+                         f"--overwrite (moves them aside to {out}.replaced-N) or choose "
+                         f"another --out")
+    from ..recovery.rundir import RunDirError, move_aside
+
+    try:
+        moved = move_aside(out)
+    except RunDirError as exc:
+        raise UsageError(str(exc)) from None
+    out.mkdir()
+    print(f"{PROG}: moved the earlier results in {out} aside to {moved}")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -98,6 +110,7 @@ def _check(args: argparse.Namespace) -> None:
         inputs.text_file(args.cost, "--cost")
     if args.mode == "run" and args.out:
         inputs.output_dir(args.out, "--out")
+        _fresh_out(Path(args.out), args.overwrite)
     if args.mode in ("experiments", "regimes"):
         # A tiny sweep must never overwrite the shipped results of the full one in docs/.
         base = Path("out/sim-tiny") if args.tiny else Path("docs")
@@ -171,6 +184,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--concurrency", type=int, help="max running requests per instance (override)")
     o = parser.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help="write results.json and PNG figures here")
+    o.add_argument("--overwrite", action="store_true",
+                   help="--out holds an earlier run's results: move them aside to "
+                        "DIR.replaced-N (nothing is deleted) and write anew")
     o.add_argument("--results-dir", default=None,
                    help="experiments: JSON goes here (default docs/results; out/sim-tiny/results "
                         "with --tiny)")
@@ -266,7 +282,7 @@ def _run(args: argparse.Namespace) -> int:
         payload = {"workload": workload.name, "workload_stats": workload.stats(),
                    "cost": cost.to_json(), "seconds": elapsed,
                    "runs": [r.to_json() for r in results]}
-        (out / "results.json").write_text(json.dumps(payload, indent=1) + "\n")
+        outputs.write_text(out / "results.json", json.dumps(payload, indent=1) + "\n")
         plots.throughput_bars(results, out / "throughput.png")
         for name in names:
             mine = [r for r in results if r.policy == name]

@@ -157,3 +157,19 @@ def test_an_engine_actor_that_dies_is_replaced(ray_cluster, tmp_path):
     assert errors and all("EngineCrashed" in e["error"] for e in errors)
     assert _trace_ok(tmp_path / "events.jsonl")
     print(f"engine actor killed and replaced: {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.ray
+def test_a_run_that_asks_for_more_than_the_cluster_has_is_refused_before_any_actor(
+        ray_cluster, tmp_path):
+    # Before: the actors were queued and Ray waited for ever, printing nothing. The cluster
+    # here has 4 CPUs; 4 engine actors and the trainer ask for 5.
+    from runtime.ray_backend import RayBackend
+    from runtime.ray_backend.preflight import ClusterTooSmall
+
+    cfg = _cfg(tmp_path, **{"rollout.backend": "fake", "rollout.engines": 4})
+    with pytest.raises(ClusterTooSmall, match=r"asks for 5 CPU in all \(4 engine actor\(s\) x "
+                                              r"1 CPU \+ the trainer actor's 1 CPU\), the "
+                                              r"cluster has 4 CPU"):
+        asyncio.run(RayBackend.start(cfg, Path("unused"), tmp_path))
+    assert ray_cluster.is_initialized()  # a cluster it did not start is left running

@@ -259,3 +259,36 @@ def test_a_run_that_can_never_train_stops_with_a_clear_error(reward, message):
         run(driver, clock)
     driver.controller.check()
     assert rollout.active == []
+
+
+def test_a_stuck_timeout_shorter_than_every_group_backs_off_and_the_run_trains():
+    # Every request takes 3 s, the STUCK timeout is 1 s: each release re-admits groups that
+    # cannot finish before the next. Before, release and re-admission repeated until the
+    # progress detector stopped the run (500 groups dropped in a row); now a release with no
+    # placement since the previous one doubles the next wait (runtime.stuck).
+    driver, _, trainer, clock = make(script=fixed_script(3.0), eta=0, batch_size=2,
+                                     group_size=2, steps=3, stuck_timeout_s=1.0)
+    run(driver, clock)
+    assert len(trainer.batches) == 3
+    released = [e["t"] for e in driver.notes if e["event"] == "release_stuck"]
+    gaps = [b - a for a, b in zip(released, released[1:])]
+    assert gaps[:2] == [pytest.approx(1.0), pytest.approx(2.0)]  # 1 s, then doubled
+
+
+def test_fruitless_releases_escalate_to_units_outside_the_head():
+    # eta=1, every request 20 s; g0 and g1 are reserved into the next buffer (reserve fills
+    # the newest buffer first), and g0 hangs. Releases of the head at 1, 2, 4 and 8 s follow
+    # no placement (each waits twice as long as the one before); from the third fruitless one
+    # (8 s) a release also aborts the units in flight since before the previous release,
+    # wherever their buffer: g0 and g1. A hung unit cannot hold its place for good.
+    special = {"g0-": Plan(math.inf, [1, 2, 3])}
+    driver, rollout, trainer, clock = make(script=fixed_script(20.0, special=special), eta=1,
+                                           batch_size=2, group_size=2, steps=3,
+                                           stuck_timeout_s=1.0)
+    run(driver, clock)
+    released = [e["t"] for e in driver.notes if e["event"] == "release_stuck"]
+    assert released[:4] == [pytest.approx(t) for t in (1.0, 2.0, 4.0, 8.0)]
+    escalated = [(e["unit"], e["t"]) for e in driver.notes
+                 if e["event"] == "abort" and e.get("reason") == "stuck_escalation"]
+    assert escalated[:2] == [("g0", pytest.approx(8.0)), ("g1", pytest.approx(8.0))]
+    assert len(trainer.batches) == 3 and rollout.active == []

@@ -17,15 +17,16 @@ from runtime.sim.model.workload import MathReasoningShape, generate
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("seconds", ["0.5", "0.01"])
-def test_a_stuck_timeout_shorter_than_any_group_stalls_with_exit_1(seconds, capsys):
+def test_a_stuck_timeout_shorter_than_any_group_backs_off_and_the_run_ends(seconds, capsys):
     # Before: every expiry aborted the head's reservations and re-admitted fresh groups whose
-    # prefill alone outlasts the timeout; the run looped at 0/2 batches forever.
+    # prefill alone outlasts the timeout; the run looped at 0/2 batches until the idle-timer
+    # detector stopped it (exit 1). A release followed by no placement now doubles the next
+    # wait (runtime.stuck), so re-admitted groups get the time they need.
     rc = main(["simulate", "--stuck-timeout", seconds, "--policy", "reserve_occupy", "--eta",
                "1", "--batches", "2", "--no-progress"])
-    err = capsys.readouterr().err
-    assert rc == 1
-    assert "SimulationStalled" in err and "timer expired" in err
-    assert len(err.strip().splitlines()) == 1
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "SimulationStalled" not in captured.err
 
 
 @pytest.mark.timeout(60)

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 from reserve_occupy.config import MAX_STALENESS
 
-from ...inputs import InputError, int_in, int_list, one_int, output_dir
+from ...inputs import InputError, int_in, int_list, one_int, output_dir, seed_list, sim_limit
 from ..model.checks import CheckFailed, check_run
 from ..model.core import Simulator
 from ..model.cost import CostError, CostModel, preset
@@ -451,11 +451,11 @@ def main(argv: list[str] | None = None) -> int:
                              "sim-bound does this)")
     args = parser.parse_args(argv)
     try:
-        seeds = int_list("--seeds", args.seeds)
+        seeds = seed_list("--seeds", args.seeds)
         etas = int_list("--eta", args.eta)
         int_in("--eta", max(etas), 0, MAX_STALENESS)
-        batches = one_int("--batches", args.batches, 1)
-        batch_size = one_int("--batch-size", args.batch_size, 1)
+        batches = sim_limit("--batches", one_int("--batches", args.batches, 1))
+        batch_size = sim_limit("--batch-size", one_int("--batch-size", args.batch_size, 1))
         cost = preset(args.preset)
         results = None if args.results_dir is None else \
             output_dir(args.results_dir, "--results-dir")  # before the runs, not after them
@@ -478,4 +478,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ...cli import script
+
+    script(main, "python -m runtime.sim.studies.bound")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...inputs import InputError, int_in, int_list, number, one_int
+from ...inputs import InputError, int_in, number, one_int, seed_list, sim_limit
 from ..model.cost import CostError, CostModel, preset
 from ..model.core import Simulator
 from ..model.filtering import RewardFilter
@@ -197,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         policies = policy_names(args.policies)
         eta = one_int("--eta", args.eta)
         int_in("--eta", eta, 0, MAX_STALENESS)
-        seeds = int_list("--seeds", args.seeds)
-        batches = one_int("--batches", args.batches, 1)
+        seeds = seed_list("--seeds", args.seeds)
+        batches = sim_limit("--batches", one_int("--batches", args.batches, 1))
         mult = number("--train-mult", args.train_mult, 1e-3, 1e3, open_low=True)
-        conc = one_int("--concurrency", args.concurrency, 1)
+        conc = sim_limit("--concurrency", one_int("--concurrency", args.concurrency, 1))
         truncated = number("--truncated", args.truncated, 0.0, 1.0)
         rate = number("--filter-rate", args.filter_rate, 0.0, 0.95)
         cost = scaled(preset(args.preset), mult, conc)
@@ -214,4 +214,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ...cli import script
+
+    script(main, "python -m runtime.sim.studies.diagnose")

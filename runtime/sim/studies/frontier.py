@@ -33,6 +33,7 @@ import numpy as np
 
 from ... import inputs
 from ..model.cost import CostModel, preset
+from ... import outputs
 from ..model.metrics import RunResult
 from . import pages
 from .report import markdown
@@ -222,7 +223,7 @@ def plot(payload: dict, path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    outputs.savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         payload = run()
     name = "frontier_tiny" if args.tiny else "frontier"
-    (results / f"{name}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    outputs.write_text(results / f"{name}.json", json.dumps(payload, indent=1) + "\n")
     plot(payload, img / f"sim_{name}.png")
     print(f"wrote {results / (name + '.json')} and {img / ('sim_' + name + '.png')}")
     for page in pages.update(pages.fed_by(f"{name}.json"), results):  # docs/results only
@@ -254,4 +255,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ...cli import script
+
+    script(main, "python -m runtime.sim.studies.frontier")

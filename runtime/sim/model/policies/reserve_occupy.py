@@ -22,7 +22,11 @@ is the controller's:
   STUCK or is consumed. When it reaches the timeout the policy calls ``release_stuck`` and aborts
   the returned groups in the engines (L2 waste); finished groups of later buffers move forward and
   admission refills. Aborted groups are lost work, and since the ones still running when the clock
-  expires are the long ones, the timeout biases training toward short answers.
+  expires are the long ones, the timeout biases training toward short answers. With the timeout
+  on, the progress rule of ``runtime.stuck`` applies as in the driver: a release with no
+  placement since the previous one doubles the next wait, and from the third such release in a
+  row it also aborts the groups in flight since before the previous release, whatever their
+  buffer (``escalated``; docs/runtime.md, "Progress guarantees").
 
 
 Streaming (``streaming=True``, the protocol's ``Config.streaming``; off by default): with a
@@ -60,8 +64,11 @@ Oversampling and the extension prototypes (all off by default; the source protoc
 
 from __future__ import annotations
 
-from reserve_occupy import BufferStatus, Config, SlotState, StalenessController
+import math
 
+from reserve_occupy import BufferStatus, Config, SlotState, StalenessController, UnitState
+
+from ....stuck import StuckTimeouts
 from ..core import Group
 from ..engine import INF
 from .base import Policy, members
@@ -123,6 +130,10 @@ class ReserveOccupy(Policy):
         self.released: list[int] = []  # groups release_stuck aborted
         self.releases = 0  # release_stuck calls that aborted something
         self.release_log: list[tuple[float, float, int]] = []  # (when, stuck since, groups)
+        self.timeouts = StuckTimeouts(math.inf if stuck_timeout_s is None
+                                      else float(stuck_timeout_s))
+        self._flying: dict[int, float] = {}  # unit -> admission time, in admission order
+        self.escalated: list[int] = []  # groups a fruitless release aborted outside the head
 
     def attach(self, sim) -> None:
         super().attach(sim)
@@ -159,6 +170,8 @@ class ReserveOccupy(Policy):
             self._groups[unit] = group
             self._unit[group.gid] = unit
             self._vtraj[unit] = reservation.v_traj
+            if self.stuck_timeout is not None:
+                self._flying[unit] = sim.now
             self._tick()
 
     def _surplus(self, v_buffer: int) -> bool:
@@ -197,6 +210,7 @@ class ReserveOccupy(Policy):
         redirect each abort to a running group that decoded less (see the module docstring)."""
         victims = []
         for unit in units:
+            self._flying.pop(unit, None)
             group = self._groups.pop(unit)
             del self._unit[group.gid]
             victims.append((unit, group))
@@ -227,6 +241,7 @@ class ReserveOccupy(Policy):
     def on_group_done(self, group: Group) -> None:
         unit = self._unit[group.gid]
         placement = self.controller.occupy(unit)
+        self._flying.pop(unit, None)
         self._stop(placement.aborted)  # batch-level oversampling closed its slot
         self._tick()
         if group.no_grad:
@@ -288,23 +303,47 @@ class ReserveOccupy(Policy):
         if self._head_stuck():
             if self._stuck_since is None:
                 self._stuck_since = sim.now
-                sim.set_timer(sim.now + self.stuck_timeout)
+                self.timeouts.refresh(self.controller)
+                sim.set_timer(sim.now + self.timeouts.timeout)
         elif self._stuck_since is not None:
             self._stuck_since = None
             sim.set_timer(INF)
 
     def on_timer(self) -> None:
-        since, self._stuck_since = self._stuck_since, None
+        now, since, self._stuck_since = self.sim.now, self._stuck_since, None
         released = self.controller.release_stuck()  # [] unless the head is STUCK
         if released:
             self.releases += 1
-            self.release_log.append((self.sim.now, since, len(released)))
+            self.release_log.append((now, since, len(released)))
         for unit in released:
+            self._flying.pop(unit, None)
             group = self._groups.pop(unit)
             del self._unit[group.gid]
             self.sim.abort(group)
             self.released.append(group.gid)
         self._tick()
+        if released:
+            cutoff = self.timeouts.released(self.controller, now)
+            if cutoff is not None:
+                self._escalate(cutoff)
+
+    def _escalate(self, cutoff: float) -> None:
+        """Abort the groups in flight since before ``cutoff`` (``runtime.stuck``)."""
+        for unit, t0 in list(self._flying.items()):
+            if t0 >= cutoff:
+                break  # admission order: the rest are younger
+            del self._flying[unit]
+            group = self._groups.get(unit)
+            if group is None or group.state != Group.RUNNING \
+                    or self.controller.unit_state(unit) is not UnitState.IN_FLIGHT:
+                continue  # ended by a path that does not pass here (a crash)
+            removal = self.controller.abort(unit)
+            del self._groups[unit]
+            del self._unit[group.gid]
+            self.sim.abort(group)
+            self.escalated.append(group.gid)
+            self._stop(removal.aborted)
+            self._tick()
 
     def on_publish(self, version: int) -> None:
         published = self.controller.publish()
@@ -325,6 +364,8 @@ class ReserveOccupy(Policy):
         if self.stuck_timeout is not None:
             out.update(stuck_timeout_s=self.stuck_timeout, released_groups=len(self.released),
                        releases=self.releases)
+            if self.escalated:
+                out["escalated_groups"] = len(self.escalated)
         return out
 
     def describe_state(self) -> str:

@@ -1,0 +1,142 @@
+"""Every command ends cleanly on a signal and on a closed or full output (docs/cli.md,
+"Signals, pipes and exit status"): Ctrl-C exits 130 and SIGTERM 143 with one line, a closed
+pipe ends quietly with 141, a full disk exits 74 with one line -- never a traceback and never
+1 (check-trace's "divergence"); the study mains have simulate's range checks; an output
+directory that holds an earlier run's results is refused or moved aside; output files are
+written whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _vector_trace(tmp_path: Path) -> Path:
+    out = tmp_path / "v.jsonl"
+    with out.open("w") as f:
+        subprocess.run([sys.executable, "-m", "runtime", "conformance", "--export",
+                        "basic/00000"], stdout=f, check=True, env=ENV, cwd=ROOT)
+    return out
+
+
+def _closed_stdout(argv: list[str]) -> subprocess.CompletedProcess:
+    """Run with stdout a pipe whose reader is gone before the first byte (``| head -0``)."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", "runtime", *argv], stdout=w,
+                              stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
+                              timeout=120)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "list"],
+    ["check-trace", "{trace}", "--json"],
+    ["check-trace", "{trace}"],
+    ["conformance", "--export", "basic/00000"],
+    ["conformance", "--list"],
+], ids=lambda a: " ".join(a))
+def test_a_closed_pipe_ends_quietly_with_141(argv, tmp_path):
+    # Before: BrokenPipeError traceback, exit 1 (which check-trace documents as divergence).
+    trace = str(_vector_trace(tmp_path)) if any("{trace}" in a for a in argv) else ""
+    proc = _closed_stdout([a.replace("{trace}", trace) for a in argv])
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""
+
+
+def test_a_full_disk_is_one_line_and_exit_74():
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "runtime", "simulate", "list"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, env=ENV,
+                              cwd=ROOT, timeout=120)
+    assert proc.returncode == 74
+    assert proc.stderr.strip().splitlines() == [
+        "reserve-occupy: cannot write the output: No space left on device"]
+
+
+@pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated")])
+@pytest.mark.parametrize("argv", [
+    ["-m", "runtime", "faults", "--schedules", "200"],
+    ["-m", "runtime.faults", "--schedules", "200"],
+], ids=lambda a: " ".join(a[:3]))
+def test_a_signal_ends_a_command_with_one_line(argv, sig, status, word):
+    # Before: a KeyboardInterrupt traceback (only train handled Ctrl-C), and SIGTERM killed
+    # the process without running its cleanup.
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # its first progress line: the command is running
+    proc.send_signal(sig)
+    proc.send_signal(sig)  # a second one (a terminal signals the whole group) changes nothing
+    _, rest = proc.communicate(timeout=120)
+    err = first + rest
+    assert proc.returncode == status, err
+    assert "Traceback" not in err and err.strip().endswith(word), err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["bound", "--batch-size", "10000000"], "--batch-size must be in [1, 100,000]"),
+    (["bound", "--batches", "100000000"], "--batches must be in [1, 100,000]"),
+    (["bound", "--seeds", ",".join(map(str, range(1001)))], "at most 1,000"),
+    (["diagnose", "--batches", "100000000"], "--batches must be in [1, 100,000]"),
+    (["diagnose", "--concurrency", "10000000"], "--concurrency must be in [1, 100,000]"),
+], ids=lambda a: " ".join(a) if isinstance(a, list) else "")
+def test_the_study_mains_have_simulates_limits(argv, needle, capsys):
+    # Before: bound --batch-size 10000000 grew to 2.5 GB with no output, and --batches
+    # 100000000 ran until killed: only a lower bound was checked.
+    import importlib
+
+    module = importlib.import_module(f"runtime.sim.studies.{argv[0]}")
+    assert module.main(argv[1:]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_out_twice_is_refused_or_moved_aside(tmp_path, capsys):
+    # Before: the second run overwrote results.json and left the first run's plots beside it.
+    out = tmp_path / "o"
+    args = ["simulate", "--batches", "2", "--policy", "reserve_occupy", "--no-progress",
+            "--out", str(out)]
+    assert main(args) == 0
+    first = (out / "results.json").read_text()
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "holds an earlier run's results (results.json" in capsys.readouterr().err
+    assert (out / "results.json").read_text() == first
+    assert main([*args, "--overwrite"]) == 0
+    assert (tmp_path / "o.replaced-1" / "results.json").read_text() == first
+    assert (out / "results.json").is_file()
+
+
+def test_an_output_file_is_written_whole_or_not_at_all(tmp_path):
+    from runtime import outputs
+
+    target = tmp_path / "r.json"
+    target.write_text("earlier")
+    with pytest.raises(KeyboardInterrupt):
+        with outputs.atomic(target) as f:
+            f.write("half of it")
+            raise KeyboardInterrupt  # Ctrl-C mid-write
+    assert target.read_text() == "earlier" and sorted(os.listdir(tmp_path)) == ["r.json"]
+    outputs.write_text(target, "new")
+    assert target.read_text() == "new" and sorted(os.listdir(tmp_path)) == ["r.json"]
+
+
+def test_faults_json_that_cannot_be_opened_is_refused_before_the_schedules(capsys):
+    # Before: every schedule ran, then open() failed with an OSError traceback. os.access
+    # says yes to root for a /proc file that cannot be opened for writing.
+    assert main(["faults", "--schedules", "1", "--json", "/proc/version"]) == 2
+    assert "--json /proc/version: not writable" in capsys.readouterr().err
