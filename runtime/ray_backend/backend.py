@@ -28,7 +28,7 @@ from ray.exceptions import RayActorError
 from ..rollout.base import GenerationRequest, Segment
 from ..rollout.env import COMMON, CPU, cpu_build
 from ..rollout.pool import EngineCrashed, EnginePool
-from . import loopback
+from .loopback import pin as pin_loopback
 from .actors import EngineActor, TrainerActor
 from .preflight import check_cluster
 
@@ -166,7 +166,7 @@ class RayBackend:
         if not ray.is_initialized():
             r = cfg.ray
             if r.address is None:  # a cluster of our own: on 127.0.0.1 only
-                loopback.pin()
+                pin_loopback()
             ray.init(address=r.address, num_cpus=r.num_cpus if r.address is None else None,
                      include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": _env()})
