@@ -44,13 +44,13 @@ and ``KVBatchMeta.concat`` joins the chosen groups.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Callable, Optional
 
 from ..config import Config
 from ..errors import ProtocolError
 from ..machine import StalenessController
-from ..types import BufferStatus, Phase, SlotState
+from ._shared import StuckTimer, free_reservations
+from ..types import Phase
 
 __all__ = ["NemoSamplerError", "ReserveOccupySampler"]
 
@@ -94,7 +94,7 @@ class ReserveOccupySampler:
         self._unbound: dict[str, int] = {}  # reservation -> v_traj, not yet bound to a group
         self._unit_of: dict[str, str] = {}  # group key -> unit (bound and occupied)
         self._handout: list[str] = []  # group keys of the consumed batch not yet selected
-        self._stuck_since: Optional[float] = None
+        self._stuck = StuckTimer(stuck_timeout_s)
         self.orphans = 0  # ready groups that found no reservation (after a release)
         self.released: list[str] = []  # reservations released by the fail-safe
 
@@ -105,14 +105,14 @@ class ReserveOccupySampler:
         b = self.config.batch_size
         while True:
             self._publish_up_to(trainer_version_fn())
-            if self._free_reservations() >= b:
+            if free_reservations(self.controller) >= b:
                 break
             await asyncio.sleep(self.poll_s)
         ctl = self.controller
         for _ in range(b):
             unit = f"r{self._next_unit}"
             self._next_unit += 1
-            if ctl.reserve(unit) is None:  # _free_reservations() said there is room
+            if ctl.reserve(unit) is None:  # free_reservations() said there is room
                 raise NemoSamplerError(f"no legal slot for {unit} although one was counted")
             self._unbound[unit] = ctl.version
         self._dispatch_index += 1
@@ -139,7 +139,7 @@ class ReserveOccupySampler:
             batch = ctl.consume()
             key_of = {unit: key for key, unit in self._unit_of.items()}
             if batch is not None:
-                self._stuck_since = None
+                self._stuck.reset()
                 handed = set(batch.streamed)  # already handed out, or waiting in _handout
                 self._handout += [key_of[u] for u in batch.unit_ids if u not in handed]
             else:
@@ -231,22 +231,9 @@ class ReserveOccupySampler:
             del self._unbound[best]
         return best
 
-    def _free_reservations(self) -> int:
-        ctl = self.controller
-        top = ctl.version + self.config.max_staleness
-        return sum(sum(1 for state, _ in b.slots if state is SlotState.EMPTY)
-                   for b in ctl.snapshot().buffers
-                   if b.v_buffer <= top and b.status is not BufferStatus.READY)
-
     def _maybe_release_stuck(self) -> None:
-        if self.stuck_timeout_s is None or self.controller.head_status is not BufferStatus.STUCK:
-            self._stuck_since = None
-            return
-        now = time.monotonic()
-        if self._stuck_since is None:
-            self._stuck_since = now
-        elif now - self._stuck_since >= self.stuck_timeout_s:
+        if self._stuck.due(self.controller):
             for unit in self.controller.release_stuck():
                 self._unbound.pop(unit, None)
                 self.released.append(unit)
-            self._stuck_since = None
+            self._stuck.reset()

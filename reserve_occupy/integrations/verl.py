@@ -44,7 +44,8 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from ..config import Config
 from ..errors import ProtocolError
 from ..machine import StalenessController
-from ..types import Batch, BufferStatus, Phase, SlotState
+from ._shared import StuckTimer, free_reservations
+from ..types import Batch, Phase, SlotState
 
 __all__ = ["VerlIntegrationError", "ReserveOccupyReplayBuffer"]
 
@@ -114,7 +115,7 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
         self._unit_of: dict[str, str] = {}  # uid -> unit, from admission until trained/removed
         self._placed: set[str] = set()  # uids occupied, filtered or aborted
         self._handout: list[str] = []  # uids of the consumed batch not yet sampled
-        self._stuck_since: Optional[float] = None
+        self._stuck = StuckTimer(self.stuck_timeout_s)
         self.trained: list[Batch] = []  # every consumed batch (for metrics and tests)
         self.released: list[str] = []  # units released by the stuck fail-safe
         self.wait_s = 0.0  # time sample() spent polling for the head batch
@@ -127,11 +128,11 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
             self._offset = global_steps - 1
         self._check_version(global_steps)
         ctl = self.controller
-        free = self._free_reservations()
+        free = free_reservations(self.controller)
         for _ in range(free):
             unit = f"u{self._next_unit}"
             self._next_unit += 1
-            if ctl.reserve(unit) is None:  # _free_reservations() counted a legal slot
+            if ctl.reserve(unit) is None:  # free_reservations() counted a legal slot
                 raise VerlIntegrationError(f"no legal slot for {unit} although one was counted")
             self._unbound.append(unit)
         if free:
@@ -224,7 +225,7 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
             if batch is not None:
                 waited = time.monotonic() - t0
                 self.wait_s += waited
-                self._stuck_since = None
+                self._stuck.reset()
                 return batch, waited
             self._maybe_release_stuck()
             last_debug = self._wait_for_next_poll(TRAIN, last_debug)
@@ -275,22 +276,8 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
                 f"publish(global_steps) after every update_weights (use a reserve_occupy_* "
                 f"trainer)")
 
-    def _free_reservations(self) -> int:
-        """How many reserve() calls in a row succeed: EMPTY slots of legal, not-READY buffers."""
-        ctl = self.controller
-        top = ctl.version + self.config.max_staleness
-        return sum(sum(1 for state, _ in b.slots if state is SlotState.EMPTY)
-                   for b in ctl.snapshot().buffers
-                   if b.v_buffer <= top and b.status is not BufferStatus.READY)
-
     def _maybe_release_stuck(self) -> None:
-        if self.stuck_timeout_s is None or self.controller.head_status is not BufferStatus.STUCK:
-            self._stuck_since = None
-            return
-        now = time.monotonic()
-        if self._stuck_since is None:
-            self._stuck_since = now
-        elif now - self._stuck_since >= self.stuck_timeout_s:
+        if self._stuck.due(self.controller):
             units = set(self.controller.release_stuck())
             self.released.extend(sorted(units))
             uids = {uid for uid, unit in self._unit_of.items() if unit in units}
@@ -298,7 +285,7 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
             for uid in uids:
                 del self._unit_of[uid]
             self._discarded |= uids
-            self._stuck_since = None
+            self._stuck.reset()
 
 
 # ---------------------------------------------------------------- the trainers ----------------
