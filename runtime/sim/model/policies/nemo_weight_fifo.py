@@ -59,13 +59,8 @@ class NemoWeightFifo(GatedNemoSampler):
             self._release([group])
 
     def take_batch(self):
-        sim = self.sim
-        version = sim.version
-        low = max(0, version - self.window)
-        stale = [g for g in self.slots if g.done and g.v_tag < low]
-        if stale:  # evict
-            self._release(stale)
-            sim.drop(members(stale))
+        version = self.sim.version
+        low = self._evict(version)
         while True:
             remaining = self.batch_size - len(self.step_groups)
             in_window = [g.v_tag for g in self.slots if low <= g.v_tag <= version]
@@ -84,13 +79,8 @@ class NemoWeightFifo(GatedNemoSampler):
 
     def take_chunk(self, least: int, most: int):
         """Streaming: one ``evict`` + ``select`` of ``_train_pump`` (see the module docstring)."""
-        sim = self.sim
-        version = sim.version
-        low = max(0, version - self.window)
-        stale = [g for g in self.slots if g.done and g.v_tag < low]
-        if stale:  # evict
-            self._release(stale)
-            sim.drop(members(stale))
+        version = self.sim.version
+        low = self._evict(version)
         in_window = [g.v_tag for g in self.slots if low <= g.v_tag <= version]
         if not in_window:
             return None
@@ -100,6 +90,15 @@ class NemoWeightFifo(GatedNemoSampler):
             return None
         self._release(chosen)
         return members(chosen)
+
+    def _evict(self, version: int) -> int:
+        """``evict``: drop the finished groups older than the window; returns its lowest version."""
+        low = max(0, version - self.window)
+        stale = [g for g in self.slots if g.done and g.v_tag < low]
+        if stale:
+            self._release(stale)
+            self.sim.drop(members(stale))
+        return low
 
     def settings(self) -> dict:
         return {**super().settings(), "min_groups_for_streaming_train": self.min_groups}
