@@ -101,6 +101,23 @@ async def test_the_math_recipe_runs_a_few_steps_on_cpu(tiny_chat_model, tmp_path
         AutoModelForCausalLM.from_pretrained(str(out / ck))
 
 
+def test_chunked_prefill_is_off_on_the_cpu_build_and_turning_it_on_is_refused(tmp_path,
+                                                                               capsys):
+    from runtime.rollout.env import cpu_build
+    from runtime.rollout.vllm_engine import engine_args
+
+    if not cpu_build():
+        pytest.skip("the CUDA build of vLLM chunks seeded prefills fine")
+    assert engine_args("m")["enable_chunked_prefill"] is False
+    assert engine_args("m", extra={"enable_chunked_prefill": False})[
+        "enable_chunked_prefill"] is False
+    assert main(["train", "--config", str(RECIPE), "--check", "--output-dir",
+                 str(tmp_path / "out"), "--set",
+                 "rollout.engine_args.enable_chunked_prefill=true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rollout.engine_args.enable_chunked_prefill" in err[0], err
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_the_math_recipe_as_shipped_trains_a_step(tmp_path):
