@@ -13,7 +13,10 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -58,37 +61,155 @@ _signalled = False
 _terminated = False  # the interrupt came from SIGTERM
 
 
+def interrupted() -> bool:
+    """A SIGINT or SIGTERM has been received by the command running now."""
+    return _signalled
+
+
 def _on_signal(signum: int, frame: object) -> None:
-    """The first SIGINT or SIGTERM interrupts; a second one (``timeout`` and a terminal both
-    signal the process group and the process) must not interrupt the interrupt's handling.
-    While an ``asyncio`` loop owns SIGINT (``asyncio.run`` cancels its main task on Ctrl-C, so
-    every ``finally`` runs in order: see ``async_sigint``), SIGTERM is handed to it as a
-    SIGINT."""
+    """The first SIGINT or SIGTERM interrupts; any later one (``timeout`` and a terminal both
+    signal the process group and the process; a user presses Ctrl-C again) is ignored, so it
+    cannot interrupt the interrupt's handling: engines closing, files written, the exit."""
     global _signalled, _terminated
     if _signalled:
         return
     _signalled = True
     _terminated = signum == signal.SIGTERM
-    if signum == signal.SIGTERM and signal.getsignal(signal.SIGINT) is not _on_signal:
-        signal.raise_signal(signal.SIGINT)
-        return
     raise Terminated() if _terminated else KeyboardInterrupt()
 
 
-class async_sigint:
-    """``with async_sigint(): asyncio.run(...)``: give SIGINT back to Python's default handler
-    for the loop, which ``asyncio.run`` replaces by its own graceful one."""
+class _Loop:
+    """What ``run_async``'s signal handler acts on."""
 
-    def __enter__(self) -> None:
-        self.previous = None
+    task: Any = None  # asyncio.Task (asyncio is imported only by the commands that use it)
+    loop: Any = None
+
+
+def _on_loop_signal(signum: int, frame: object) -> None:
+    """SIGINT or SIGTERM while ``run_async`` runs: the first cancels the main task (every
+    ``finally`` runs, in order, awaits included); later ones are ignored."""
+    global _signalled, _terminated
+    if _signalled:
+        return
+    _signalled = True
+    _terminated = signum == signal.SIGTERM
+    if _Loop.task is None or _Loop.loop is None:  # not started yet, or done
+        raise Terminated() if _terminated else KeyboardInterrupt()
+    _Loop.loop.call_soon_threadsafe(_Loop.task.cancel)
+
+
+async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
+    """``await off_loop(build_engine)``: run the blocking ``start`` (an engine's start-up, which
+    holds its thread for seconds to minutes) in a thread of its own, so that a Ctrl-C cancels
+    the wait at once instead of when ``start`` returns: the child processes ``start`` began
+    are then killed (a process still starting up has nothing to save) and the thread is left
+    to end with them. (In the loop's own thread a Ctrl-C could not cut it short: vLLM's
+    start-up waits in a ``zmq`` poll that swallows ``KeyboardInterrupt``.)"""
+    import asyncio
+    import threading
+
+    from .watchdog import _signal, children
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():
+            done.set_result(value) if ok else done.set_exception(value)
+
+    def target() -> None:
         try:
-            self.previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-        except ValueError:  # not the main thread
+            result: Any = (True, start())
+        except BaseException as exc:  # noqa: BLE001 -- handed to the awaiting task
+            result = (False, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *result)
+        except RuntimeError:  # the loop is closed: the run was interrupted and has ended
             pass
 
+    before = children()
+    threading.Thread(target=target, name=name, daemon=True).start()
+    try:
+        return await done
+    except asyncio.CancelledError:
+        _signal(children() - before, signal.SIGKILL)
+        raise
+
+
+class deferred_interrupts:
+    """``with deferred_interrupts() as stop: for x in work: step(x); stop.check()``: the first
+    SIGINT or SIGTERM is only noted, and ``check`` raises it between two steps (each short:
+    a fault schedule takes milliseconds), never from inside one (an event loop half torn
+    down prints "Event loop is closed" and can hang); later ones are ignored."""
+
+    pending = False
+
+    def __enter__(self) -> deferred_interrupts:
+        self.previous = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._note)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        global _signalled, _terminated
+        if _signalled:
+            return
+        _signalled = self.pending = True
+        _terminated = signum == signal.SIGTERM
+
+    def check(self) -> None:
+        if self.pending:
+            raise Terminated() if _terminated else KeyboardInterrupt()
+
     def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        if exc[0] is None:
+            self.check()
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` for a command: the first SIGINT (or SIGTERM) cancels ``main``, so
+    its ``finally`` blocks close what it opened, then raises ``KeyboardInterrupt`` (or
+    ``Terminated``) here; further signals are ignored while it unwinds (asyncio's own handler
+    would raise ``KeyboardInterrupt`` on the second one, anywhere)."""
+    import asyncio
+
+    global _signalled, _terminated
+
+    async def wrapper() -> T:
+        _Loop.task, _Loop.loop = asyncio.current_task(), asyncio.get_running_loop()
+        return await main
+
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, _on_loop_signal)
+    except ValueError:  # not the main thread: leave signals alone
+        pass
+    if previous and previous.get(signal.SIGINT) is not _on_signal:  # not inside ``guarded``
+        _signalled = _terminated = False
+    def quiet_after_interrupt(loop: Any, context: dict[str, Any]) -> None:
+        # after an interrupt, a task or future that failed unseen failed because of it (an
+        # engine process the terminal's Ctrl-C ended first): not worth a traceback
+        if not _signalled:
+            loop.default_exception_handler(context)
+
+    try:
+        with asyncio.Runner() as runner:  # its own SIGINT handler is not installed: ours is
+            runner.get_loop().set_exception_handler(quiet_after_interrupt)
+            return runner.run(wrapper())
+    except asyncio.CancelledError:
+        if _signalled:
+            raise (Terminated() if _terminated else KeyboardInterrupt()) from None
+        raise
+    finally:
+        _Loop.task = _Loop.loop = None
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _quiet_stdout() -> None:
@@ -101,12 +222,14 @@ def _quiet_stdout() -> None:
         pass
 
 
-def guarded(body: Callable[[], int | None], prog: str) -> int:
+def guarded(body: Callable[[], int | None], prog: str, exiting: bool = False) -> int:
     """Run a command's ``body`` the way every console entry point of this project runs:
     SIGINT exits 130 and SIGTERM 143 with one line, a closed output pipe ends quietly with
     141, an output that cannot be written (a full disk) exits 74 with one line -- never a
     traceback. Whatever the command writes must be written atomically (``runtime.outputs``),
-    so an interrupted command leaves each output complete or absent."""
+    so an interrupted command leaves each output complete or absent. ``exiting``: the process
+    exits with the returned status (a console entry point); after an interrupt, further
+    SIGINTs and SIGTERMs are then ignored to the end, so they cannot cut the exit short."""
     global _signalled, _terminated
     previous = {}
     try:
@@ -143,7 +266,7 @@ def guarded(body: Callable[[], int | None], prog: str) -> int:
         return internal_error(prog, exc)
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if exiting and _signalled else handler)
 
 
 def internal_error(prog: str, exc: BaseException) -> int:
@@ -179,7 +302,7 @@ def internal_error(prog: str, exc: BaseException) -> int:
 
 def script(main_fn: Callable[[], int | None], prog: str) -> None:
     """``if __name__ == "__main__": script(main, PROG)``: ``guarded`` and exit."""
-    raise SystemExit(guarded(main_fn, prog))
+    raise SystemExit(guarded(main_fn, prog, exiting=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     # reward.name) from the working directory.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    return guarded(lambda: _dispatch(argv), PROG)
+    return guarded(lambda: _dispatch(argv), PROG, exiting=argv is None)  # None: the console
 
 
 def _dispatch(argv: list[str] | None) -> int:

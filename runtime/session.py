@@ -281,7 +281,10 @@ async def _open_engines(cfg: TrainConfig, model_path: Path, out_dir: Path,
         rollout, trainer = cluster.rollout, cluster.trainer
     else:
         log(f"starting the {cfg.rollout.backend} engine ...")
-        rollout = build_rollout(cfg, model_path)
+        from .cli import off_loop
+
+        # start-up blocks its thread for long: off the loop, a Ctrl-C cuts it short at once
+        rollout = await off_loop(lambda: build_rollout(cfg, model_path), "engine start-up")
     startup = time.perf_counter() - t0
     log(f"engine ready in {startup:.1f} s")
     return Engines(rollout, trainer, cluster, owned=True, startup_s=startup)

@@ -269,8 +269,6 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
 
 
 def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-untyped-def]
-    import asyncio
-
     from transformers.utils import logging as hf_logging
 
     from .metrics import summary_table
@@ -293,12 +291,16 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     print(f"{PROG}: model {model_path}, {len(prompts)} prompts, eta={cfg.staleness.eta}, "
           f"{cfg.staleness.batch_size} groups x {cfg.staleness.group_size} per step, "
           f"{cfg.run.steps} steps -> {out_dir}")
-    from .cli import EXIT_SIGTERM, async_sigint, interrupted_status
+    from .cli import EXIT_SIGTERM, interrupted_status, run_async
+    from .watchdog import Watchdog, children, reap_children
 
+    before = children()
+    watchdog = Watchdog.start()  # what the run starts dies with it, kill -9 included
     try:
-        with async_sigint():  # Ctrl-C cancels the run's task: its finally blocks close it
-            result = asyncio.run(run_training(cfg, model_path, prompts, reward, out_dir,
-                                              resume=resume))
+        # Ctrl-C cancels the run's task: its finally blocks close the engines; more Ctrl-Cs
+        # are ignored while they do
+        result = run_async(run_training(cfg, model_path, prompts, reward, out_dir,
+                                        resume=resume))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run closed its engines first
         what = "terminated" if interrupted_status(exc) == EXIT_SIGTERM else "interrupted"
         print(f"{PROG}: {what}; continue the run with --resume {out_dir}", file=sys.stderr)
@@ -311,6 +313,10 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     except RuntimeError as exc:  # the run stopped (dead engine, nothing trainable, ...)
         print(f"{PROG}: the run failed: {exc}", file=sys.stderr)
         return 1
+    finally:  # nothing the run started outlives it: an engine still shutting down, ...
+        reap_children(before, spare=[watchdog.proc.pid] if watchdog else [])
+        if watchdog is not None:
+            watchdog.stop()
     extra = {}
     if result.eval_before:
         extra["eval reward before / after"] = (

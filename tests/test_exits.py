@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,28 @@ def test_a_signal_ends_a_command_with_one_line(argv, sig, status, word):
     err = first + rest
     assert proc.returncode == status, err
     assert "Traceback" not in err and err.strip().endswith(word), err
+
+
+def test_four_quick_ctrl_c_keep_the_clean_exit_of_faults():
+    # Before: the first Ctrl-C raised KeyboardInterrupt inside a schedule's event loop
+    # ("Exception ignored ... Event loop is closed", once no exit within 30 s), and one that
+    # came after the command had handled the first ended it by SIGINT (-2), not 130.
+    proc = subprocess.Popen([sys.executable, "-m", "runtime", "faults", "--schedules", "1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            cwd=ROOT, start_new_session=True)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # its first progress line: the command is running
+    for _ in range(4):  # a terminal's Ctrl-C, pressed four times: the whole group, each time
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            break
+        time.sleep(0.02)  # apart, so that they are four signals and not one pending
+    _, rest = proc.communicate(timeout=120)
+    err = first + rest
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "ignored" not in err, err
+    assert err.strip().splitlines()[-1] == "reserve-occupy: interrupted", err
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -81,26 +81,31 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {done:>6}/{total} schedules, {len(failures)} with violations, "
                   f"{rate:.1f} schedules/s", file=sys.stderr, flush=True)
 
-    for seed in range(args.seed, args.seed + n_driver):
-        schedule = generate(seed)
-        out = run_schedule(schedule, variant)
-        injected.update(out.injected)
-        stats["checks"] += out.checks
-        stats["restarts"] += out.incarnations - 1
-        did.update(out.recovery)
-        if not out.ok:
-            failures.append((schedule, out.violations, "driver"))
-        done += 1
-        progress()
-    for seed in range(args.seed, args.seed + n_sim):
-        sim_schedule = generate_sim(seed)
-        sim_out = run_sim_schedule(sim_schedule, policy)  # type: ignore[arg-type]
-        injected.update({f"sim {k}": v for k, v in sim_out.injected.items()})
-        stats["checks"] += sim_out.checks
-        if not sim_out.ok:
-            failures.append((sim_schedule, sim_out.violations, "sim"))
-        done += 1
-        progress()
+    from ..cli import deferred_interrupts
+
+    with deferred_interrupts() as interrupts:  # Ctrl-C takes effect between two schedules
+        for seed in range(args.seed, args.seed + n_driver):
+            schedule = generate(seed)
+            out = run_schedule(schedule, variant)
+            injected.update(out.injected)
+            stats["checks"] += out.checks
+            stats["restarts"] += out.incarnations - 1
+            did.update(out.recovery)
+            if not out.ok:
+                failures.append((schedule, out.violations, "driver"))
+            done += 1
+            progress()
+            interrupts.check()
+        for seed in range(args.seed, args.seed + n_sim):
+            sim_schedule = generate_sim(seed)
+            sim_out = run_sim_schedule(sim_schedule, policy)  # type: ignore[arg-type]
+            injected.update({f"sim {k}": v for k, v in sim_out.injected.items()})
+            stats["checks"] += sim_out.checks
+            if not sim_out.ok:
+                failures.append((sim_schedule, sim_out.violations, "sim"))
+            done += 1
+            progress()
+            interrupts.check()
     elapsed = time.perf_counter() - t0
     summary = {
         "schedules": total, "driver_schedules": n_driver, "sim_schedules": n_sim,

@@ -17,6 +17,10 @@ COMMON = {
     "DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_LOGGING_LEVEL": "ERROR",  # its CPU-build warnings are expected and noisy
+    # An engine process ended by a Ctrl-C leaves a semaphore that multiprocessing's resource
+    # tracker then removes; it says so in a warning after the run's last line. Nothing is
+    # left behind, so there is nothing to warn about.
+    "PYTHONWARNINGS": "ignore::UserWarning:multiprocessing.resource_tracker",
 }
 
 CPU = {

@@ -72,6 +72,25 @@ def check_cpu_engine_args(extra: dict[str, Any]) -> None:
                          "seeded; leave it out (off on CPU) or set it false")
 
 
+class _AfterInterrupt:
+    """A logging filter: nothing once the command was interrupted. A terminal's Ctrl-C also
+    reaches the engine process (vLLM starts it in the run's process group), which then shuts
+    down before the run closes it; vLLM logs that as an error with a traceback."""
+
+    def filter(self, record: Any) -> bool:
+        from ..cli import interrupted
+
+        return not interrupted()
+
+
+def _quiet_after_interrupt() -> None:
+    import logging
+
+    for handler in logging.getLogger("vllm").handlers:
+        if not any(isinstance(f, _AfterInterrupt) for f in handler.filters):
+            handler.addFilter(_AfterInterrupt())
+
+
 class VLLMRollout:
     """``Rollout`` on a vLLM ``AsyncLLM``. Create it inside the event loop that will use it."""
 
@@ -84,6 +103,7 @@ class VLLMRollout:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model))
         t0 = time.perf_counter()
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(model, **kwargs)))
+        _quiet_after_interrupt()  # vLLM (re)configures its log handlers while it starts
         self.startup_s = time.perf_counter() - t0
         self._active: set[str] = set()
         # tokens received from the engine so far, all requests together: what a caller waits

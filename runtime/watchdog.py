@@ -1,0 +1,261 @@
+"""Whatever a run starts dies with it, ``kill -9`` of the run included.
+
+A run process cannot clean up after a SIGKILL (nothing in it runs), and what it started -- vLLM's
+``VLLM::EngineCore``, a local Ray cluster's ``gcs_server``, ``raylet``, dashboard and runtime-env
+agents, workers -- is reparented to init and runs on for good. So ``train`` starts this small
+watchdog first (``Watchdog.start``), in a session of its own (a Ctrl-C to the terminal's process
+group does not reach it), holding no file of the run (not its directory's lock). The watchdog
+
+* holds a pidfd on the run process (``os.pidfd_open``: no confusion with a later process that
+  reuses the pid), and every ``SCAN_S`` seconds records the run's descendants by pid *and start
+  time* (``/proc/PID/stat``), so a pid reused after one of them ended is never taken for it;
+* marks the run: ``RESERVE_OCCUPY_RUN=TOKEN`` is set in the run's environment before anything
+  is started, so every program the run (or anything it started) executes carries it, also one
+  that left the process tree (a daemon) or started between two scans;
+* when the run process dies without having said ``stop`` (SIGKILL, the OOM killer, a crash in
+  native code), sends SIGTERM to every recorded descendant still alive, every process carrying
+  the marker, and their descendants; SIGKILL to what is left after ``GRACE_S`` seconds; then it
+  looks again (a dying raylet may have started a worker), at most ``ROUNDS`` times, and exits;
+* on ``stop`` (the run ends by itself: done, failed, Ctrl-C) exits at once: the run has closed
+  its engines, and ``reap_children`` ends any child of it still running.
+
+Linux only (``/proc``); elsewhere ``Watchdog.start`` returns None and nothing is watched.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+
+MARKER = "RESERVE_OCCUPY_RUN"
+SCAN_S = 0.5  # how often the run's descendants are recorded
+GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
+ROUNDS = 3  # look again this many times after killing (a dying process may start another)
+
+Identity = tuple[int, int]  # (pid, start time in clock ticks since boot)
+
+
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(parent pid, start time, state) of a live process, else None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2:].split()  # after "pid (comm) "
+    try:
+        return int(fields[1]), int(fields[19]), fields[0].decode()
+    except (IndexError, ValueError):
+        return None
+
+
+def process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time) of every live (not zombie) process."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st is not None and st[2] not in ("Z", "X"):
+                table[int(name)] = (st[0], st[1])
+    return table
+
+
+def descendants(table: dict[int, tuple[int, int]], roots: Iterable[int]) -> set[Identity]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[Identity] = set()
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if (child, table[child][1]) not in found:
+                found.add((child, table[child][1]))
+                todo.append(child)
+    return found
+
+
+def _marked(table: dict[int, tuple[int, int]], token: str) -> set[Identity]:
+    """The processes whose environment carries ``MARKER=token``."""
+    needle = f"{MARKER}={token}".encode()
+    found = set()
+    for pid, (_, start) in table.items():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone, or another user's
+            continue
+        if needle in env.split(b"\0"):
+            found.add((pid, start))
+    return found
+
+
+def _alive(ident: Identity) -> bool:
+    st = _stat(ident[0])
+    return st is not None and st[1] == ident[1] and st[2] not in ("Z", "X")
+
+
+def _signal(idents: Iterable[Identity], sig: int) -> None:
+    for ident in idents:
+        if _alive(ident):  # never a newer process that reuses the pid
+            try:
+                os.kill(ident[0], sig)
+            except OSError:
+                pass
+
+
+def terminate(idents: set[Identity], grace_s: float = GRACE_S) -> set[Identity]:
+    """SIGTERM ``idents``, SIGKILL those still alive after ``grace_s``; returns the ones that
+    had to be killed."""
+    _signal(idents, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    left = {i for i in idents if _alive(i)}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = {i for i in left if _alive(i)}
+    _signal(left, signal.SIGKILL)
+    return left
+
+
+def reap(recorded: set[Identity], token: str | None, me: int) -> int:
+    """End what a dead run started: the recorded descendants still alive, the processes with
+    its marker, and their descendants. Returns how many processes were signalled."""
+    seen: set[Identity] = set()
+    for _ in range(ROUNDS):
+        table = process_table()
+        targets = {i for i in recorded if _alive(i)}
+        if token is not None:
+            targets |= _marked(table, token)
+        targets |= descendants(table, [pid for pid, _ in targets])
+        targets = {i for i in targets if i[0] != me} - seen
+        if not targets:
+            break
+        seen |= targets
+        terminate(targets)
+    return len(seen)
+
+
+def reap_children(before: set[Identity], spare: Iterable[int] = ()) -> int:
+    """In the run's own process, as it ends: SIGTERM (then SIGKILL) its child processes (and
+    theirs) that were not there in ``before`` (``children()`` taken when the run began) and
+    are not in ``spare`` (pids), so nothing it started is left running once it has exited.
+    Returns how many there were."""
+    table = process_table()
+    me, keep = os.getpid(), set(spare)
+    mine = {(pid, start) for pid, (ppid, start) in table.items()
+            if ppid == me and (pid, start) not in before and pid not in keep
+            and not _mp_helper(pid)}
+    found = mine | descendants(table, [pid for pid, _ in mine])
+    if found:
+        terminate(found)
+    return len(found)
+
+
+def _mp_helper(pid: int) -> bool:
+    """multiprocessing's resource tracker (or fork server): it ignores SIGTERM and ends by
+    itself once this process has exited, after cleaning up what its children left."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return b"from multiprocessing." in cmdline
+
+
+def children() -> set[Identity]:
+    """This process's children now (``reap_children`` spares them)."""
+    table = process_table()
+    me = os.getpid()
+    return {(pid, start) for pid, (ppid, start) in table.items() if ppid == me}
+
+
+class Watchdog:
+    """The run side: start it before the run starts anything, ``stop`` it when the run ends."""
+
+    def __init__(self, proc: subprocess.Popen, token: str, previous: str | None) -> None:
+        self.proc, self.token, self._previous = proc, token, previous
+
+    @classmethod
+    def start(cls) -> Watchdog | None:
+        if not sys.platform.startswith("linux") or not os.path.isdir("/proc/self"):
+            return None
+        token = f"{os.getpid()}-{secrets.token_hex(8)}"
+        previous = os.environ.get(MARKER)
+        os.environ[MARKER] = token  # before any engine, cluster or worker is started
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.watchdog", str(os.getpid()), token],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True,
+            start_new_session=True, env={**os.environ, MARKER: ""},
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return cls(proc, token, previous)
+
+    def stop(self) -> None:
+        """The run ends by itself: the watchdog exits without touching anything."""
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b"stop\n")
+            self.proc.stdin.close()
+        except OSError:  # it is gone already
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self._previous is None:
+            os.environ.pop(MARKER, None)
+        else:
+            os.environ[MARKER] = self._previous
+
+
+def _open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # an old kernel: poll the pid and its start time
+        return None
+
+
+def watch(run_pid: int, token: str) -> int:
+    """The watchdog process (``python -m runtime.watchdog RUN_PID TOKEN``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the run's death or "stop" end it
+    me = os.getpid()
+    first = _stat(run_pid)
+    if first is None:
+        return 0
+    run = (run_pid, first[1])
+    pidfd = _open_pidfd(run_pid)
+    recorded: set[Identity] = set()
+    stdin: int | None = sys.stdin.fileno()
+    while True:
+        recorded |= {i for i in descendants(process_table(), [run_pid]) if i[0] != me}
+        waiting = [fd for fd in (pidfd, stdin) if fd is not None]
+        ready: list[int] = []
+        if waiting:
+            ready = select.select(waiting, [], [], SCAN_S)[0]
+        else:
+            time.sleep(SCAN_S)
+        if stdin is not None and stdin in ready:
+            data = os.read(stdin, 64)
+            if data.startswith(b"stop"):
+                return 0
+            if not data:  # the run closed its end (or died): its pidfd or pid says which
+                stdin = None
+        if (pidfd is not None and pidfd in ready) or not _alive(run):
+            break
+    n = reap(recorded, token, me)
+    if n:
+        try:
+            print(f"reserve-occupy: the run (pid {run_pid}) died; ended {n} process(es) it had "
+                  f"started", file=sys.stderr, flush=True)
+        except OSError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(watch(int(sys.argv[1]), sys.argv[2]))
