@@ -108,14 +108,18 @@ async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
     import asyncio
     import threading
 
-    from .watchdog import _signal, children
+    from .watchdog import children, send_signal
 
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
     def settle(ok: bool, value: Any) -> None:
-        if not done.done():
-            done.set_result(value) if ok else done.set_exception(value)
+        if done.done():
+            return
+        if ok:
+            done.set_result(value)
+        else:
+            done.set_exception(value)
 
     def target() -> None:
         try:
@@ -132,7 +136,7 @@ async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
     try:
         return await done
     except asyncio.CancelledError:
-        _signal(children() - before, signal.SIGKILL)
+        send_signal(children() - before, signal.SIGKILL)
         raise
 
 
@@ -192,6 +196,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
         pass
     if previous and previous.get(signal.SIGINT) is not _on_signal:  # not inside ``guarded``
         _signalled = _terminated = False
+
     def quiet_after_interrupt(loop: Any, context: dict[str, Any]) -> None:
         # after an interrupt, a task or future that failed unseen failed because of it (an
         # engine process the terminal's Ctrl-C ended first): not worth a traceback

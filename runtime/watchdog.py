@@ -100,7 +100,7 @@ def _alive(ident: Identity) -> bool:
     return st is not None and st[1] == ident[1] and st[2] not in ("Z", "X")
 
 
-def _signal(idents: Iterable[Identity], sig: int) -> None:
+def send_signal(idents: Iterable[Identity], sig: int) -> None:
     for ident in idents:
         if _alive(ident):  # never a newer process that reuses the pid
             try:
@@ -112,13 +112,13 @@ def _signal(idents: Iterable[Identity], sig: int) -> None:
 def terminate(idents: set[Identity], grace_s: float = GRACE_S) -> set[Identity]:
     """SIGTERM ``idents``, SIGKILL those still alive after ``grace_s``; returns the ones that
     had to be killed."""
-    _signal(idents, signal.SIGTERM)
+    send_signal(idents, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     left = {i for i in idents if _alive(i)}
     while left and time.monotonic() < deadline:
         time.sleep(0.05)
         left = {i for i in left if _alive(i)}
-    _signal(left, signal.SIGKILL)
+    send_signal(left, signal.SIGKILL)
     return left
 
 
