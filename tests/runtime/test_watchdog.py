@@ -1,0 +1,84 @@
+"""The run's watchdog (runtime/watchdog.py; docs/cli.md, "Orphans") without vLLM: a stand-in
+run starts it, then a child, a grandchild, and a daemon that left the process tree (its
+environment carries the run's marker). After ``kill -9`` of the run all of them end; a run
+that stops its watchdog leaves its processes alone. The real engine: test_orphans.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = """
+import os, subprocess, sys, time
+from runtime.watchdog import Watchdog
+
+dog = Watchdog.start()
+sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+child = subprocess.Popen([sys.executable, "-c",  # a child with a child of its own
+                          "import subprocess, sys, time; "
+                          "p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); "
+                          "time.sleep(600)", *sleep], stdout=subprocess.PIPE, text=True)
+grandchild = int(child.stdout.readline())
+daemon = subprocess.Popen([sys.executable, "-c",  # double fork: reparented to init at once
+                           "import os, subprocess, sys; "
+                           "p = subprocess.Popen(sys.argv[1:], start_new_session=True); "
+                           "print(p.pid, flush=True); os._exit(0)", *sleep],
+                          stdout=subprocess.PIPE, text=True)
+orphan = int(daemon.stdout.readline())
+daemon.wait()
+print(dog.proc.pid, child.pid, grandchild, orphan, flush=True)
+if sys.argv[1] == "stop":
+    dog.stop()
+    print("stopped", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def start():
+    started: list[psutil.Process] = []
+
+    def run(mode: str) -> tuple[subprocess.Popen, list[int]]:
+        proc = subprocess.Popen([sys.executable, "-c", RUN, mode], cwd=ROOT,
+                                stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        started.append(psutil.Process(proc.pid))
+        assert proc.stdout is not None
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        started.extend(psutil.Process(pid) for pid in pids[1:])  # not the watchdog: it may
+        return proc, pids                                        # have ended already
+
+    yield run
+    for p in started:  # a failed test leaves nothing running either
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_kill_9_of_the_run_ends_what_it_started_in_and_out_of_its_tree(start):
+    proc, pids = start("watch")
+    dog, child, grandchild, orphan = (psutil.Process(pid) for pid in pids)
+    assert orphan.ppid() != proc.pid and orphan not in psutil.Process(proc.pid).children(True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _, alive = psutil.wait_procs([dog, child, grandchild, orphan], timeout=120)
+    assert not alive, alive
+
+
+def test_a_stopped_watchdog_touches_nothing(start):
+    proc, pids = start("stop")
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "stopped"
+    assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).ppid() != proc.pid
+    grandchild, orphan = psutil.Process(pids[2]), psutil.Process(pids[3])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+               for p in (grandchild, orphan))
