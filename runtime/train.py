@@ -100,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     from .data import DataError, load_prompts
     from .recovery.rundir import (
         RunDirError,
+        check_movable,
         check_not_in_use,
         check_output_dir,
         check_resumable,
@@ -166,6 +167,8 @@ def _run(args: argparse.Namespace) -> int:
                 return _fail(f"run.output_dir {out_dir} holds a run ({', '.join(held)}): "
                              f"{resume_it}start a new one with --overwrite (moves it aside to "
                              f"{out_dir}.replaced-N) or another --output-dir")
+            if held:
+                check_movable(out_dir)  # not the current directory (--output-dir .)
             aside = held or None
     except (ConfigFileError, DataError, RewardError, RunDirError, ValueError, TypeError) as exc:
         return _fail(str(exc))
@@ -273,7 +276,11 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
                                               resume=resume))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run closed its engines first
         what = "terminated" if interrupted_status(exc) == EXIT_SIGTERM else "interrupted"
-        print(f"{PROG}: {what}; continue the run with --resume {out_dir}", file=sys.stderr)
+        from .recovery.rundir import run_files
+
+        hint = (f"continue the run with --resume {out_dir}" if run_files(out_dir) else
+                "no step was trained and nothing kept; the same command starts the run again")
+        print(f"{PROG}: {what}; {hint}", file=sys.stderr)
         return interrupted_status(exc)
     except ValueError as exc:  # input found bad once the model's tokenizer could read it
         return _fail(str(exc))
