@@ -123,11 +123,13 @@ class SubprocessAdapter:
         self.proc: subprocess.Popen | None = None
         self._pending = b""  # bytes read past the last answer line
 
-    def _gone(self, what: str) -> AdapterError:
+    def _gone(self, what: str, exiting: bool = False) -> AdapterError:
+        """``exiting``: the port closed its output or input, so it is ending; give it up to
+        5 s (a loaded machine) to say how, rather than guess it is still running."""
         code = None
         if self.proc is not None:
             try:  # a port that closed its output is usually exiting: report how
-                code = self.proc.wait(timeout=0.5)
+                code = self.proc.wait(timeout=5.0 if exiting else 0.5)
             except subprocess.TimeoutExpired:
                 pass
         status = f"exit status {code}" if code is not None else "still running"
@@ -148,7 +150,7 @@ class SubprocessAdapter:
                 raise self._gone(f"gave no answer within {self.answer_timeout_s:g} s")
             chunk = os.read(fd, 1 << 16)
             if not chunk:
-                raise self._gone("closed its output")
+                raise self._gone("closed its output", exiting=True)
             self._pending += chunk
         line, _, self._pending = self._pending.partition(b"\n")
         return line
@@ -159,7 +161,7 @@ class SubprocessAdapter:
             self.proc.stdin.write((dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:  # BrokenPipeError: it exited before reading
-            raise self._gone("exited before reading its input") from None
+            raise self._gone("exited before reading its input", exiting=True) from None
         return self._readline()
 
     def _ask(self, request: dict[str, Any]) -> Any:

@@ -70,6 +70,9 @@ class VLLMRollout:
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(model, **kwargs)))
         self.startup_s = time.perf_counter() - t0
         self._active: set[str] = set()
+        # tokens received from the engine so far, all requests together: what a caller waits
+        # on to know that generation has really started (never a guess of how long it takes)
+        self.tokens_so_far = 0
         self._paused = False
         self._closed = False
 
@@ -93,6 +96,7 @@ class VLLMRollout:
                     request_id=request.request_id):
                 for comp in out.outputs:  # n=1: one completion
                     seg.token_ids.extend(comp.token_ids)
+                    self.tokens_so_far += len(comp.token_ids)
                     seg.logprobs.extend(step[t].logprob
                                         for t, step in zip(comp.token_ids, comp.logprobs or ()))
                     if comp.finish_reason is not None:

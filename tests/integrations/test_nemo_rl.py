@@ -19,7 +19,9 @@ from reading NVIDIA-NeMo/RL @ 7ea279abfbeb698b092856d0dab61e7cf39bc909 (nothing 
   ``ready_list``; ``reserve`` appends an unready slot, ``commit`` marks it ready, ``remove``
   deletes indexes.
 
-Generation is an ``asyncio.sleep`` of a scheduled length with a straggler every seventh prompt.
+Generation is an ``asyncio.sleep`` of a scheduled length with a straggler every seventh prompt,
+on simulated time (``tests/virtual_loop.py``): which group finishes before which step is the same
+on every machine, loaded or not.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import pytest
 
 from reserve_occupy import Phase, UnitState
 from reserve_occupy.integrations.nemo_rl import NemoSamplerError, ReserveOccupySampler
+from tests import virtual_loop
 
 
 class Meta:
@@ -186,7 +189,7 @@ def drive(eta, b=4, steps=12, streaming=False, **kw):
         lambda buf: ReserveOccupySampler(buf, max_staleness=eta, groups_per_step=b,
                                          streaming=streaming),
         groups_per_step=b, steps=steps, durations=kw.pop("durations", schedule()), **kw)
-    asyncio.run(driver.run())
+    virtual_loop.run(driver.run())  # simulated time: the same run on any machine, any load
     return driver
 
 
