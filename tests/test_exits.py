@@ -140,3 +140,72 @@ def test_faults_json_that_cannot_be_opened_is_refused_before_the_schedules(capsy
     # says yes to root for a /proc file that cannot be opened for writing.
     assert main(["faults", "--schedules", "1", "--json", "/proc/version"]) == 2
     assert "--json /proc/version: not writable" in capsys.readouterr().err
+
+
+FAKE_TRAIN = ["train", "--no-progress", "--steps", "2", "--set", "rollout.backend=fake",
+              "--set", "run.eval_prompts=0", "--set", "staleness.batch_size=4",
+              "--set", "staleness.group_size=4", "--set", "run.plot=false"]
+
+
+def _internal_error_line(err: str, kind: str) -> Path:
+    """The one line of an unexpected error; returns the traceback file it names."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "internal error (not bad input)" in lines[0] and kind in lines[0], err
+    path = Path(lines[0].split("the traceback is in ")[1].split(";")[0])
+    assert "Traceback (most recent call last)" in path.read_text()
+    return path
+
+
+def test_an_unexpected_error_during_a_run_exits_70_not_2(tmp_path, monkeypatch, capsys):
+    # Before: any ValueError during a run was "bad input", exit 2, with its bare message
+    # ("substring not found"), and the traceback was lost.
+    from runtime.driver import Driver
+
+    async def broken(self):
+        raise ValueError("substring not found")
+
+    monkeypatch.setattr(Driver, "run", broken)
+    assert main([*FAKE_TRAIN, "--output-dir", str(tmp_path / "run")]) == 70
+    path = _internal_error_line(capsys.readouterr().err, "ValueError: substring not found")
+    assert "driver" not in path.name and 'raise ValueError("substring not found")' in \
+        path.read_text()
+    path.unlink()
+
+
+def test_an_unexpected_error_in_any_command_exits_70(capsys):
+    # Before: a traceback and exit 1, which check-trace documents as "the trace diverges".
+    from runtime.cli import guarded
+
+    assert guarded(lambda: {}["missing"], "reserve-occupy check-trace") == 70
+    _internal_error_line(capsys.readouterr().err, "KeyError").unlink()
+
+
+def test_typed_bad_input_still_exits_2_with_its_line(tmp_path, monkeypatch, capsys):
+    from runtime import session
+    from runtime.inputs import InputError
+
+    def too_long(*args, **kwargs):
+        raise InputError("prompt 3 is 200 tokens; it exceeds rollout.max_model_len 128")
+
+    monkeypatch.setattr(session, "check_lengths", too_long)
+    assert main([*FAKE_TRAIN, "--output-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["reserve-occupy train: prompt 3 is 200 tokens; it exceeds "
+                   "rollout.max_model_len 128"]
+
+
+def test_simulate_overwrite_of_the_current_directory_is_one_line(tmp_path, monkeypatch,
+                                                                  capsys):
+    # Before: --out . --overwrite was a ValueError traceback (". has an empty name").
+    monkeypatch.chdir(tmp_path)
+    args = ["simulate", "--batches", "2", "--policy", "reserve_occupy", "--no-progress",
+            "--out", "."]
+    assert main(args) == 0
+    first = (tmp_path / "results.json").read_text()
+    capsys.readouterr()
+    for extra in ([], ["--overwrite"]):
+        assert main([*args, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is the current directory" in err[0], err
+    assert (tmp_path / "results.json").read_text() == first
