@@ -69,9 +69,9 @@ import math
 from reserve_occupy import BufferStatus, Config, SlotState, StalenessController, UnitState
 
 from ....stuck import StuckTimeouts
-from ..core import Group
+from ..core import Policy, SimGroup
 from ..engine import INF
-from .base import Policy, members
+from .base import members
 
 
 class ReserveOccupy(Policy):
@@ -124,7 +124,7 @@ class ReserveOccupy(Policy):
         self.check_every = check_every  # run the controller's invariant check every N ops
         self.stuck_timeout = stuck_timeout_s
         self.controller: StalenessController = None  # type: ignore[assignment]
-        self._groups: dict[int, Group] = {}
+        self._groups: dict[int, SimGroup] = {}
         self._ops = 0
         self._stuck_since: float | None = None
         self.released: list[int] = []  # groups release_stuck aborted
@@ -226,19 +226,19 @@ class ReserveOccupy(Policy):
                     group = other
             self.sim.abort(group)
 
-    def _least_decoded(self, group: Group):
+    def _least_decoded(self, group: SimGroup):
         sim = self.sim
         mine = sum(sim.live_tokens(r) for r in group.requests)
         best, best_tokens = None, mine
         for unit, other in self._groups.items():
-            if other.state != Group.RUNNING or self._vtraj[unit] > group.v_gen:
+            if other.state != SimGroup.RUNNING or self._vtraj[unit] > group.v_gen:
                 continue
             tokens = sum(sim.live_tokens(r) for r in other.requests)
             if tokens < best_tokens:
                 best, best_tokens = (unit, other), tokens
         return best
 
-    def on_group_done(self, group: Group) -> None:
+    def on_group_done(self, group: SimGroup) -> None:
         unit = self._unit[group.gid]
         placement = self.controller.occupy(unit)
         self._flying.pop(unit, None)
@@ -334,7 +334,7 @@ class ReserveOccupy(Policy):
                 break  # admission order: the rest are younger
             del self._flying[unit]
             group = self._groups.get(unit)
-            if group is None or group.state != Group.RUNNING \
+            if group is None or group.state != SimGroup.RUNNING \
                     or self.controller.unit_state(unit) is not UnitState.IN_FLIGHT:
                 continue  # ended by a path that does not pass here (a crash)
             removal = self.controller.abort(unit)
