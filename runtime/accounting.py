@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from . import atomic_io
 from .clock import Clock
 from .lengthbias import length_bias
 from .trainer.base import TrainBatch
@@ -271,7 +272,7 @@ class LengthLog:
             keep = set(known)
             log.records = {u: r for u, r in log.records.items() if u in keep}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r) + "\n" for r in log.records.values()))
+        atomic_io.write_text(path, "".join(json.dumps(r) + "\n" for r in log.records.values()))
         log._file = path.open("a", encoding="utf-8")
         return log
 

@@ -117,6 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     from .data import load_prompts
     from .recovery.rundir import (
         RunDirError,
+        check_movable,
         check_not_in_use,
         check_output_dir,
         check_resumable,
@@ -183,6 +184,8 @@ def _run(args: argparse.Namespace) -> int:
                 return _fail(f"run.output_dir {out_dir} holds a run ({', '.join(held)}): "
                              f"{resume_it}start a new one with --overwrite (moves it aside to "
                              f"{out_dir}.replaced-N) or another --output-dir")
+            if held:
+                check_movable(out_dir)  # not the current directory (--output-dir .)
             aside = held or None
     except input_errors() as exc:
         return _fail(str(exc))
@@ -294,7 +297,11 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
                                               resume=resume))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run closed its engines first
         what = "terminated" if interrupted_status(exc) == EXIT_SIGTERM else "interrupted"
-        print(f"{PROG}: {what}; continue the run with --resume {out_dir}", file=sys.stderr)
+        from .recovery.rundir import run_files
+
+        hint = (f"continue the run with --resume {out_dir}" if run_files(out_dir) else
+                "no step was trained and nothing kept; the same command starts the run again")
+        print(f"{PROG}: {what}; {hint}", file=sys.stderr)
         return interrupted_status(exc)
     except input_errors() as exc:  # input found bad once the run could read it (a cluster)
         return _fail(str(exc))

@@ -122,16 +122,16 @@ def test_simulate_out_twice_is_refused_or_moved_aside(tmp_path, capsys):
 
 
 def test_an_output_file_is_written_whole_or_not_at_all(tmp_path):
-    from runtime import outputs
+    from runtime import atomic_io
 
     target = tmp_path / "r.json"
     target.write_text("earlier")
     with pytest.raises(KeyboardInterrupt):
-        with outputs.atomic(target) as f:
+        with atomic_io.atomic(target) as f:
             f.write("half of it")
             raise KeyboardInterrupt  # Ctrl-C mid-write
     assert target.read_text() == "earlier" and sorted(os.listdir(tmp_path)) == ["r.json"]
-    outputs.write_text(target, "new")
+    atomic_io.write_text(target, "new")
     assert target.read_text() == "new" and sorted(os.listdir(tmp_path)) == ["r.json"]
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from reserve_occupy.trace import dumps, header, parse_config
 
 from .. import inputs
-from .. import outputs
+from .. import atomic_io
 from ..inputs import InputError
 from . import vectors as vec
 from .runner import AdapterError, Adapter, Failure, ReferenceAdapter, SubprocessAdapter
@@ -157,7 +157,7 @@ def _compare_corpus(args: argparse.Namespace, write: bool) -> int:
         if old != manifest:
             stale.append("MANIFEST.json")
             if write:
-                outputs.write_text(manifest_path, manifest)
+                atomic_io.write_text(manifest_path, manifest)
     if not stale:
         print("conformance corpus is up to date", file=sys.stderr)
         return EXIT_OK
@@ -196,7 +196,7 @@ def _save(failure: Failure, vector_config: dict[str, Any], directory: Path) -> P
     path = directory / (failure.vector.replace("/", "-") + ".jsonl")
     config = parse_config({"op": "config", "schema_version": 1, "config": vector_config})
     lines = [header(config, producer=f"port outcomes for {failure.vector}")] + failure.outcomes
-    outputs.write_text(path, "".join(dumps(r) + "\n" for r in lines))
+    atomic_io.write_text(path, "".join(dumps(r) + "\n" for r in lines))
     return path
 
 

@@ -32,7 +32,7 @@ from typing import Any
 from reserve_occupy import Config, StalenessController
 from reserve_occupy.trace import SCHEMA_VERSION, dumps, header
 
-from .. import outputs
+from .. import atomic_io
 from .workload import Profile, Step, drive, play
 
 # The normative corpus, package data (spec/conformance/README.md says why it lives here).
@@ -255,7 +255,7 @@ def read_text(path: Path) -> bytes:
 
 def write_family(family: str, text: bytes, directory: Path = CORPUS_DIR) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    outputs.write_bytes(path_for(family, directory),
+    atomic_io.write_bytes(path_for(family, directory),
                         lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
 
 

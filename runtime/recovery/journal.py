@@ -271,17 +271,6 @@ def rebuild(contents: LogContents, config: Config, check_every_op: bool = False
     return controller
 
 
-def write_text_atomic(path: Path, text: str, fsync: bool) -> None:
-    """Write ``path`` so a crash leaves either the old content or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def load_json(path: Path) -> Any:
     """A run's JSON file; a file that does not parse raises ``ValueError`` naming it."""
     try:

@@ -34,7 +34,7 @@ from .. import inputs
 from ..inputs import InputError
 from .model.checks import CheckFailed
 from .model.core import PolicyError, SimulationStalled
-from .. import outputs
+from .. import atomic_io
 from .model.cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
 from .model.filtering import FilterError, RewardFilter
 from .model.policies import POLICIES, UnknownPolicy, policy_names
@@ -287,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
         payload = {"workload": workload.name, "workload_stats": workload.stats(),
                    "cost": cost.to_json(), "seconds": elapsed,
                    "runs": [r.to_json() for r in results]}
-        outputs.write_text(out / "results.json", json.dumps(payload, indent=1) + "\n")
+        atomic_io.write_text(out / "results.json", json.dumps(payload, indent=1) + "\n")
         plots.throughput_bars(results, out / "throughput.png")
         for name in names:
             mine = [r for r in results if r.policy == name]

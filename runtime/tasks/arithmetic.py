@@ -17,6 +17,7 @@ import random
 import re
 from pathlib import Path
 
+from .. import atomic_io
 from .base import Prompt
 
 DATA_FILE = Path(__file__).parent / "data" / "arithmetic.jsonl"
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = all_problems(args.seed, args.max_operand)
-    with args.out.open("w") as f:
+    with atomic_io.atomic(args.out) as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     print(f"wrote {len(rows)} problems to {args.out}")

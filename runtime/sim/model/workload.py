@@ -26,6 +26,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from ... import atomic_io
+
 
 class WorkloadError(ValueError):
     """A workload file line is malformed. ``line`` is 1-based (0: the file as a whole)."""
@@ -181,7 +183,7 @@ def load_workload(path: str | Path) -> Workload:
 
 
 def write_workload(workload: Workload, path: str | Path) -> None:
-    with Path(path).open("w") as fh:
+    with atomic_io.atomic(path) as fh:
         for g in workload.groups:
             fh.write(json.dumps({"group": g.group, "prompt_len": g.prompt_len,
                                  "response_lens": list(g.response_lens)}) + "\n")

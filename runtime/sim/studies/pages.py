@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Union
 
+from ... import atomic_io
 from .report import markdown
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -153,7 +154,7 @@ def update(names=None, results_dir: Path = RESULTS, docs: Path = DOCS) -> list[P
         old = path.read_text(encoding="utf-8")
         new = rewrite(old, results_dir, names, str(path))
         if new != old:
-            path.write_text(new, encoding="utf-8")
+            atomic_io.write_text(path, new)
             changed.append(path)
     return changed
 
