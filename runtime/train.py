@@ -222,6 +222,13 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
         check_precision(cfg.trainer.precision, device.split(":")[0])
     except ValueError as exc:  # each names the setting
         raise InputError(str(exc)) from None
+    if cfg.rollout.backend == "vllm":
+        from .rollout.env import cpu_build
+
+        if cpu_build():
+            from .rollout.vllm_engine import check_cpu_engine_args
+
+            check_cpu_engine_args(cfg.rollout.engine_args)
     from .prompts import render_prompts
 
     if cfg.model.path is None:  # the tiny model's tokenizer is built, not loaded

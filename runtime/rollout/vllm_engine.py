@@ -47,13 +47,29 @@ def engine_args(model: str | Path, *, max_model_len: int = 128, max_num_seqs: in
         dtype=("float32" if on_cpu else "auto") if dtype == "auto" else dtype,
     )
     if on_cpu:
+        check_cpu_engine_args(extra or {})
         gib = kv_cache_gib if kv_cache_gib is not None else CPU_KV_CACHE_GIB
+        # Chunked prefill off: a prompt prefilled in chunks (many long prompts at once exceed
+        # the step's token budget) with a seeded request kills the CPU engine ("CPU Generator
+        # does not use offset"), and every request of this runtime is seeded.
         args.update(enforce_eager=True, distributed_executor_backend="uni",
-                    kv_cache_memory_bytes=int(gib * 2**30))
+                    kv_cache_memory_bytes=int(gib * 2**30), enable_chunked_prefill=False)
     elif gpu_memory_utilization is not None:
         args["gpu_memory_utilization"] = gpu_memory_utilization
     args.update(extra or {})
     return args
+
+
+def check_cpu_engine_args(extra: dict[str, Any]) -> None:
+    """Refuse ``rollout.engine_args`` the CPU build cannot run with this runtime's seeded
+    requests (``InputError``, one line naming the setting); ``train --check`` calls it."""
+    if extra.get("enable_chunked_prefill") is True:
+        from ..inputs import InputError
+
+        raise InputError("rollout.engine_args.enable_chunked_prefill: true cannot run on the "
+                         "CPU build of vLLM: a chunked prefill of a seeded request kills its "
+                         "engine ('CPU Generator does not use offset'), and every request is "
+                         "seeded; leave it out (off on CPU) or set it false")
 
 
 class VLLMRollout:
