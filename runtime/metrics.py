@@ -41,6 +41,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from reserve_occupy.trace import loads_bounded
+
+from .inputs import TRACE_LINE_BYTES, file_lines
 from .units import StepRecord
 
 
@@ -81,10 +84,10 @@ class MetricsSink:
         self.path = out_dir / "metrics.jsonl"
         self.rows: list[dict[str, Any]] = []
         if append and self.path.exists():
-            for line in self.path.read_text().splitlines():
+            for _, line, _ in file_lines(self.path, TRACE_LINE_BYTES):
                 try:
-                    self.rows.append(json.loads(line))
-                except json.JSONDecodeError:  # a row the crash cut short
+                    self.rows.append(loads_bounded(line))
+                except ValueError:  # a row the crash cut short
                     continue
             self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
         self._file = self.path.open("a" if append else "w")

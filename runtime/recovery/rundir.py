@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reserve_occupy import Config
+from reserve_occupy.trace import loads_bounded
 
 from .durable import LOG_NAME
 from .journal import EmptyLog, LogCorrupt, read_log, rebuild
@@ -253,7 +254,7 @@ def _check_trajectories(root: Path, n_prompts: int, fix: str) -> set[object]:
         if unit is None or unit_filename(unit) != path.name:
             continue  # temporary files of interrupted writes: recovery deletes them
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = loads_bounded(path.read_text(encoding="utf-8"))
             ok = (isinstance(record, dict) and isinstance(record.get("samples"), list)
                   and isinstance(record.get("prompt"), int))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
