@@ -222,6 +222,18 @@ def test_regimes_tiny_counts_the_cells_it_lists(tmp_path, capsys):
     assert said == len(keys) == listed
 
 
+def write_corpus(directory: Path, family: str, text: bytes, events: int = 0) -> None:
+    """A family file and a MANIFEST.json that describes it truly (so that what is checked
+    next is the file's content)."""
+    import hashlib
+    import lzma
+
+    (directory / f"{family}.jsonl.xz").write_bytes(lzma.compress(text))
+    entry = {"file": f"{family}.jsonl.xz", "vectors": text.count(b"\n"), "events": events,
+             "sha256": hashlib.sha256(text).hexdigest()}
+    (directory / "MANIFEST.json").write_text(json.dumps({"families": {family: entry}}))
+
+
 @pytest.mark.parametrize("line,needle", [
     (b"not json", "not a JSON vector"),
     (b'{"id": "basic/0"}', "needs 'id', 'config'"),
@@ -229,9 +241,7 @@ def test_regimes_tiny_counts_the_cells_it_lists(tmp_path, capsys):
      b'"events": []}', "max_staleness"),
 ])
 def test_conformance_rejects_an_invalid_corpus(line, needle, tmp_path, capsys):
-    import lzma
-
-    (tmp_path / "basic.jsonl.xz").write_bytes(lzma.compress(line + b"\n"))
+    write_corpus(tmp_path, "basic", line + b"\n")
     _one_line_exit_2(capsys, ["conformance", "--family", "basic", "--dir", str(tmp_path)],
                      needle)
 

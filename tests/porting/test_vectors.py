@@ -40,6 +40,7 @@ def test_committed_corpus_is_up_to_date(capsys) -> None:
 
 def test_stale_or_corrupt_corpus_is_reported(tmp_path: Path, capsys) -> None:
     shutil.copy(vectors.path_for("scenarios"), tmp_path)
+    shutil.copy(vectors.CORPUS_DIR / vectors.MANIFEST_NAME, tmp_path)  # a corpus holds it
     assert conformance.main(["--check", "--family", "scenarios", "--dir", str(tmp_path)]) == 0
     path = vectors.path_for("scenarios", tmp_path)
     lines = vectors.read_text(path).splitlines()
