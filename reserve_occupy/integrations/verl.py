@@ -35,8 +35,9 @@ This module imports verl (it subclasses verl's classes); the core package never 
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
@@ -44,8 +45,9 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from ..config import Config
 from ..errors import ProtocolError
 from ..machine import StalenessController
-from ._shared import StuckTimer, free_reservations
+from ..stuck import StuckTimeouts, escalation
 from ..types import Batch, Phase, SlotState
+from ._shared import free_reservations
 
 __all__ = ["VerlIntegrationError", "ReserveOccupyReplayBuffer"]
 
@@ -70,7 +72,7 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
     def __init__(self, trainer_mode: str, trainer_config: Any,
                  max_off_policy_threshold: Optional[int], max_off_policy_strategy: str,
                  sampler_kwargs: Any, poll_interval: Optional[float] = None, refill_fn=None,
-                 **_ignored: Any) -> None:
+                 clock: Callable[[], float] = time.monotonic, **_ignored: Any) -> None:
         kw = dict(sampler_kwargs or {})
         unknown = set(kw) - {"max_staleness", "batch_size", "poll_interval", "stuck_timeout_s",
                              "filter_groups_metric"}
@@ -115,9 +117,12 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
         self._unit_of: dict[str, str] = {}  # uid -> unit, from admission until trained/removed
         self._placed: set[str] = set()  # uids occupied, filtered or aborted
         self._handout: list[str] = []  # uids of the consumed batch not yet sampled
-        self._stuck = StuckTimer(self.stuck_timeout_s)
+        self._clock = clock  # times the fail-safe (verl passes none: time.monotonic)
+        self._stuck = StuckTimeouts(math.inf if stuck is None else float(stuck))
+        self._admitted_at: dict[str, float] = {}  # unit -> admission time, while in flight
         self.trained: list[Batch] = []  # every consumed batch (for metrics and tests)
         self.released: list[str] = []  # units released by the stuck fail-safe
+        self.escalated: list[str] = []  # units its escalation aborted
         self.wait_s = 0.0  # time sample() spent polling for the head batch
 
     # ------------------------------------------------------------ the trainer's calls --------
@@ -135,6 +140,7 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
             if ctl.reserve(unit) is None:  # free_reservations() counted a legal slot
                 raise VerlIntegrationError(f"no legal slot for {unit} although one was counted")
             self._unbound.append(unit)
+            self._admitted_at[unit] = self._clock()
         if free:
             known = set(self.prompt_global_steps[TRAIN])
             self.refill_fn(free)
@@ -249,8 +255,10 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
         removed: set[str] = set()
         for uid in self.failure_keys[TRAIN] - self._placed:
             ctl.abort(self._unit_of[uid])
+            self._admitted_at.pop(self._unit_of[uid], None)
             removed.add(uid)
         for uid in self.finished_keys[TRAIN] - self._placed:
+            self._admitted_at.pop(self._unit_of[uid], None)
             if uid in dapo:  # finished, then dropped for want of signal (spec §6.3)
                 ctl.occupy(self._unit_of[uid])
                 ctl.filter(self._unit_of[uid])
@@ -277,15 +285,33 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
                 f"trainer)")
 
     def _maybe_release_stuck(self) -> None:
-        if self._stuck.due(self.controller):
-            units = set(self.controller.release_stuck())
-            self.released.extend(sorted(units))
-            uids = {uid for uid, unit in self._unit_of.items() if unit in units}
-            self._clear_groups(TRAIN, uids)  # their generation goes on; its results are dropped
-            for uid in uids:
-                del self._unit_of[uid]
-            self._discarded |= uids
-            self._stuck.reset()
+        """The fail-safe, polled while ``sample`` waits: release a head buffer STUCK for the
+        timeout in force, and escalate as ``reserve_occupy.stuck`` says (after a release with
+        no placement since the one before, the next waits twice as long; from the third such
+        release in a row, a release also aborts every unit in flight since before the previous
+        one). The generation of a released or aborted prompt goes on; its results are
+        cleared, never trained."""
+        now = self._clock()
+        if not self._stuck.due(self.controller, now):
+            return
+        units = self.controller.release_stuck()
+        self._stuck.reset()
+        self.released.extend(sorted(units))
+        gone = set(units)
+        cutoff = self._stuck.released(self.controller, now) if units else None
+        if cutoff is not None:
+            for unit in escalation(self.controller, self._admitted_at, cutoff):
+                if unit not in gone:  # not aborted by an earlier one's closing rule
+                    removal = self.controller.abort(unit)
+                    gone |= {unit, *removal.aborted}
+                    self.escalated.append(unit)
+        for unit in gone:
+            self._admitted_at.pop(unit, None)
+        uids = {uid for uid, unit in self._unit_of.items() if unit in gone}
+        self._clear_groups(TRAIN, uids)
+        for uid in uids:
+            del self._unit_of[uid]
+        self._discarded |= uids
 
 
 # ---------------------------------------------------------------- the trainers ----------------

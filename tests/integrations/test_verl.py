@@ -102,11 +102,49 @@ def test_a_prompt_that_never_finishes_is_released_by_the_fail_safe(tq_on_loopbac
     sched = vs.durations(200, seed=5, tail=0.0)  # no stragglers: nothing else waits long
     sched[3] = 1e9  # the fourth prompt admitted never finishes
     rollout = vs.Rollout(sched)
-    buf = vs.protocol_buffer(1, 8, rollout.submit, stuck_timeout_s=1.0)
+    buf = vs.protocol_buffer(1, 8, rollout.submit, clock=rollout, stuck_timeout_s=2.0)
     r = vs.play("ours", buf, rollout, steps=3, batch_size=8, protocol=True)
     assert len(buf.released) == 1 and len(r.trained) == 24 and r.max_staleness <= 1
     never = next(uid for uid, (t, _, _) in rollout.running.items() if t >= 1e9)
     assert never in buf._discarded  # its results, should they come, are cleared, not trained
+    assert buf.escalated == []  # the release was followed by progress
+    vs.clear_partition()
+
+
+def test_fruitless_releases_back_off_then_escalate(tq_on_loopback):
+    """From the second step on every prompt hangs until the fail-safe escalates: the head's
+    reservations are released and re-admitted (fruitless) at T, T, 2T, 4T; the fourth release
+    also aborts the units in flight since before the third (the next buffer's), admission
+    refills their slots with prompts that finish, and the run trains on."""
+    from tests.integrations.stuck_checks import check_backoff, check_escalation
+
+    class Hanging(vs.Rollout):
+        def submit(self, k: int) -> int:
+            if self.global_steps >= 2 and not buf.escalated:
+                self.schedule[self.submitted:self.submitted + k] = [1e9] * k
+            return super().submit(k)
+
+    vs.clear_partition()
+    rollout = Hanging(vs.durations(200, seed=6, tail=0.0))
+    timeout = 2.0
+    buf = vs.protocol_buffer(1, 8, rollout.submit, clock=rollout, stuck_timeout_s=timeout)
+    release_times: list[float] = []
+    release = buf._maybe_release_stuck
+
+    def timed_release() -> None:
+        before = len(buf.released)
+        release()
+        if len(buf.released) > before:
+            release_times.append(rollout.now)
+
+    buf._maybe_release_stuck = timed_release
+    r = vs.play("ours", buf, rollout, steps=4, batch_size=8, protocol=True)
+    assert len(r.trained) == 32 and r.max_staleness <= 1  # the livelock ended
+    assert len(release_times) == 4 and len(buf.released) == 4 * 8
+    check_backoff(release_times, timeout, 0.05)
+    escalated = check_escalation(buf.controller.events, buf.escalated)
+    assert len(escalated) == 8  # the next buffer's hung units, admitted at step 3's start
+    assert {u for u, unit in buf._unit_of.items() if unit in escalated} == set()
     vs.clear_partition()
 
 
