@@ -21,7 +21,7 @@ def test_a_stuck_timeout_shorter_than_any_group_backs_off_and_the_run_ends(secon
     # Before: every expiry aborted the head's reservations and re-admitted fresh groups whose
     # prefill alone outlasts the timeout; the run looped at 0/2 batches until the idle-timer
     # detector stopped it (exit 1). A release followed by no placement now doubles the next
-    # wait (runtime.stuck), so re-admitted groups get the time they need.
+    # wait (reserve_occupy.stuck), so re-admitted groups get the time they need.
     rc = main(["simulate", "--stuck-timeout", seconds, "--policy", "reserve_occupy", "--eta",
                "1", "--batches", "2", "--no-progress"])
     captured = capsys.readouterr()

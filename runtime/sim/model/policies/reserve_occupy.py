@@ -23,10 +23,10 @@ is the controller's:
   the returned groups in the engines (L2 waste); finished groups of later buffers move forward and
   admission refills. Aborted groups are lost work, and since the ones still running when the clock
   expires are the long ones, the timeout biases training toward short answers. With the timeout
-  on, the progress rule of ``runtime.stuck`` applies as in the driver: a release with no
+  on, the progress rule of ``reserve_occupy.stuck`` applies as in the driver: a release with no
   placement since the previous one doubles the next wait, and from the third such release in a
   row it also aborts the groups in flight since before the previous release, whatever their
-  buffer (``escalated``; docs/runtime.md, "Progress guarantees").
+  buffer (``escalated``; spec/PROTOCOL.md §6.2, docs/runtime.md "Progress guarantees").
 
 
 Streaming (``streaming=True``, the protocol's ``Config.streaming``; off by default): with a
@@ -67,8 +67,8 @@ from __future__ import annotations
 import math
 
 from reserve_occupy import BufferStatus, Config, SlotState, StalenessController, UnitState
+from reserve_occupy.stuck import StuckTimeouts
 
-from ....stuck import StuckTimeouts
 from ..core import Policy, SimGroup
 from ..engine import INF
 from .base import members
@@ -328,7 +328,7 @@ class ReserveOccupy(Policy):
                 self._escalate(cutoff)
 
     def _escalate(self, cutoff: float) -> None:
-        """Abort the groups in flight since before ``cutoff`` (``runtime.stuck``)."""
+        """Abort the groups in flight since before ``cutoff`` (``reserve_occupy.stuck``)."""
         for unit, t0 in list(self._flying.items()):
             if t0 >= cutoff:
                 break  # admission order: the rest are younger
