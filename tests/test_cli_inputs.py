@@ -208,6 +208,7 @@ def test_faults_json_is_checked_before_the_schedules(paths, capsys, monkeypatch)
                      "--json")
 
 
+@pytest.mark.slow
 def test_regimes_tiny_counts_the_cells_it_lists(tmp_path, capsys):
     rc = main(["simulate", "regimes", "--tiny", "--results-dir", str(tmp_path / "r"),
                "--img-dir", str(tmp_path / "i"), "--no-progress"])

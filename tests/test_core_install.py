@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.venv  # every test here runs in the fresh environment (about a minute)
+
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTER = "from runtime.porting.runner import ReferenceAdapter as Adapter\n"
 

@@ -66,6 +66,7 @@ def test_a_full_disk_is_one_line_and_exit_74():
         "reserve-occupy: cannot write the output: No space left on device"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")])
 @pytest.mark.parametrize("argv", [

@@ -151,6 +151,7 @@ def test_check_refuses_what_the_run_would_die_on(setting, needle, capsys, tmp_pa
     assert needle in err and "Traceback" not in err and "OK" not in err
 
 
+@pytest.mark.slow
 def test_check_loads_the_model_directory(tmp_path, tiny_model, capsys):
     config = (Path(tiny_model) / "config.json").read_text()
     bad_json = _model_dir(tmp_path / "a", tiny_model, "{not json", tokenizer=True)
