@@ -137,8 +137,8 @@ def _model_dir(tmp_path, tiny_model, config: str | None, tokenizer: bool) -> Pat
     ("trainer.device=quantum", "not a torch device"),
     ("staleness.batch_size=1000000000", "staleness.batch_size"),
     ("staleness.eta=1000000000", "staleness.eta"),
-    # Above the core's limit, below the old runtime-only one: refused by the config's own
-    # check (naming the key, "less than or equal to 1024"), not by the core later.
+    # Above the core's limit: refused by the config's own check (naming the key, "less than
+    # or equal to 1024"), not by the core later.
     ("staleness.eta=2000", "staleness.eta: Input should be less than or equal to 1024"),
 ])
 def test_check_refuses_what_the_run_would_die_on(setting, needle, capsys, tmp_path):
