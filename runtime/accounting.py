@@ -14,7 +14,7 @@ from typing import Any
 from .clock import Clock
 from .lengthbias import length_bias
 from .trainer.base import TrainBatch
-from .units import StepRecord
+from .records import StepRecord
 
 
 class Accounting:

@@ -62,7 +62,7 @@ from .rollout.base import GenerationRequest, Rollout, RolloutDead
 from .stuck import StuckTimeouts
 from .tasks.base import Prompt, RewardFn
 from .trainer.base import TrainBatch, Trainer, assemble
-from .units import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
+from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
 
 
 class Persistence(Protocol):

@@ -41,7 +41,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from .units import StepRecord
+from .records import StepRecord
 
 
 def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:

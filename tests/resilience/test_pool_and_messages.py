@@ -16,7 +16,7 @@ from runtime.faults.fakes import CrashableRollout, Weights
 from runtime.rollout.base import GenerationRequest, RolloutDead
 from runtime.rollout.fake import FakeTrainer, Plan, random_script
 from runtime.rollout.pool import EngineCrashed, EnginePool
-from runtime.units import DriverSettings
+from runtime.records import DriverSettings
 
 from ..runtime.helpers import PROMPTS, fixed_script, make, parity_reward, run
 
