@@ -11,14 +11,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import atomic_io
 from reserve_occupy.trace import loads_bounded
 
+from . import atomic_io
 from .clock import Clock
 from .inputs import TRACE_LINE_BYTES, file_lines, json_reason
 from .lengthbias import length_bias
 from .trainer.base import TrainBatch
-from .units import StepRecord
+from .records import StepRecord
 
 
 class Accounting:

@@ -62,7 +62,7 @@ from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
 from .tasks.base import Prompt, RewardFn
 from .trainer.base import TrainBatch, Trainer, assemble
-from .units import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
+from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
 
 
 class Persistence(Protocol):
@@ -235,7 +235,7 @@ class Driver:
             self._order = list(range(size))
             random.Random(self.s.seed * 7919 + epoch).shuffle(self._order)
             self._order_epoch = epoch
-        position = self._order[size - 1 - n % size]  # consumed from the end, as pop() did
+        position = self._order[size - 1 - n % size]  # from the end: the order every logged run was drawn in
         return self.prompts[position], {"prompt": position, "draw": n}
 
     # ------------------------------------------------------------------ groups ---------------

@@ -47,11 +47,11 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from . import atomic_io
 from reserve_occupy.trace import loads_bounded
 
+from . import atomic_io
 from .inputs import TRACE_LINE_BYTES, file_lines
-from .units import StepRecord
+from .records import StepRecord
 
 
 def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:

@@ -110,8 +110,8 @@ def test_check_trace_rejects(name, data, needle, tmp_path, capsys):
 
 
 def test_check_trace_memory_is_bounded_on_an_absurd_header(tmp_path):
-    # Before: the header below allocated (eta + 1) * capacity slots up front: killed at 24 GB.
-    # The child runs under a 1 GB address-space limit, so a regression fails here, not the host.
+    # Allocating (eta + 1) * capacity slots up front for the header below takes 24 GB. The
+    # child runs under an address-space limit, so a regression fails here, not the host.
     path = tmp_path / "absurd.jsonl"
     path.write_text('{"op":"config","schema_version":1,"config":{"max_staleness":1000000000,'
                     '"batch_size":1000000000}}\n{"op":"publish"}\n')
@@ -208,6 +208,7 @@ def test_faults_json_is_checked_before_the_schedules(paths, capsys, monkeypatch)
                      "--json")
 
 
+@pytest.mark.slow
 def test_regimes_tiny_counts_the_cells_it_lists(tmp_path, capsys):
     rc = main(["simulate", "regimes", "--tiny", "--results-dir", str(tmp_path / "r"),
                "--img-dir", str(tmp_path / "i"), "--no-progress"])

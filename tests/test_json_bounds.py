@@ -129,7 +129,7 @@ def test_train_data_refuses_a_deep_line_and_a_long_one(tmp_path, capsys, monkeyp
 
 
 def test_a_5_mb_prompt_line_is_refused_in_bounded_memory(tmp_path):
-    # Before: the line was read whole and the prompt tokenized (2.7 GB at 5 MB). The child
+    # Reading the line whole and tokenizing the prompt would take ~2.7 GB at 5 MB. The child
     # runs under a 1.5 GB address-space limit, so a regression fails here, not the host.
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "' + "1" * 5_000_000 + '", "answer": "2"}\n')

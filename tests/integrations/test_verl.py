@@ -26,7 +26,7 @@ pytest.importorskip("verl.trainer.ppo.v1.replay_buffer", reason="verl is not ins
 
 from tests.integrations import verl_schedule as vs  # noqa: E402
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.verl]
 ROOT = Path(__file__).resolve().parents[2]
 
 

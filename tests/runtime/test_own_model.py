@@ -121,9 +121,9 @@ def test_chunked_prefill_is_off_on_the_cpu_build_and_turning_it_on_is_refused(tm
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_the_math_recipe_as_shipped_trains_a_step(tmp_path):
-    # Before: its 110-160-token prompts got a chunked prefill, which the CPU build cannot do
-    # for seeded requests: "CPU Generator does not use offset", "vLLM engine died" after
-    # ~20 s. The other recipe test overrides it down to tiny prompts, so it never showed.
+    # Its 110-160-token prompts are long enough for a chunked prefill, which the CPU build
+    # cannot do for seeded requests ("CPU Generator does not use offset" kills the engine);
+    # a test that overrides the recipe down to tiny prompts would never meet it.
     # Here only --steps and --output-dir differ from the file (one step: the tiny model
     # rarely boxes an answer, so most groups are filtered and a step takes ~700 groups).
     import json
