@@ -43,6 +43,7 @@ EXIT_SIGINT = 130  # 128 + SIGINT: Ctrl-C
 EXIT_SIGTERM = 143  # 128 + SIGTERM
 EXIT_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away (| head)
 EXIT_IO = 74  # the output cannot be written (a full disk); never 1, which check-trace uses
+EXIT_SOFTWARE = 70  # EX_SOFTWARE: an unexpected error (a bug), never reported as bad input
 
 
 class Terminated(KeyboardInterrupt):
@@ -131,16 +132,49 @@ def guarded(body: Callable[[], int | None], prog: str) -> int:
         return EXIT_PIPE
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
-            raise
+            return internal_error(prog, exc)
         _quiet_stdout()
         try:
             print(f"{prog}: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
         except OSError:
             pass
         return EXIT_IO
+    except Exception as exc:  # not bad input (each command reports that itself): a bug
+        return internal_error(prog, exc)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def internal_error(prog: str, exc: BaseException) -> int:
+    """An exception no command expected: exit 70 with one line naming its type, where it was
+    raised and the file that holds the whole traceback (printed instead when that file cannot
+    be written). Never exit 2, which means the user's input was bad."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        parts = frames[-1].filename.replace(os.sep, "/").split("/")
+        where = f" at {'/'.join(parts[-2:])}:{frames[-1].lineno}"
+    detail = " ".join(str(exc).split())[:300]
+    what = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    path = os.path.join(tempfile.gettempdir(), f"reserve-occupy-traceback-{os.getpid()}.txt")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f"{prog}: {' '.join(sys.argv)}\n{text}")
+        told = f"the traceback is in {path}"
+    except OSError:
+        print(text, file=sys.stderr, end="")
+        told = "the traceback is above"
+    try:
+        print(f"{prog}: internal error (not bad input): {what}{where}; {told}; please report "
+              f"it", file=sys.stderr)
+    except OSError:
+        pass
+    return EXIT_SOFTWARE
 
 
 def script(main_fn: Callable[[], int | None], prog: str) -> None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from reserve_occupy.config import MAX_STALENESS
 
-from .units import DriverSettings
+from .records import DriverSettings
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
 # refused here, naming the config key, rather than later by reserve_occupy.Config.

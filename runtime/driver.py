@@ -54,15 +54,15 @@ from reserve_occupy import (
     UnitError,
     UnitState,
 )
+from reserve_occupy.stuck import StuckTimeouts
 
 from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
-from .stuck import StuckTimeouts
 from .tasks.base import Prompt, RewardFn
 from .trainer.base import TrainBatch, Trainer, assemble
-from .units import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
+from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
 
 
 class Persistence(Protocol):
@@ -235,7 +235,7 @@ class Driver:
             self._order = list(range(size))
             random.Random(self.s.seed * 7919 + epoch).shuffle(self._order)
             self._order_epoch = epoch
-        position = self._order[size - 1 - n % size]  # consumed from the end, as pop() did
+        position = self._order[size - 1 - n % size]  # from the end: the order every logged run was drawn in
         return self.prompts[position], {"prompt": position, "draw": n}
 
     # ------------------------------------------------------------------ groups ---------------
@@ -555,7 +555,8 @@ class Driver:
 
     @property
     def stuck_rule(self) -> StuckTimeouts:
-        """The STUCK timeout in force, with its back-off and escalation (``runtime.stuck``)."""
+        """The STUCK timeout in force, with its back-off and escalation
+        (``reserve_occupy.stuck``)."""
         rule = self.__dict__.get("_stuck_rule")
         if rule is None:
             rule = self.__dict__["_stuck_rule"] = StuckTimeouts(self.s.stuck_timeout_s)
@@ -587,7 +588,7 @@ class Driver:
             self._dropped_by_controller(released)
             # A release with no placement since the previous one: the next waits twice as
             # long, and units in flight since before the previous release are aborted wherever
-            # their buffer (runtime.stuck; docs/runtime.md, "Progress guarantees").
+            # their buffer (reserve_occupy.stuck; spec/PROTOCOL.md §6.2).
             cutoff = self.stuck_rule.released(self.controller, now) if released else None
             if cutoff is not None:
                 for g in list(self.groups.values()):

@@ -47,8 +47,11 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from reserve_occupy.trace import loads_bounded
+
 from . import atomic_io
-from .units import StepRecord
+from .inputs import TRACE_LINE_BYTES, file_lines
+from .records import StepRecord
 
 
 def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:
@@ -129,10 +132,10 @@ class MetricsSink:
         self.path = out_dir / "metrics.jsonl"
         self.rows: list[dict[str, Any]] = []
         if append and self.path.exists():
-            for line in self.path.read_text().splitlines():
+            for _, line, _ in file_lines(self.path, TRACE_LINE_BYTES):
                 try:
-                    self.rows.append(json.loads(line))
-                except json.JSONDecodeError:  # a row the crash cut short
+                    self.rows.append(loads_bounded(line))
+                except ValueError:  # a row the crash cut short
                     continue
             atomic_io.write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
         self.carried = (Carried.from_row(self.rows[-1]) if self.rows and isinstance(

@@ -19,6 +19,7 @@ from typing import Any
 from . import atomic_io
 from .config import TrainConfig
 from .driver import Driver
+from .inputs import InputError
 from .metrics import MetricsSink, plot, summarize
 from .rollout.base import GenerationRequest, Rollout
 from .tasks.base import Prompt, RewardFn
@@ -45,7 +46,7 @@ def split_prompts(prompts: Sequence[Prompt], n_eval: int,
     if not holdout:
         return list(prompts), list(prompts[:n_eval])
     if n_eval >= len(prompts):
-        raise ValueError(f"run.eval_prompts ({n_eval}) must be smaller than the number of "
+        raise InputError(f"run.eval_prompts ({n_eval}) must be smaller than the number of "
                          f"prompts ({len(prompts)}) when run.eval_holdout is true")
     cut = len(prompts) - n_eval
     return list(prompts[:cut]), list(prompts[cut:])
@@ -90,7 +91,7 @@ def check_lengths(model_path: Path | None, prompts: Sequence[Prompt], max_tokens
     longest = max(prompts, key=lambda p: len(tok.encode(p.text)))
     n = len(tok.encode(longest.text))
     if n + max_tokens > max_model_len:
-        raise ValueError(f"prompt {longest.index} is {n} tokens; with rollout.max_tokens "
+        raise InputError(f"prompt {longest.index} is {n} tokens; with rollout.max_tokens "
                          f"{max_tokens} it exceeds rollout.max_model_len {max_model_len}")
 
 
@@ -298,7 +299,7 @@ def _check_run_dir(out_dir: Path, resume: Path | None) -> bool:
 
     continuing = resume is not None and is_run_dir(resume)
     if continuing and resume.resolve() != out_dir.resolve():  # type: ignore[union-attr]
-        raise ValueError(f"--resume {resume}: a run directory is continued in place; set "
+        raise InputError(f"--resume {resume}: a run directory is continued in place; set "
                          f"run.output_dir to it (or leave --output-dir out)")
     held = [] if continuing else run_files(out_dir)
     if held:

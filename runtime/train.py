@@ -12,7 +12,8 @@ Exit status: 0 done, 2 invalid input (config, data, reward, model directory and 
 trainer device, output or run directory, a directory another run holds; one clear message
 naming what is wrong, before any engine starts: docs/runtime.md, "What train validates"), 1 the
 run failed (including a run in which nothing can ever train: see "Progress guarantees" there),
-130 interrupted by Ctrl-C (143 by SIGTERM; docs/cli.md, "Signals, pipes and exit status").
+130 interrupted by Ctrl-C (143 by SIGTERM), 70 an unexpected error, never reported as bad input
+(docs/cli.md, "Signals, pipes and exit status").
 """
 
 from __future__ import annotations
@@ -72,6 +73,22 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+def input_errors() -> tuple[type[Exception], ...]:
+    """The typed errors that mean the user's input is bad (exit 2, one line). Any other
+    exception is not reported as bad input: the run failed (1) or a bug (70, ``cli``)."""
+    from reserve_occupy.errors import ConfigError
+
+    from .config import ConfigFileError
+    from .data import DataError
+    from .inputs import InputError
+    from .prompts import TemplateError
+    from .recovery.rundir import RunDirError
+    from .tasks.base import RewardError
+
+    return (InputError, ConfigFileError, DataError, RewardError, RunDirError, TemplateError,
+            ConfigError)
+
+
 def _fail(message: str) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return 2
@@ -96,8 +113,8 @@ _LOCKS: list = []  # the run directory locks _run took
 
 def _run(args: argparse.Namespace) -> int:
     configure()  # before torch or vLLM is imported
-    from .config import ConfigFileError, load_config
-    from .data import DataError, load_prompts
+    from .config import load_config
+    from .data import load_prompts
     from .recovery.rundir import (
         RunDirError,
         check_movable,
@@ -108,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         run_files,
     )
     from .session import is_run_dir, split_prompts
-    from .tasks.base import RewardError, load_reward
+    from .tasks.base import load_reward
 
     resume = Path(args.resume) if args.resume else None
     config_path = args.config
@@ -170,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
             if held:
                 check_movable(out_dir)  # not the current directory (--output-dir .)
             aside = held or None
-    except (ConfigFileError, DataError, RewardError, RunDirError, ValueError, TypeError) as exc:
+    except input_errors() as exc:
         return _fail(str(exc))
     if args.check:
         print(cfg.model_dump_json(indent=2))
@@ -193,14 +210,25 @@ def _run(args: argparse.Namespace) -> int:
 def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
     """What the run loads before its engine, loaded now: the trainer device on this machine,
     the model directory's config and tokenizer, and every prompt's length with that tokenizer.
-    Returns the model directory (None: the embedded tiny model). Raises ``ValueError``."""
+    Returns the model directory (None: the embedded tiny model). Raises ``InputError``."""
     import json
 
     from .config import check_precision, resolve_device
+    from .inputs import InputError
     from .session import check_lengths
 
-    device = resolve_device(cfg.trainer.device)
-    check_precision(cfg.trainer.precision, device.split(":")[0])
+    try:
+        device = resolve_device(cfg.trainer.device)
+        check_precision(cfg.trainer.precision, device.split(":")[0])
+    except ValueError as exc:  # each names the setting
+        raise InputError(str(exc)) from None
+    if cfg.rollout.backend == "vllm":
+        from .rollout.env import cpu_build
+
+        if cpu_build():
+            from .rollout.vllm_engine import check_cpu_engine_args
+
+            check_cpu_engine_args(cfg.rollout.engine_args)
     from .prompts import render_prompts
 
     if cfg.model.path is None:  # the tiny model's tokenizer is built, not loaded
@@ -214,17 +242,17 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
     model_path = Path(cfg.model.path)
     where = f"model.path {cfg.model.path}"
     if not (model_path / "config.json").is_file():
-        raise ValueError(f"{where}: not a local Hugging Face model directory (no config.json)")
+        raise InputError(f"{where}: not a local Hugging Face model directory (no config.json)")
     try:
         config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{where}: config.json is not readable JSON ({exc})") from None
+        raise InputError(f"{where}: config.json is not readable JSON ({exc})") from None
     if not isinstance(config, dict) or "model_type" not in config:
-        raise ValueError(f"{where}: config.json has no model_type, so no library can load it")
+        raise InputError(f"{where}: config.json has no model_type, so no library can load it")
     # transformers "loads" a directory without tokenizer files as an empty tokenizer (one
     # token, every text encodes to nothing): look for the files first
     if not any((model_path / name).is_file() for name in TOKENIZER_FILES):
-        raise ValueError(f"{where}: cannot load its tokenizer (none of "
+        raise InputError(f"{where}: cannot load its tokenizer (none of "
                          f"{', '.join(TOKENIZER_FILES)} is there)")
     try:
         from transformers import AutoTokenizer
@@ -232,12 +260,12 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
         tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     except Exception as exc:  # transformers raises many types for a broken tokenizer
         detail = " ".join(str(exc).split())[:300]
-        raise ValueError(f"{where}: cannot load its tokenizer ({type(exc).__name__}: "
+        raise InputError(f"{where}: cannot load its tokenizer ({type(exc).__name__}: "
                          f"{detail})") from None
     prompts = render_prompts(prompts, tokenizer, cfg.data.chat_template, where)
     empty = [p.index for p in prompts if not tokenizer.encode(p.text)][:3]
     if empty:
-        raise ValueError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
+        raise InputError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
                   tokenizer=tokenizer)
     return model_path
@@ -282,7 +310,7 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
                 "no step was trained and nothing kept; the same command starts the run again")
         print(f"{PROG}: {what}; {hint}", file=sys.stderr)
         return interrupted_status(exc)
-    except ValueError as exc:  # input found bad once the model's tokenizer could read it
+    except input_errors() as exc:  # input found bad once the run could read it (a cluster)
         return _fail(str(exc))
     except RecoveryFailed as exc:  # the run directory cannot be trusted: say why, no traceback
         print(f"{PROG}: cannot resume {resume}: {exc}", file=sys.stderr)

@@ -49,7 +49,7 @@ def _closed_stdout(argv: list[str]) -> subprocess.CompletedProcess:
     ["conformance", "--list"],
 ], ids=lambda a: " ".join(a))
 def test_a_closed_pipe_ends_quietly_with_141(argv, tmp_path):
-    # Before: BrokenPipeError traceback, exit 1 (which check-trace documents as divergence).
+    # Not a BrokenPipeError traceback, nor exit 1 (which check-trace documents as divergence).
     trace = str(_vector_trace(tmp_path)) if any("{trace}" in a for a in argv) else ""
     proc = _closed_stdout([a.replace("{trace}", trace) for a in argv])
     assert proc.returncode == 141, proc.stderr
@@ -66,6 +66,7 @@ def test_a_full_disk_is_one_line_and_exit_74():
         "reserve-occupy: cannot write the output: No space left on device"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")])
 @pytest.mark.parametrize("argv", [
@@ -73,8 +74,8 @@ def test_a_full_disk_is_one_line_and_exit_74():
     ["-m", "runtime.faults", "--schedules", "200"],
 ], ids=lambda a: " ".join(a[:3]))
 def test_a_signal_ends_a_command_with_one_line(argv, sig, status, word):
-    # Before: a KeyboardInterrupt traceback (only train handled Ctrl-C), and SIGTERM killed
-    # the process without running its cleanup.
+    # Python's defaults: a KeyboardInterrupt traceback for Ctrl-C, and SIGTERM kills the
+    # process without running its cleanup.
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
     assert proc.stderr is not None
@@ -95,8 +96,8 @@ def test_a_signal_ends_a_command_with_one_line(argv, sig, status, word):
     (["diagnose", "--concurrency", "10000000"], "--concurrency must be in [1, 100,000]"),
 ], ids=lambda a: " ".join(a) if isinstance(a, list) else "")
 def test_the_study_mains_have_simulates_limits(argv, needle, capsys):
-    # Before: bound --batch-size 10000000 grew to 2.5 GB with no output, and --batches
-    # 100000000 ran until killed: only a lower bound was checked.
+    # Upper limits too: bound --batch-size 10000000 grows to 2.5 GB with no output, and
+    # --batches 100000000 runs until killed.
     import importlib
 
     module = importlib.import_module(f"runtime.sim.studies.{argv[0]}")
@@ -106,7 +107,7 @@ def test_the_study_mains_have_simulates_limits(argv, needle, capsys):
 
 
 def test_simulate_out_twice_is_refused_or_moved_aside(tmp_path, capsys):
-    # Before: the second run overwrote results.json and left the first run's plots beside it.
+    # Overwriting results.json would leave the first run's plots beside the second's.
     out = tmp_path / "o"
     args = ["simulate", "--batches", "2", "--policy", "reserve_occupy", "--no-progress",
             "--out", str(out)]
@@ -136,7 +137,76 @@ def test_an_output_file_is_written_whole_or_not_at_all(tmp_path):
 
 
 def test_faults_json_that_cannot_be_opened_is_refused_before_the_schedules(capsys):
-    # Before: every schedule ran, then open() failed with an OSError traceback. os.access
-    # says yes to root for a /proc file that cannot be opened for writing.
+    # Checked before the schedules run, by opening: os.access says yes to root for a /proc
+    # file that cannot be opened for writing.
     assert main(["faults", "--schedules", "1", "--json", "/proc/version"]) == 2
     assert "--json /proc/version: not writable" in capsys.readouterr().err
+
+
+FAKE_TRAIN = ["train", "--no-progress", "--steps", "2", "--set", "rollout.backend=fake",
+              "--set", "run.eval_prompts=0", "--set", "staleness.batch_size=4",
+              "--set", "staleness.group_size=4", "--set", "run.plot=false"]
+
+
+def _internal_error_line(err: str, kind: str) -> Path:
+    """The one line of an unexpected error; returns the traceback file it names."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "internal error (not bad input)" in lines[0] and kind in lines[0], err
+    path = Path(lines[0].split("the traceback is in ")[1].split(";")[0])
+    assert "Traceback (most recent call last)" in path.read_text()
+    return path
+
+
+def test_an_unexpected_error_during_a_run_exits_70_not_2(tmp_path, monkeypatch, capsys):
+    # A ValueError from inside a run is a bug, not bad input: reporting it as exit 2 with its
+    # bare message ("substring not found") would send the user hunting in their config.
+    from runtime.driver import Driver
+
+    async def broken(self):
+        raise ValueError("substring not found")
+
+    monkeypatch.setattr(Driver, "run", broken)
+    assert main([*FAKE_TRAIN, "--output-dir", str(tmp_path / "run")]) == 70
+    path = _internal_error_line(capsys.readouterr().err, "ValueError: substring not found")
+    assert "driver" not in path.name and 'raise ValueError("substring not found")' in \
+        path.read_text()
+    path.unlink()
+
+
+def test_an_unexpected_error_in_any_command_exits_70(capsys):
+    # Exit 1 is check-trace's "the trace diverges": a bug must not read as a verdict.
+    from runtime.cli import guarded
+
+    assert guarded(lambda: {}["missing"], "reserve-occupy check-trace") == 70
+    _internal_error_line(capsys.readouterr().err, "KeyError").unlink()
+
+
+def test_typed_bad_input_still_exits_2_with_its_line(tmp_path, monkeypatch, capsys):
+    from runtime import session
+    from runtime.inputs import InputError
+
+    def too_long(*args, **kwargs):
+        raise InputError("prompt 3 is 200 tokens; it exceeds rollout.max_model_len 128")
+
+    monkeypatch.setattr(session, "check_lengths", too_long)
+    assert main([*FAKE_TRAIN, "--output-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["reserve-occupy train: prompt 3 is 200 tokens; it exceeds "
+                   "rollout.max_model_len 128"]
+
+
+def test_simulate_overwrite_of_the_current_directory_is_one_line(tmp_path, monkeypatch,
+                                                                  capsys):
+    # "." has an empty name, so it cannot be moved aside: one line, exit 2, not a traceback.
+    monkeypatch.chdir(tmp_path)
+    args = ["simulate", "--batches", "2", "--policy", "reserve_occupy", "--no-progress",
+            "--out", "."]
+    assert main(args) == 0
+    first = (tmp_path / "results.json").read_text()
+    capsys.readouterr()
+    for extra in ([], ["--overwrite"]):
+        assert main([*args, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is the current directory" in err[0], err
+    assert (tmp_path / "results.json").read_text() == first

@@ -39,7 +39,7 @@ from ..rollout.fake import Plan, random_script
 from ..rollout.pool import EnginePool
 from ..scratch import remove, scratch_dir
 from ..tasks.base import Prompt
-from ..units import DriverSettings
+from ..records import DriverSettings
 from .checks import CHECKS, CrashPoint, Evidence
 from .fakes import INITIAL, Crash, CrashableRollout, HashTrainer, SimulatedCrash, Weights
 from .schedule import RESTARTS, Schedule

@@ -35,7 +35,7 @@ from reserve_occupy import UnitState
 from ..driver import Driver
 from ..recovery.resume import Recovery
 from ..trainer.base import GroupSample, Sample, TrainBatch
-from ..units import GroupRun
+from ..records import GroupRun
 from .harness import Variant
 
 

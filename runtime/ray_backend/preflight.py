@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..inputs import InputError
+
 # config resource names -> the names Ray reports them under
 _RAY_NAMES = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 
 
-class ClusterTooSmall(ValueError):
+class ClusterTooSmall(InputError):
     """The run asks for more resources than the cluster has; the message says both."""
 
 

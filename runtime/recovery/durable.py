@@ -25,7 +25,7 @@ from reserve_occupy import Batch, Config, Group, UnitId
 
 from ..tasks.base import Prompt
 from ..trainer.base import Trainer
-from ..units import CandidateRun, GroupRun
+from ..records import CandidateRun, GroupRun
 from .journal import EventLog, Guard, JournaledController
 from .store import Checkpoints, TrajectoryStore
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reserve_occupy import Config
+from reserve_occupy.trace import loads_bounded
 
 from ..atomic_io import is_temp
 from .durable import LOG_NAME
@@ -289,7 +290,7 @@ def _check_trajectories(root: Path, n_prompts: int, fix: str) -> set[object]:
         if unit is None or unit_filename(unit) != path.name:
             continue  # temporary files of interrupted writes: recovery deletes them
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = loads_bounded(path.read_text(encoding="utf-8"))
             ok = (isinstance(record, dict) and isinstance(record.get("samples"), list)
                   and isinstance(record.get("prompt"), int))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from reserve_occupy import UnitId
+from reserve_occupy.trace import loads_bounded
 
 from .. import atomic_io
 from .journal import Guard
@@ -77,7 +78,7 @@ class TrajectoryStore:
         """The unit's record, or None if there is no complete file for it."""
         path = self.path(unit_id)
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return loads_bounded(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -163,7 +164,7 @@ class Checkpoints:
     def meta(self, step: int) -> dict[str, Any]:
         path = self.path(step) / "COMMIT.json"
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return loads_bounded(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: not readable JSON ({exc})") from None
 

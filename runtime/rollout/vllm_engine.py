@@ -47,13 +47,29 @@ def engine_args(model: str | Path, *, max_model_len: int = 128, max_num_seqs: in
         dtype=("float32" if on_cpu else "auto") if dtype == "auto" else dtype,
     )
     if on_cpu:
+        check_cpu_engine_args(extra or {})
         gib = kv_cache_gib if kv_cache_gib is not None else CPU_KV_CACHE_GIB
+        # Chunked prefill off: a prompt prefilled in chunks (many long prompts at once exceed
+        # the step's token budget) with a seeded request kills the CPU engine ("CPU Generator
+        # does not use offset"), and every request of this runtime is seeded.
         args.update(enforce_eager=True, distributed_executor_backend="uni",
-                    kv_cache_memory_bytes=int(gib * 2**30))
+                    kv_cache_memory_bytes=int(gib * 2**30), enable_chunked_prefill=False)
     elif gpu_memory_utilization is not None:
         args["gpu_memory_utilization"] = gpu_memory_utilization
     args.update(extra or {})
     return args
+
+
+def check_cpu_engine_args(extra: dict[str, Any]) -> None:
+    """Refuse ``rollout.engine_args`` the CPU build cannot run with this runtime's seeded
+    requests (``InputError``, one line naming the setting); ``train --check`` calls it."""
+    if extra.get("enable_chunked_prefill") is True:
+        from ..inputs import InputError
+
+        raise InputError("rollout.engine_args.enable_chunked_prefill: true cannot run on the "
+                         "CPU build of vLLM: a chunked prefill of a seeded request kills its "
+                         "engine ('CPU Generator does not use offset'), and every request is "
+                         "seeded; leave it out (off on CPU) or set it false")
 
 
 class VLLMRollout:
@@ -70,6 +86,9 @@ class VLLMRollout:
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args(model, **kwargs)))
         self.startup_s = time.perf_counter() - t0
         self._active: set[str] = set()
+        # tokens received from the engine so far, all requests together: what a caller waits
+        # on to know that generation has really started (never a guess of how long it takes)
+        self.tokens_so_far = 0
         self._paused = False
         self._closed = False
 
@@ -93,6 +112,7 @@ class VLLMRollout:
                     request_id=request.request_id):
                 for comp in out.outputs:  # n=1: one completion
                     seg.token_ids.extend(comp.token_ids)
+                    self.tokens_so_far += len(comp.token_ids)
                     seg.logprobs.extend(step[t].logprob
                                         for t, step in zip(comp.token_ids, comp.logprobs or ()))
                     if comp.finish_reason is not None:

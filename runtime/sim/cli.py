@@ -67,6 +67,11 @@ def _fresh_out(out: Path, overwrite: bool) -> None:
         p.name for p in out.glob("staleness_*.png"))
     if not held:
         return
+    here = Path.cwd().resolve()
+    if out.resolve() in (here, *here.parents):  # `--out .`: no rename can move it aside
+        raise UsageError(f"--out {out} holds an earlier run's results ({', '.join(held)}) and "
+                         f"is the current directory or holds it, so --overwrite cannot move "
+                         f"it aside: choose another --out")
     if not overwrite:
         raise UsageError(f"--out {out} holds an earlier run's results ({', '.join(held)}): add "
                          f"--overwrite (moves them aside to {out}.replaced-N) or choose "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import pytest
 
@@ -109,12 +108,16 @@ def test_admission_and_batches_match_areal(eta, concurrency, rate):
 @pytest.mark.slow
 def test_input_gate_matches_areal_active_submit_and_wait():
     """B=2, eta=1, C=8, long rollouts: AReaL submits 2 at once and 2 more after its 1 s wait
-    timed out; then the count bound (eta + 1) * B = 4 holds the rest."""
-    submitted: list[float] = []
+    timed out; then the count bound (eta + 1) * B = 4 holds the rest. Checked on the order of
+    what AReaL does (submissions, timed-out waits), not on wall-clock seconds: the rollouts
+    run until the test releases them, so a slow machine changes no step of it."""
+    log: list[str] = []  # the dispatcher's thread, in order: "enqueue", "timeout", "results"
+    submitted: list[int] = []  # rollouts the count bound let through (AReaL's runner thread)
+    release = threading.Event()
 
     class Recording(StalenessManager):
         def on_rollout_submitted(self):
-            submitted.append(time.monotonic())
+            submitted.append(len(submitted))
             super().on_rollout_submitted()
 
     class Version:
@@ -124,7 +127,8 @@ def test_input_gate_matches_areal_active_submit_and_wait():
     async def long_rollout():
         import asyncio
 
-        await asyncio.sleep(2.6)
+        while not release.is_set():  # runs until the test has seen the gate at work
+            await asyncio.sleep(0.01)
         return "done"
 
     manager = Recording(Version(), max_concurrent_rollouts=8, consumer_batch_size=2,
@@ -132,22 +136,45 @@ def test_input_gate_matches_areal_active_submit_and_wait():
     dispatcher = BatchTaskDispatcher(max_queue_size=128, task_factory=lambda _: long_rollout,
                                      staleness_manager=manager)
     dispatcher.initialize(logger=logging.getLogger("gate"))
+    enqueue, wait_results = dispatcher.submit_task_input, dispatcher.wait_results
+
+    def recording_enqueue(task_input):
+        log.append("enqueue")
+        enqueue(task_input)
+
+    def recording_wait(*args, **kwargs):
+        if log.count("timeout") >= 2 and len(submitted) >= 4 and log.count("enqueue") >= 6:
+            release.set()  # the gate has shown what it does: let the rollouts finish
+        try:
+            got = wait_results(*args, **kwargs)
+        except TimeoutError:
+            log.append("timeout")
+            raise
+        log.append("results")
+        return got
+
+    dispatcher.submit_task_input = recording_enqueue
+    dispatcher.wait_results = recording_wait
 
     class Input:
         def __init__(self, i):
             self.task_id = i
 
     inputs = (Input(i) for i in range(10**6))
-    t0 = time.monotonic()
     out: list = []
     worker = threading.Thread(
         target=lambda: out.append(dispatcher.active_submit_and_wait(inputs, batch_size=2)))
     worker.start()
-    worker.join(timeout=20)
+    worker.join(timeout=300)
+    release.set()
     dispatcher.destroy()
     assert out and len(out[0]) == 2
-    real_seconds = [round(t - t0) for t in submitted]
-    assert real_seconds[:4] == [0, 0, 1, 1], real_seconds
+    # two inputs per round, one 1 s wait (timed out) between rounds ...
+    first = log[:log.index("results")]
+    rounds = "".join("E" if e == "enqueue" else "T" for e in first).split("T")
+    assert rounds[:2] == ["EE", "EE"], log
+    # ... and the count bound (eta + 1) * B = 4: of 6 or more inputs, only 4 rollouts started
+    assert first.count("enqueue") >= 6 and submitted == [0, 1, 2, 3]
 
     policy = Areal(1, max_concurrent_rollouts=8)
     sim = Simulator(policy, generate(0, MathReasoningShape(groups=64)), preset("qwen3-8b-h20"),
@@ -156,7 +183,7 @@ def test_input_gate_matches_areal_active_submit_and_wait():
     first_batch_at = sim.ledger.batches[0].t_consume
     assert sim_seconds[:4] == [0, 0, 1, 1]
     assert all(g.t_admit >= first_batch_at for g in sim.groups[4:])  # count bound until then
-    # without the gate, the old model admitted all four at once
+    # without the gate the model admits all four at once: the gate is what matches AReaL
     ungated = Simulator(Areal(1, max_concurrent_rollouts=8, input_gating=False),
                         generate(0, MathReasoningShape(groups=64)), preset("qwen3-8b-h20"),
                         batches=1, batch_size=2).run()

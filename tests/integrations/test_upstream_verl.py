@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("transfer_queue", reason="verl extra not installed")
 rb_module = pytest.importorskip("verl.trainer.ppo.v1.replay_buffer",
                                 reason="verl is not installed (make install puts verl==0.9.1 in)")
+pytestmark = pytest.mark.verl
 
 from runtime.sim.model.core import Group, Simulator  # noqa: E402
 from runtime.sim.model.cost import preset  # noqa: E402

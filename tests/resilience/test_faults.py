@@ -19,6 +19,7 @@ CI_SCHEDULES = 1000
 
 
 @pytest.mark.slow
+@pytest.mark.faults
 def test_a_thousand_seeded_schedules_find_no_violation(tmp_path, capsys):
     code = cli.main(["--schedules", str(CI_SCHEDULES), "--json", str(tmp_path / "s.json"),
                      "--quiet"])
@@ -62,6 +63,7 @@ EXPECTED = {"restamp": "staleness", "forget_finished": "recovery",
             "accept_late": "staleness"}
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_broken_variant_is_caught(name):
     caught: Counter[str] = Counter()
@@ -79,6 +81,7 @@ def test_each_broken_variant_is_caught(name):
     assert not run_schedule(small, VARIANTS[name]).ok
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("name", sorted(SIM_VARIANTS))
 def test_each_broken_simulator_variant_is_caught(name):
     bad = sum(not run_sim_schedule(generate_sim(seed), SIM_VARIANTS[name]).ok
@@ -86,6 +89,7 @@ def test_each_broken_simulator_variant_is_caught(name):
     assert bad > 0
 
 
+@pytest.mark.faults
 def test_the_command_reports_a_violation_with_its_seed_and_minimal_schedule(capsys):
     assert cli.main(["--schedules", "40", "--variant", "keep_in_flight", "--quiet"]) == 0
     out = capsys.readouterr().out

@@ -43,6 +43,7 @@ def _crash(tmp_path, schedule, before, torn=None, name="crashed"):
     return run.reports[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", [
     BASE,
     replace(BASE, checkpoint_every=1, eta=2),

@@ -15,7 +15,7 @@ import pytest
 from runtime.cli import main
 from runtime.clock import MonotonicClock, VirtualClock
 from runtime.metrics import plot, step_row, summarize, summary_table
-from runtime.units import StepRecord
+from runtime.records import StepRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from reserve_occupy import replay
 from runtime.clock import VirtualClock
 from runtime.driver import Driver
 from runtime.rollout.fake import FakeRollout, FakeTrainer, random_script
-from runtime.units import DriverSettings
+from runtime.records import DriverSettings
 
 from .helpers import PROMPTS, parity_reward, token_lag_violations
 

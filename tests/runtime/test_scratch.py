@@ -25,6 +25,7 @@ def body():
     print(path, flush=True)
     if sys.argv[2] == "wait":
         time.sleep(600)
+    sys.stdin.readline()  # "exit": the parent has seen the folder; now end normally
     return 0
 
 raise SystemExit(guarded(body, "scratch"))
@@ -33,7 +34,7 @@ raise SystemExit(guarded(body, "scratch"))
 
 def _child(root: Path, mode: str) -> tuple[subprocess.Popen, Path]:
     proc = subprocess.Popen([sys.executable, "-c", MAKE, str(root), mode],
-                            stdout=subprocess.PIPE, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout is not None
     path = Path(proc.stdout.readline().strip())
@@ -42,10 +43,11 @@ def _child(root: Path, mode: str) -> tuple[subprocess.Popen, Path]:
 
 
 def test_a_folder_goes_with_its_process_on_every_exit_path(tmp_path):
-    # Before: the folder was named ro-engine-XXXX (no owner) and removed only by close();
-    # a killed actor left its weights in /dev/shm for good.
-    proc, path = _child(tmp_path, "exit")
-    assert proc.wait(timeout=60) == 0 and not path.exists()  # a normal exit
+    # The folder's name carries its owner's pid, so a folder whose process died (SIGKILL: a
+    # killed actor) is found and removed, not left in /dev/shm with its weights for good.
+    proc, path = _child(tmp_path, "exit")  # waits on stdin until the folder was seen
+    proc.communicate("go\n", timeout=60)
+    assert proc.returncode == 0 and not path.exists()  # a normal exit
     for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         proc, path = _child(tmp_path, "wait")
         proc.send_signal(sig)

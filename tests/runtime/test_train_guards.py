@@ -137,8 +137,8 @@ def _model_dir(tmp_path, tiny_model, config: str | None, tokenizer: bool) -> Pat
     ("trainer.device=quantum", "not a torch device"),
     ("staleness.batch_size=1000000000", "staleness.batch_size"),
     ("staleness.eta=1000000000", "staleness.eta"),
-    # Above the core's limit, below the old runtime-only one: refused by the config's own
-    # check (naming the key, "less than or equal to 1024"), not by the core later.
+    # Above the core's limit: refused by the config's own check (naming the key, "less than
+    # or equal to 1024"), not by the core later.
     ("staleness.eta=2000", "staleness.eta: Input should be less than or equal to 1024"),
 ])
 def test_check_refuses_what_the_run_would_die_on(setting, needle, capsys, tmp_path):
@@ -151,6 +151,7 @@ def test_check_refuses_what_the_run_would_die_on(setting, needle, capsys, tmp_pa
     assert needle in err and "Traceback" not in err and "OK" not in err
 
 
+@pytest.mark.slow
 def test_check_loads_the_model_directory(tmp_path, tiny_model, capsys):
     config = (Path(tiny_model) / "config.json").read_text()
     bad_json = _model_dir(tmp_path / "a", tiny_model, "{not json", tokenizer=True)

@@ -39,6 +39,16 @@ async def _sample(engine, tokenizer, temperature, n=4, max_tokens=12, ignore_eos
     return reqs, segs
 
 
+async def _generating(engine, since, tasks):
+    """Wait until the engine has sent tokens beyond its count ``since`` (or a request ended):
+    generation has really started, however slow the machine is."""
+    async def started():
+        while engine.tokens_so_far <= since and not any(t.done() for t in tasks):
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(started(), 120)
+
+
 def _max_diff(trainer, reqs, segs):
     scored = trainer.score([r.prompt_ids for r in reqs], [s.token_ids for s in segs])
     return max(abs(a - b) for s, t in zip(segs, scored) for a, b in zip(s.logprobs, t))
@@ -61,13 +71,17 @@ async def test_abort_returns_the_partial_and_resuming_continues_exactly(engine, 
     await _reset(engine, tiny_model)
     prompt = tokenizer.encode("12+7=")
     full = await engine.generate(GenerationRequest("ref", prompt, 100, 0.0, ignore_eos=True))
-    task = asyncio.ensure_future(engine.generate(
-        GenerationRequest("long", prompt, 100, 0.0, ignore_eos=True)))
-    while "long" not in engine._active:
-        await asyncio.sleep(0.001)
-    await asyncio.sleep(0.05)
-    await engine.abort(["long"])
-    part = await task
+    for attempt in range(5):
+        since = engine.tokens_so_far
+        task = asyncio.ensure_future(engine.generate(
+            GenerationRequest(f"long-{attempt}", prompt, 100, 0.0, ignore_eos=True)))
+        await _generating(engine, since, [task])  # it has tokens: the abort cuts it midway
+        await engine.abort([f"long-{attempt}"])
+        part = await task
+        if part.finish_reason == "abort":
+            break
+        # all 100 tokens came before the abort reached the engine (a starved test process):
+        # nothing was cut, so cut another one
     assert part.finish_reason == "abort"
     assert 0 < len(part.token_ids) < 100 and len(part.logprobs) == len(part.token_ids)
     rest = await engine.generate(GenerationRequest(
@@ -82,12 +96,17 @@ async def test_pause_ends_requests_and_loaded_weights_change_the_engine(
     trainer = _trainer(tiny_model, tmp_path)
     reqs, before = await _sample(engine, tokenizer, 0.0, n=1, tag="before")
     # Long requests in flight, then pause: each returns what it had, marked "abort".
-    tasks = [asyncio.ensure_future(engine.generate(GenerationRequest(
-        f"p{i}", tokenizer.encode(p), 120, 1.0, seed=i, ignore_eos=True)))
-        for i, p in enumerate(PROMPTS)]
-    await asyncio.sleep(0.1)
-    await engine.pause()
-    paused = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    for attempt in range(5):
+        since = engine.tokens_so_far
+        tasks = [asyncio.ensure_future(engine.generate(GenerationRequest(
+            f"p{attempt}-{i}", tokenizer.encode(p), 120, 1.0, seed=i, ignore_eos=True)))
+            for i, p in enumerate(PROMPTS)]
+        await _generating(engine, since, tasks)
+        await engine.pause()
+        paused = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        if all(s.finish_reason == "abort" for s in paused):
+            break
+        await engine.resume()  # one finished before the pause reached the engine: again
     assert [s.finish_reason for s in paused] == ["abort"] * len(PROMPTS)
     assert engine._active == set()
     # New weights: perturb the trainer's model and push them.

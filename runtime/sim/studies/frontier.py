@@ -34,13 +34,12 @@ import numpy as np
 from ... import inputs
 from ..model.cost import CostModel, preset
 from ... import atomic_io
-from ..model.metrics import RunResult
+from ..model.metrics import SHORT_BIAS, RunResult
 from . import pages
 from .report import markdown
 from ..model.runner import RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
 
-SHORT_BIAS = 0.97  # mean trained / admitted length below this: "gains by short answers"
 BASELINE = "in_order"
 
 
