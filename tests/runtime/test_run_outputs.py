@@ -143,6 +143,26 @@ def test_a_start_that_fails_before_a_step_leaves_nothing_that_blocks_a_retry(
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 1
 
 
+def test_nothing_of_the_run_is_written_while_its_engine_starts(tmp_path, tiny_model,
+                                                            monkeypatch):
+    """config.json is written once the engines and the trainer are up: a start killed while
+    the engine loads (``kill -9``, where no cleanup runs) leaves nothing that blocks a retry."""
+    from runtime import session
+    from runtime.recovery.rundir import run_files
+
+    out = tmp_path / "run"
+    seen = []
+    real = session.build_rollout
+
+    def starting(cfg, model_path):
+        seen.append(run_files(out))
+        return real(cfg, model_path)
+
+    monkeypatch.setattr(session, "build_rollout", starting)
+    assert _train(out, steps=1) == 0
+    assert seen == [[]] and "config.json" in run_files(out)
+
+
 def test_a_run_that_trained_a_step_is_kept_when_it_fails(tmp_path, tiny_model, monkeypatch):
     from runtime.recovery.rundir import run_files
     from runtime.trainer.grpo import GRPOTrainer
