@@ -323,6 +323,6 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
     ax2.set_ylabel("groups in batch")
     ax2.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_io.savefig(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -413,7 +413,7 @@ def figure(payload: dict, path: Path) -> None:
     ax.set_title("Frameworks as shipped; dashed: clairvoyant upper bound, streaming trainer")
     ax.legend(fontsize=7, ncol=4, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_io.savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
