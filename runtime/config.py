@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from reserve_occupy.config import MAX_STALENESS
+from reserve_occupy.trace import MAX_JSON_DEPTH
 
 from .units import DriverSettings
 
@@ -42,19 +43,25 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
+def _non_finite(value: Any, where: str = "", seen: set[int] | None = None
+                ) -> tuple[str, float] | None:
     """The first place (``a.b[0]``) in a free-form value (nested dicts and lists) holding inf
-    or nan, and that number; None if there is none."""
+    or nan, and that number; None if there is none. Each container is visited once (YAML
+    aliases share them), so the walk is linear in what the file holds."""
     if isinstance(value, float) and not math.isfinite(value):
         return where, value
     if isinstance(value, dict):
-        places = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+        places: Any = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
     elif isinstance(value, (list, tuple)):
         places = ((f"{where}[{i}]", v) for i, v in enumerate(value))
     else:
         return None
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
     for place, item in places:
-        found = _non_finite(item, place)
+        found = _non_finite(item, place, seen)
         if found is not None:
             return found
     return None
@@ -287,6 +294,24 @@ def _describe(exc: ValidationError) -> list[str]:
     return lines
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a config file (or a run's config.json) read by load_config
+
+
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load``, refusing a document nested deeper than ``MAX_JSON_DEPTH`` levels
+    with ``ValueError`` (PyYAML's composer recurses: 1,000 levels are a ``RecursionError``).
+    The depth is counted on the parser's events, which it produces without recursing."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    return yaml.safe_load(text)
+
+
 def load_config(path: str | Path | None = None,
                 overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read and validate ``path`` (None: the embedded default), then apply dotted
@@ -296,17 +321,25 @@ def load_config(path: str | Path | None = None,
     if path is not None:
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            with open(path, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise ConfigFileError(f"{source}: cannot read the config file "
                                   f"({exc.strerror or exc})") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigFileError(f"{source}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a "
+                                  f"config file")
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigFileError(f"{source}: not a UTF-8 text file (byte {exc.start}: "
                                   f"{exc.reason})") from None
         try:
-            loaded = yaml.safe_load(text)
+            loaded = safe_yaml(text)
         except yaml.YAMLError as exc:
             raise ConfigFileError(f"{source}: not valid YAML: {exc}") from None
+        except ValueError as exc:
+            raise ConfigFileError(f"{source}: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigFileError(f"{source}: the top level must be a mapping of sections, "
                                   f"got {type(loaded).__name__}")
@@ -335,10 +368,12 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigFileError(f"--set expects KEY=VALUE, got {item!r}")
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key.strip(), safe_yaml(value)
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
+    except ValueError as exc:
+        raise ConfigFileError(f"--set {key.strip()}: {exc}") from None
 
 
 def check_precision(precision: str, device_type: str) -> None:
