@@ -13,9 +13,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from reserve_occupy.config import MAX_STALENESS
+from reserve_occupy.trace import MAX_JSON_DEPTH
 
 from .records import DriverSettings
 
@@ -24,10 +32,47 @@ from .records import DriverSettings
 MAX_ETA = MAX_STALENESS  # versions a trajectory may lag
 MAX_GROUPS = 100_000  # groups per batch, slots per buffer, groups in flight
 MAX_CANDIDATES = 10_000  # samples per group
+# Seeds go to numpy (np.random.seed, which vLLM calls with the engine's seed), torch and
+# Python's random; numpy takes 0 .. 2**32 - 1, the narrowest of the three.
+MAX_SEED = 2**32 - 1
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: YAML's .inf and .nan are refused for every float field (a run would
+    # train NaN, and config.json would record null, which --resume cannot read back).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _non_finite(value: Any, where: str = "", seen: set[int] | None = None
+                ) -> tuple[str, float] | None:
+    """The first place (``a.b[0]``) in a free-form value (nested dicts and lists) holding inf
+    or nan, and that number; None if there is none. Each container is visited once (YAML
+    aliases share them), so the walk is linear in what the file holds."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    if isinstance(value, dict):
+        places: Any = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        places = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
+    for place, item in places:
+        found = _non_finite(item, place, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _finite_mapping(value: dict[str, Any]) -> dict[str, Any]:
+    """A free-form section (``reward.options``, ``rollout.engine_args``) holds no inf or nan."""
+    found = _non_finite(value)
+    if found is not None:
+        raise ValueError(f"{found[0]} must be a finite number (got {found[1]})")
+    return value
 
 
 class TinyModelConfig(_Section):
@@ -39,7 +84,7 @@ class TinyModelConfig(_Section):
     warmup_steps: int = Field(200, ge=0)
     warmup_lr: float = Field(3e-3, gt=0)
     max_operand: int = Field(9, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     chat: bool = False  # a tokenizer with a chat template and printable ASCII (recipe tests)
 
     @model_validator(mode="after")
@@ -67,6 +112,8 @@ class RewardConfig(_Section):
     name: str = "exact_answer"  # built-in name, or "package.module:function"
     options: dict[str, Any] = {}
 
+    _finite_options = field_validator("options")(_finite_mapping)
+
 
 class RolloutConfig(_Section):
     # vllm: the real engine. fake: the scripted engine of runtime/rollout/fake.py on the real
@@ -84,6 +131,8 @@ class RolloutConfig(_Section):
     kv_cache_gib: float | None = Field(None, gt=0)  # CPU: KV-cache size (default 0.0625)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     engine_args: dict[str, Any] = {}  # passed to vLLM's AsyncEngineArgs verbatim
+
+    _finite_engine_args = field_validator("engine_args")(_finite_mapping)
 
 
 class StalenessConfig(_Section):
@@ -142,6 +191,13 @@ class TrainerConfig(_Section):
     streaming: bool = False
     min_chunk_units: int = Field(1, ge=1, le=MAX_GROUPS)
 
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in value):
+            raise ValueError("AdamW's betas must each be in [0, 1)")
+        return value
+
     @model_validator(mode="after")
     def _streamable(self) -> TrainerConfig:
         if self.streaming and (self.epochs != 1 or self.minibatches != 1):
@@ -174,7 +230,7 @@ class RayConfig(_Section):
 class RunConfig(_Section):
     backend: Literal["local", "ray"] = "local"  # in-process, or actors on a Ray cluster
     steps: int = Field(60, ge=1, le=10_000_000)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     output_dir: str = "out/runtime/demo"
     progress: bool = True
     tensorboard: bool = False
@@ -238,6 +294,24 @@ def _describe(exc: ValidationError) -> list[str]:
     return lines
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a config file (or a run's config.json) read by load_config
+
+
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load``, refusing a document nested deeper than ``MAX_JSON_DEPTH`` levels
+    with ``ValueError`` (PyYAML's composer recurses: 1,000 levels are a ``RecursionError``).
+    The depth is counted on the parser's events, which it produces without recursing."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    return yaml.safe_load(text)
+
+
 def load_config(path: str | Path | None = None,
                 overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read and validate ``path`` (None: the embedded default), then apply dotted
@@ -247,17 +321,25 @@ def load_config(path: str | Path | None = None,
     if path is not None:
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            with open(path, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise ConfigFileError(f"{source}: cannot read the config file "
                                   f"({exc.strerror or exc})") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigFileError(f"{source}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a "
+                                  f"config file")
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigFileError(f"{source}: not a UTF-8 text file (byte {exc.start}: "
                                   f"{exc.reason})") from None
         try:
-            loaded = yaml.safe_load(text)
+            loaded = safe_yaml(text)
         except yaml.YAMLError as exc:
             raise ConfigFileError(f"{source}: not valid YAML: {exc}") from None
+        except ValueError as exc:
+            raise ConfigFileError(f"{source}: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigFileError(f"{source}: the top level must be a mapping of sections, "
                                   f"got {type(loaded).__name__}")
@@ -286,10 +368,12 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigFileError(f"--set expects KEY=VALUE, got {item!r}")
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key.strip(), safe_yaml(value)
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
+    except ValueError as exc:
+        raise ConfigFileError(f"--set {key.strip()}: {exc}") from None
 
 
 def check_precision(precision: str, device_type: str) -> None:
@@ -334,3 +418,51 @@ def resolve_device(name: str) -> str:
         raise ValueError(f"trainer.device {name!r}: the {device.type} device is not available "
                          f"on this machine; use auto or cpu")
     return name
+
+
+def engine_arg_names() -> frozenset[str]:
+    """The keyword arguments vLLM's ``AsyncEngineArgs`` takes (its dataclass fields), read
+    from the installed vLLM's source without importing it (an import costs ~10 s of CPU);
+    imported after all if the source does not show them."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+    names: set[str] = set()
+    for root in spec.submodule_search_locations or ():
+        path = Path(root) / "engine" / "arg_utils.py"
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name in ("EngineArgs", "AsyncEngineArgs"):
+                names.update(st.target.id for st in node.body
+                             if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                             and "ClassVar" not in ast.unparse(st.annotation))
+    if not names:
+        import dataclasses
+
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        names = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    return frozenset(names)
+
+
+def check_engine_args(engine_args: dict[str, Any]) -> None:
+    """Every key of ``rollout.engine_args`` is an ``AsyncEngineArgs`` argument: one line
+    naming the first unknown key (and the nearest known one), not vLLM's traceback when the
+    engine starts."""
+    if not engine_args:
+        return
+    import difflib
+
+    known = engine_arg_names()
+    for key in engine_args:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ValueError(f"rollout.engine_args.{key}: not an argument of vLLM's "
+                             f"AsyncEngineArgs{hint}")

@@ -120,11 +120,14 @@ def test_an_output_dir_that_cannot_be_one_is_refused_before_work(tmp_path, capsy
 
 # ----------------------------------------------------------------------- --check ------------
 
-def _model_dir(tmp_path, tiny_model, config: str | None, tokenizer: bool) -> Path:
+def _model_dir(tmp_path, tiny_model, config: str | None, tokenizer: bool,
+               weights: bool = True) -> Path:
     d = tmp_path / "model"
     d.mkdir(parents=True)
     if config is not None:
         (d / "config.json").write_text(config)
+    if weights:
+        shutil.copy(Path(tiny_model) / "model.safetensors", d / "model.safetensors")
     if tokenizer:
         for p in Path(tiny_model).iterdir():
             if "token" in p.name:
