@@ -9,6 +9,8 @@ names the file and each bad field (``rollout.temperature: must be > 0 (got -1)``
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -139,7 +141,7 @@ class StalenessConfig(_Section):
     # Upper bounds (docs/runtime.md, "What train validates"): far above any real run, low
     # enough that the structures sized by them (eta + 1 buffers of capacity slots, a group's
     # candidates) fit in memory; the core's Config checks its own limits as well.
-    eta: int = Field(1, ge=0, le=MAX_ETA)
+    max_staleness: int = Field(1, ge=0, le=MAX_ETA)  # eta: versions a trajectory may lag
     batch_size: int = Field(16, ge=1, le=MAX_GROUPS)  # groups per training step
     group_size: int = Field(8, ge=2, le=MAX_CANDIDATES)  # samples per group (GRPO: >= 2)
     candidates: int | None = Field(None, ge=2, le=MAX_CANDIDATES)  # group-level oversampling
@@ -186,10 +188,10 @@ class TrainerConfig(_Section):
     min_lr_ratio: float = Field(0.0, ge=0, le=1)  # linear/cosine end at lr * this
     # Streaming training (docs/runtime.md, "Streaming training"): while it waits for the head
     # buffer, the trainer takes the buffer's finished units and runs forward/backward on them
-    # in chunks of at least min_chunk_units groups; the optimiser steps once, when the batch
+    # in chunks of at least chunk_groups groups; the optimiser steps once, when the batch
     # is complete, so the update is the whole-batch one. Needs one pass and one minibatch.
     streaming: bool = False
-    min_chunk_units: int = Field(1, ge=1, le=MAX_GROUPS)
+    chunk_groups: int = Field(1, ge=1, le=MAX_GROUPS)
 
     @field_validator("betas")
     @classmethod
@@ -212,7 +214,9 @@ class RecoveryConfig(_Section):
     checkpoints in run.output_dir, which ``train --resume DIR`` continues from."""
 
     enabled: bool = True
-    checkpoint_every: int = Field(10, ge=0)  # trainer checkpoint before every Nth publish
+    # commit a trainer checkpoint (checkpoints/step-N/, what --resume restarts from) before
+    # every Nth publish; 0: never (recovery retrains from the log)
+    commit_every: int = Field(10, ge=0)
     keep_checkpoints: int = Field(2, ge=1)
     fsync: bool = True  # survive machine crashes too (process crashes need only the flush)
 
@@ -239,7 +243,9 @@ class RunConfig(_Section):
     eval_prompts: int = Field(100, ge=0)  # prompts scored before and after training
     eval_holdout: bool = False  # True: those prompts are the data's last ones, never trained on
     eval_samples: int = Field(4, ge=1, le=10_000)
-    checkpoint_every: int = Field(0, ge=0)  # 0: only at the end
+    # save the model (checkpoint-N/, a directory transformers and vLLM load) every N steps;
+    # 0: only at the end (checkpoint/)
+    save_model_every: int = Field(0, ge=0)
     keep_weights: int = Field(2, ge=1)  # exported weight versions kept on disk
     check_invariants: bool = False
 
@@ -259,8 +265,8 @@ class TrainConfig(_Section):
     @model_validator(mode="after")
     def _chunk_fits(self) -> TrainConfig:
         t = self.trainer
-        if t.streaming and t.min_chunk_units > self.staleness.batch_size:
-            raise ValueError(f"trainer.min_chunk_units ({t.min_chunk_units}) must be <= "
+        if t.streaming and t.chunk_groups > self.staleness.batch_size:
+            raise ValueError(f"trainer.chunk_groups ({t.chunk_groups}) must be <= "
                              f"staleness.batch_size ({self.staleness.batch_size}): a chunk is "
                              f"part of one batch")
         return self
@@ -268,17 +274,51 @@ class TrainConfig(_Section):
     def driver_settings(self) -> DriverSettings:
         s, r, t = self.staleness, self.rollout, self.timeouts
         return DriverSettings(
-            eta=s.eta, batch_size=s.batch_size, group_size=s.group_size, candidates=s.candidates,
-            capacity=s.capacity, max_concurrency=s.max_concurrency, steps=self.run.steps,
+            eta=s.max_staleness, batch_size=s.batch_size, group_size=s.group_size,
+            candidates=s.candidates, capacity=s.capacity, max_concurrency=s.max_concurrency,
+            steps=self.run.steps,
             max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
             partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
             unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
             seed=self.run.seed, check_invariants=self.run.check_invariants,
-            streaming=self.trainer.streaming, min_chunk_units=self.trainer.min_chunk_units)
+            streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups)
 
 
 class ConfigFileError(ValueError):
     """The config file is unreadable or invalid; the message is meant for the user as is."""
+
+
+# Old key -> its name now. An old key still loads (a user's YAML keeps working), with one
+# deprecation line each; a section that gives both names is refused.
+RENAMED_KEYS: dict[str, str] = {
+    "staleness.eta": "staleness.max_staleness",  # the core's Config.max_staleness
+    "trainer.min_chunk_units": "trainer.chunk_groups",  # the simulator's cost.train.chunk_groups
+    "run.checkpoint_every": "run.save_model_every",  # writes checkpoint-N/, a model directory
+    "recovery.checkpoint_every": "recovery.commit_every",  # commits checkpoints/step-N/
+}
+
+
+def _deprecated(old: str, new: str, where: str) -> str:
+    return f"{where}: {old} is deprecated, use {new} (the same setting)"
+
+
+def _rename_keys(data: dict[str, Any], source: str, warn: Callable[[str], None]) -> None:
+    """Move the old keys of ``data`` (a config file's mapping) to their names now, in place."""
+    for old, new in RENAMED_KEYS.items():
+        section, old_leaf = old.split(".")
+        new_leaf = new.split(".")[1]
+        node = data.get(section)
+        if not isinstance(node, dict) or old_leaf not in node:
+            continue
+        if new_leaf in node:
+            raise ConfigFileError(f"{source}: {old} and {new} are one setting (the first is its "
+                                  f"old name): give only {new}")
+        node[new_leaf] = node.pop(old_leaf)
+        warn(_deprecated(old, new, source))
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _describe(exc: ValidationError) -> list[str]:
@@ -313,9 +353,11 @@ def safe_yaml(text: str) -> Any:
 
 
 def load_config(path: str | Path | None = None,
-                overrides: dict[str, Any] | None = None) -> TrainConfig:
+                overrides: dict[str, Any] | None = None,
+                warn: Callable[[str], None] = _stderr) -> TrainConfig:
     """Read and validate ``path`` (None: the embedded default), then apply dotted
-    ``overrides`` such as ``{"run.steps": 5}``."""
+    ``overrides`` such as ``{"run.steps": 5}``. An old key name (``RENAMED_KEYS``), in the
+    file or an override, is read as its new one and ``warn`` gets one line for it."""
     data: dict[str, Any] = {}
     source = "the embedded default"
     if path is not None:
@@ -344,7 +386,11 @@ def load_config(path: str | Path | None = None,
             raise ConfigFileError(f"{source}: the top level must be a mapping of sections, "
                                   f"got {type(loaded).__name__}")
         data = loaded or {}
+        _rename_keys(data, source, warn)
     for dotted, value in (overrides or {}).items():
+        if dotted in RENAMED_KEYS:
+            warn(_deprecated(dotted, RENAMED_KEYS[dotted], "override"))
+            dotted = RENAMED_KEYS[dotted]
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:

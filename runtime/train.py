@@ -2,7 +2,7 @@
 
     reserve-occupy train                       # the embedded default (configs/demo.yaml)
     reserve-occupy train --config FILE.yaml    # your model, data and settings
-    reserve-occupy train --set run.steps=10 --set staleness.eta=0
+    reserve-occupy train --set run.steps=10 --set staleness.max_staleness=0
     reserve-occupy train --config FILE --check # validate the config and data, then exit
     reserve-occupy train --resume out/runtime/demo   # continue a crashed run where it stopped
     reserve-occupy train --overwrite           # move the run in run.output_dir aside, start anew
@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="KEY=VALUE", help="override one setting, e.g. run.steps=10 "
                                                   "(VALUE is read as YAML); repeatable")
     parser.add_argument("--steps", type=int, help="shorthand for --set run.steps=N")
-    parser.add_argument("--eta", type=int, help="shorthand for --set staleness.eta=N")
+    parser.add_argument("--max-staleness", "--eta", dest="max_staleness", type=int,
+                        help="shorthand for --set staleness.max_staleness=N (eta)")
     parser.add_argument("--output-dir", help="shorthand for --set run.output_dir=DIR")
     parser.add_argument("--resume", metavar="DIR",
                         help="a run directory (with events.jsonl): continue that crashed or "
@@ -64,7 +65,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     for item in args.overrides:
         key, value = parse_override(item)
         out[key] = value
-    for key, value in (("run.steps", args.steps), ("staleness.eta", args.eta),
+    for key, value in (("run.steps", args.steps), ("staleness.max_staleness", args.max_staleness),
                        ("run.output_dir", args.output_dir), ("run.backend", args.backend)):
         if value is not None:
             out[key] = value
@@ -305,8 +306,9 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
             max_positions=cfg.rollout.max_model_len, seed=t.seed, warmup_steps=t.warmup_steps,
             warmup_lr=t.warmup_lr, max_operand=t.max_operand, chat=t.chat))
     out_dir = Path(cfg.run.output_dir)
-    print(f"{PROG}: model {model_path}, {len(prompts)} prompts, eta={cfg.staleness.eta}, "
-          f"{cfg.staleness.batch_size} groups x {cfg.staleness.group_size} per step, "
+    print(f"{PROG}: model {model_path}, {len(prompts)} prompts, "
+          f"eta={cfg.staleness.max_staleness}, {cfg.staleness.batch_size} groups x "
+          f"{cfg.staleness.group_size} per step, "
           f"{cfg.run.steps} steps -> {out_dir}")
     from .cli import EXIT_SIGTERM, async_sigint, interrupted_status
 
