@@ -60,6 +60,7 @@ from .errors import (
     IllegalUnitState,
     InvalidUnitId,
     InvariantViolation,
+    NotAnEvent,
     ReplayDivergence,
     UnknownUnit,
 )
@@ -629,6 +630,8 @@ class StalenessController:
 def apply(controller: StalenessController, event: Event) -> Event | None:
     """Run the operation ``event`` records on ``controller``; return the event it produced
     (None when the operation was refused: reserve must wait, consume found nothing READY)."""
+    if not isinstance(event, Event):
+        raise NotAnEvent(event)
     before = len(controller._events)
     op = event.op
     if op in ("reserve", "occupy", "abort", "filter"):
@@ -641,9 +644,15 @@ def apply(controller: StalenessController, event: Event) -> Event | None:
 
 
 def replay(config: Config, events: Iterable[Event]) -> StalenessController:
-    """Rebuild a controller from its event log, insisting on every recorded outcome."""
+    """Rebuild a controller from its event log, insisting on every recorded outcome. Anything
+    in ``events`` that is not an ``Event`` raises ``NotAnEvent`` (the controller is then in
+    the state the events before it describe)."""
     controller = StalenessController(config)
-    for event in events:
+    if isinstance(events, (str, bytes, dict, Event)) or not isinstance(events, Iterable):
+        raise NotAnEvent(events, sequence=True)
+    for index, event in enumerate(events):
+        if not isinstance(event, Event):
+            raise NotAnEvent(event, index)
         produced = apply(controller, event)
         if produced != event:
             raise ReplayDivergence(event.seq, event, produced)

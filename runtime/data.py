@@ -54,7 +54,7 @@ def _prompt(record: object, where: str, index: int, prompt_field: str,
             raise DataError(f"{where}: field {answer_field!r} must be a non-empty string or a "
                             f"number, got {_short(answer)}")
     meta = {k: v for k, v in record.items() if k not in (prompt_field, answer_field)}
-    return Prompt(text, answer, index, meta, messages)
+    return Prompt(text, answer, index, meta, messages, source=where)
 
 
 ROLES = ("system", "user", "assistant", "tool")

@@ -247,8 +247,8 @@ def text_lines(path: str | os.PathLike[str], limit: int, what: str
                 try:
                     yield number, data.decode("utf-8-sig" if number == 1 else "utf-8")
                 except UnicodeDecodeError as exc:
-                    raise FileInputError(path, number, f"not UTF-8 text (byte {exc.start} of "
-                                                       f"the line)") from None
+                    raise FileInputError(path, number, f"not a UTF-8 text file (byte "
+                                                       f"{exc.start} of the line)") from None
         except OSError as exc:
             raise FileInputError(path, 0, f"read failed: {exc.strerror or exc}", what) from None
 
@@ -295,3 +295,100 @@ def json_file(path: str | os.PathLike[str], what: str, limit: int = SMALL_JSON_B
         return loads_bounded(data)
     except ValueError as exc:
         raise FileInputError(path, 0, json_reason(exc), what) from None
+
+
+# ------------------------------------------------------------- weights and checkpoints ------
+
+MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own limit on a header
+
+
+def safetensors_file(path: str | os.PathLike[str], what: str) -> None:
+    """A complete safetensors file: an 8-byte header length, a JSON header of that length,
+    and exactly as many bytes of data as the header's offsets end at. Reads only the header,
+    so a truncated (or over-long) file is found without loading its tensors."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or n > min(size - 8, MAX_SAFETENSORS_HEADER):
+                raise FileInputError(p, 0, "not a complete safetensors file (its header is "
+                                           "cut short or missing)", what)
+            raw = f.read(n)
+    except OSError as exc:
+        raise FileInputError(p, 0, f"can't read: {exc.strerror or exc}", what) from None
+    try:
+        header = loads_bounded(raw)
+    except ValueError as exc:
+        raise FileInputError(p, 0, f"not a safetensors file (header {json_reason(exc)})",
+                             what) from None
+    ends = [t.get("data_offsets", [0, 0])[1] if isinstance(t, dict) else None
+            for k, t in (header.items() if isinstance(header, dict) else [(None, None)])
+            if k != "__metadata__"]
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends):
+        raise FileInputError(p, 0, "not a safetensors file (a tensor without data_offsets)",
+                             what)
+    expected = 8 + n + max(ends, default=0)
+    if expected != size:
+        state = "truncated" if size < expected else "longer than its header says"
+        raise FileInputError(p, 0, f"{state}: its header describes {expected:,} bytes, the "
+                                   f"file has {size:,}", what)
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "*.safetensors",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def model_weights(directory: str | os.PathLike[str], what: str) -> None:
+    """A Hugging Face model directory holds weights a loader will find: a sharded index whose
+    shards are all there, or safetensors files (each complete), or a PyTorch ``.bin``."""
+    d = Path(directory)
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (d / index).is_file():
+            data = json_file(d / index, what)
+            shards = data.get("weight_map") if isinstance(data, dict) else None
+            if not isinstance(shards, dict) or not shards or not all(
+                    isinstance(v, str) for v in shards.values()):
+                raise FileInputError(d / index, 0, "has no weight_map of tensor -> file", what)
+            for shard in sorted(set(shards.values())):
+                if not (d / shard).is_file():
+                    raise FileInputError(d, 0, f"{index} names {shard}, which is missing", what)
+                if shard.endswith(".safetensors"):
+                    safetensors_file(d / shard, what)
+            return
+    tensors = sorted(d.glob("*.safetensors"))
+    for path in tensors:
+        safetensors_file(path, what)
+    if tensors or (d / "pytorch_model.bin").is_file():
+        return
+    raise FileInputError(d, 0, "holds no weights (no model.safetensors, "
+                               "model.safetensors.index.json or pytorch_model.bin)", what)
+
+
+def trainer_checkpoint(directory: str | os.PathLike[str], what: str) -> int:
+    """A trainer checkpoint (``train --resume CHECKPOINT``) that loads: ``trainer_state.json``
+    is JSON with a whole ``steps`` >= 0, ``model.safetensors`` is complete, ``optimizer.pt``
+    is a whole torch archive. Returns the steps it records."""
+    import zipfile
+
+    d = Path(directory)
+    state = json_file(d / "trainer_state.json", what)
+    steps = state.get("steps") if isinstance(state, dict) else None
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise FileInputError(d / "trainer_state.json", 0, f"must be an object with a whole "
+                                                          f"number of steps >= 0, got "
+                                                          f"{str(state)[:80]}", what)
+    if not (d / "model.safetensors").is_file():
+        raise FileInputError(d, 0, "has no model.safetensors", what)
+    safetensors_file(d / "model.safetensors", what)
+    optimizer = d / "optimizer.pt"
+    try:
+        with zipfile.ZipFile(optimizer):  # reads the archive's directory, kept at its end
+            pass
+    except FileNotFoundError:
+        raise FileInputError(d, 0, "has no optimizer.pt", what) from None
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise FileInputError(optimizer, 0, f"not a whole torch archive (truncated?): {exc}",
+                             what) from None
+    return steps

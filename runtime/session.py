@@ -129,7 +129,7 @@ def recovery_settings(cfg: TrainConfig) -> Any:
     from .recovery.durable import RecoverySettings
 
     r = cfg.recovery
-    return RecoverySettings(r.enabled, r.checkpoint_every, r.keep_checkpoints, r.fsync)
+    return RecoverySettings(r.enabled, r.commit_every, r.keep_checkpoints, r.fsync)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -393,7 +393,7 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
         driver_counts = {}
 
     async def checkpoint(record: Any) -> None:
-        every = cfg.run.checkpoint_every
+        every = cfg.run.save_model_every
         if every and (record.step + 1) % every == 0:
             await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
 
@@ -418,7 +418,7 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
                             startup_s=engines.startup_s, eval_resume=at_resume)
     if cfg.run.plot and sink.rows:
         result.plot_path = plot(sink.rows, out_dir / "curves.png",
-                                f"GRPO, eta={cfg.staleness.eta}, {cfg.run.steps} steps")
+                                f"GRPO, eta={cfg.staleness.max_staleness}, {cfg.run.steps} steps")
     atomic_io.write_text(out_dir / "summary.json", json.dumps(
         {**summary, "eval_before": before, "eval_after": after,
          **({"eval_at_resume": at_resume} if at_resume else {}),

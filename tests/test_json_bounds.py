@@ -214,3 +214,15 @@ def test_simulate_workload_and_cost_refuse_deep_and_long_input(tmp_path, capsys,
     cost.write_text('{"name": "' + "a" * 200 + '"}')
     _exit_2_naming(capsys, ["simulate", "--cost", str(cost), "--no-progress"],
                    str(cost), "larger than 100 bytes")
+
+
+def test_a_deep_config_file_or_set_value_is_one_line(tmp_path, capsys):
+    """YAML too: PyYAML's composer recurses, so a 1,000-deep config was a RecursionError."""
+    config = tmp_path / "c.yaml"
+    for text in ("run: " + DEEP + "\n", "run: " + "[" * 100_000 + "\n",
+                 "a:\n" + "".join("  " * (k + 1) + f"k{k}:\n" for k in range(1000))):
+        config.write_text(text)
+        _exit_2_naming(capsys, ["train", "--config", str(config), "--check"], str(config),
+                       "nested deeper than 64 levels")
+    _exit_2_naming(capsys, ["train", "--set", f"run.x={DEEP}", "--check"], "--set run.x",
+                   "nested deeper than 64 levels")

@@ -169,3 +169,11 @@ def test_an_external_port_that_sends_100_mb_without_a_newline(tmp_path, capsys):
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(port))}"
     _exit_2(capsys, ["conformance", "--family", "spec", "--adapter-cmd", command],
             "too long for one trace record")
+
+
+def test_the_porting_guide_lists_every_family():
+    """docs/porting.md's list of families (it lacked ``streaming``)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "porting.md").read_text()
+    listed = text.split("The families:", 1)[1].split("## ", 1)[0]
+    for family in vectors.family_names():
+        assert f"`{family}`" in listed, family

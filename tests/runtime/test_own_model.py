@@ -64,7 +64,7 @@ async def test_the_math_recipe_runs_a_few_steps_on_cpu(tiny_chat_model, tmp_path
     cfg = load_config(RECIPE, {
         "model.path": str(tiny_chat_model), "trainer.device": "cpu", "run.steps": 3,
         "run.output_dir": str(out), "run.progress": False, "run.plot": False,
-        "run.eval_prompts": 2, "run.eval_samples": 1, "run.checkpoint_every": 2,
+        "run.eval_prompts": 2, "run.eval_samples": 1, "run.save_model_every": 2,
         "staleness.batch_size": 2, "staleness.group_size": 4, "rollout.max_tokens": 12,
         "rollout.max_model_len": 512, "rollout.max_num_seqs": 16,
         # the tiny model rarely boxes a right answer: train on uniform groups too

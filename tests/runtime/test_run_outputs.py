@@ -98,8 +98,8 @@ def test_weights_and_checkpoints_have_the_mode_of_every_other_file(tmp_path, tin
     out = tmp_path / "run"
     old = os.umask(0o027)
     try:
-        assert _train(out, "--set", "run.checkpoint_every=1", "--set",
-                      "recovery.checkpoint_every=1") == 0
+        assert _train(out, "--set", "run.save_model_every=1", "--set",
+                      "recovery.commit_every=1") == 0
     finally:
         os.umask(old)
     weights = sorted((out / "weights").glob("v*/model.safetensors"))

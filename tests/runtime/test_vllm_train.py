@@ -77,7 +77,7 @@ async def test_short_run_respects_eta_and_publishes_real_weights(engine, tokeniz
     await engine.load_weights(tiny_model)
     await engine.resume()
     before = await _greedy(engine, tokenizer, probes, "probe0")
-    cfg = _cfg(tmp_path, **{"staleness.eta": 1, "run.steps": 8})
+    cfg = _cfg(tmp_path, **{"staleness.max_staleness": 1, "run.steps": 8})
     result = await _train(cfg, engine, tiny_model, tmp_path, hook=_record_batches)
     driver = result.driver
     assert len(driver.seen_batches) == 8 and len(result.rows) == 8
@@ -117,7 +117,8 @@ async def test_partial_rollout_keeps_tokens_oldest_version_and_right_logprobs(
     # Long answers (no end token) and a fast trainer: weight updates land mid-generation. A
     # large learning rate and a flat sampling distribution (temperature 2) make consecutive
     # versions clearly different distributions, so a token scored by the wrong one shows.
-    cfg = _cfg(tmp_path, **{"staleness.eta": 2, "trainer.lr": 3e-3, "rollout.temperature": 2.0, "staleness.batch_size": 2,
+    cfg = _cfg(tmp_path, **{"staleness.max_staleness": 2, "trainer.lr": 3e-3,
+                            "rollout.temperature": 2.0, "staleness.batch_size": 2,
                             "staleness.group_size": 2, "rollout.ignore_eos": True,
                             "rollout.max_tokens": 64, "run.steps": 5, "run.keep_weights": 10,
                             "staleness.filter_zero_variance": False})
@@ -194,7 +195,7 @@ class HangingRollout:
 
 
 async def test_hung_request_is_released_by_the_stuck_timeout(engine, tiny_model, tmp_path):
-    cfg = _cfg(tmp_path, **{"staleness.eta": 0, "staleness.batch_size": 2,
+    cfg = _cfg(tmp_path, **{"staleness.max_staleness": 0, "staleness.batch_size": 2,
                             "staleness.group_size": 2, "run.steps": 3, "timeouts.stuck_s": 1.5,
                             "recovery.enabled": False})
     hanging = HangingRollout(engine, "g1-c0-s0")
@@ -306,7 +307,7 @@ async def test_the_demo_still_learns_in_bf16_mixed(engine, tiny_model, tmp_path)
 async def test_streaming_run_trains_chunks_and_whole_batches(engine, tiny_model, tmp_path):
     # Two groups in flight at a time: the head buffer fills one group after another, so the
     # trainer has final units to train before each batch is whole.
-    cfg = _cfg(tmp_path, **{"staleness.eta": 1, "staleness.max_concurrency": 2,
+    cfg = _cfg(tmp_path, **{"staleness.max_staleness": 1, "staleness.max_concurrency": 2,
                             "trainer.streaming": True, "run.steps": 4})
     seen = []
 

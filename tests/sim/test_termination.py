@@ -8,9 +8,8 @@ import pytest
 
 from runtime.cli import main
 from runtime.sim.model import core
-from runtime.sim.model.core import SimulationStalled, Simulator
+from runtime.sim.model.core import Policy, SimulationStalled, Simulator
 from runtime.sim.model.cost import preset
-from runtime.sim.model.core import Policy
 from runtime.sim.model.runner import RunSpec, simulate
 from runtime.sim.model.workload import MathReasoningShape, generate
 
