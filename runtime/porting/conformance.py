@@ -26,11 +26,10 @@ from typing import Any
 
 from reserve_occupy.trace import dumps, header, loads_bounded, parse_config
 
-from .. import inputs
-from .. import atomic_io
+from .. import atomic_io, inputs
 from ..inputs import InputError
 from . import vectors as vec
-from .runner import AdapterError, Adapter, Failure, ReferenceAdapter, SubprocessAdapter
+from .runner import Adapter, AdapterError, Failure, ReferenceAdapter, SubprocessAdapter
 from .runner import run as run_vectors
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
