@@ -36,6 +36,10 @@ def _prompt(record: object, where: str, index: int, prompt_field: str,
     elif not text.strip():
         raise DataError(f"{where}: field {prompt_field!r} is only whitespace, got "
                         f"{_short(text)}")
+    for label, value in ((f"field {prompt_field!r}", text),
+                         *((f"{prompt_field}[{i}]", m["content"])
+                           for i, m in enumerate(messages or ()))):
+        _encodable(value, where, label)
     size = len(text) + sum(len(m["content"]) for m in messages or ())
     if size > MAX_PROMPT_CHARS:
         raise DataError(f"{where}: field {prompt_field!r} is {size:,} characters; at most "
@@ -53,8 +57,20 @@ def _prompt(record: object, where: str, index: int, prompt_field: str,
         if not isinstance(answer, str) or not answer.strip():
             raise DataError(f"{where}: field {answer_field!r} must be a non-empty string or a "
                             f"number, got {_short(answer)}")
+        _encodable(answer, where, f"field {answer_field!r}")
     meta = {k: v for k, v in record.items() if k not in (prompt_field, answer_field)}
     return Prompt(text, answer, index, meta, messages, source=where)
+
+
+def _encodable(text: str, where: str, label: str) -> None:
+    """JSON's ``"\\ud800"`` escape decodes to a lone surrogate, which is no Unicode text: the
+    tokenizer would fail on it mid-run, so it is refused here, naming the line."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{where}: {label} holds a lone surrogate "
+                        f"(\\u{ord(text[exc.start]):04x} at character "
+                        f"{exc.start}), not Unicode text") from None
 
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -94,8 +110,10 @@ def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
     path = Path(path) if path is not None else DATA_FILE
     if path.is_dir():
         raise DataError(f"{path}: is a directory, not a file of prompts")
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"{path}: no such file")
+    if not path.is_file():  # a device, a fifo, a socket: never opened (a fifo would block)
+        raise DataError(f"{path}: not a regular file")
     out: list[Prompt] = []
     if path.suffix == ".parquet":
         try:

@@ -105,12 +105,11 @@ def number_in(option: str, value: float | None, lo: float, hi: float,
         raise InputError(f"{option} must be a number in {bracket}{lo:g}, {hi:g}], got {value}")
 
 
-def text_file(path: str | os.PathLike[str], what: str) -> str:
-    """The whole of a UTF-8 text file (a leading BOM is dropped)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{what} {path}: can't read: {exc.strerror or exc}") from None
+def text_file(path: str | os.PathLike[str], what: str, limit: int | None = None) -> str:
+    """The whole of a UTF-8 text file (a leading BOM is dropped), refused if it is larger than
+    ``limit`` bytes (default ``SMALL_JSON_BYTES``): at most ``limit + 1`` bytes are ever read,
+    so ``/dev/zero`` or a file of gigabytes is one error, not all of memory."""
+    data = read_bounded(path, SMALL_JSON_BYTES if limit is None else limit, what)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -112,7 +112,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.workload:
         inputs.readable_file(args.workload, "--workload")
     if args.cost:
-        inputs.text_file(args.cost, "--cost")
+        inputs.text_file(args.cost, "--cost", inputs.COST_FILE_BYTES)
     if args.mode == "run" and args.out:
         inputs.output_dir(args.out, "--out")
         _fresh_out(Path(args.out), args.overwrite)
