@@ -12,7 +12,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -43,6 +44,33 @@ class _Section(BaseModel):
     # allow_inf_nan=False: YAML's .inf and .nan are refused for every float field (a run would
     # train NaN, and config.json would record null, which --resume cannot read back).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number field takes a number: YAML's ``true``/``yes`` is no learning rate (pydantic
+        would read it as 1), and a whole-number field takes no float (``batch_size: 16.0``).
+        Text is still parsed as pydantic does (``lr: 1e-3`` is a string to YAML)."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None:
+            _check_number(field.annotation, value)
+        return value
+
+
+def _check_number(annotation: Any, value: Any) -> None:
+    """``ValueError`` if ``value`` is a bool for a number field (``int``, ``float``, either
+    optional, or a tuple of floats), or a float for a whole-number field."""
+    if get_origin(annotation) is tuple and isinstance(value, (list, tuple)):
+        for item in value:
+            _check_number(get_args(annotation)[0], item)
+        return
+    kinds = set(get_args(annotation) or (annotation,))
+    if not kinds & {int, float}:
+        return
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    if float not in kinds and isinstance(value, float):
+        raise ValueError("must be a whole number, not a float")
 
 
 def _non_finite(value: Any, where: str = "", seen: set[int] | None = None

@@ -74,3 +74,24 @@ def test_data_path_that_is_not_a_regular_file_says_so(tmp_path, capsys):
                 f"{path}: not a regular file")
     _exit_2(capsys, ["train", "--set", f"data.path={tmp_path / 'missing'}", "--check"],
             "missing: no such file")
+
+
+@pytest.mark.parametrize("setting, reason", [
+    ("trainer.lr=true", "trainer.lr: must be a number, not a boolean"),
+    ("trainer.clip_high=yes", "trainer.clip_high: must be a number, not a boolean"),
+    ("rollout.temperature=true", "rollout.temperature: must be a number, not a boolean"),
+    ("staleness.max_staleness=true", "staleness.max_staleness: must be a number, not a boolean"),
+    ("trainer.betas=[true, 0.9]", "trainer.betas: must be a number, not a boolean"),
+    ("staleness.batch_size=16.0", "staleness.batch_size: must be a whole number, not a float"),
+    ("run.seed=0.0", "run.seed: must be a whole number, not a float"),
+])
+def test_a_boolean_or_a_float_is_no_number_of_the_config(capsys, setting, reason):
+    assert main(["train", "--set", setting, "--check"]) == 2
+    assert reason in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", ["trainer.lr=1e-3", "trainer.lr=1", "run.steps=5",
+                                     "trainer.max_grad_norm=null", "trainer.streaming=true",
+                                     "staleness.max_staleness=0"])
+def test_numbers_the_config_still_takes(capsys, setting):
+    assert main(["train", "--set", setting, "--check"]) == 0, capsys.readouterr().err
