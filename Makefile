@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,15 @@ install: $(STAMP)
 ## The whole suite: core, proofs, simulator, runtime with real vLLM on CPU.
 test: $(STAMP)
 	$(PY) -m pytest
+
+## The inner loop (about two minutes on 2 quiet cores): the suite without the tests marked
+## slow, vllm, ray, verl, venv, faults or proofs (pyproject.toml lists the markers).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not (slow or vllm or ray or verl or venv or faults or proofs or deep)"
+
+## The tests marked deep, which `make test` skips: the 30-step bf16-mixed demo run learns.
+test-deep: $(STAMP)
+	RO_TEST_DEEP=1 $(PY) -m pytest -m deep
 
 ## Only the pure core (seconds; no torch or vLLM).
 test-core: $(STAMP)

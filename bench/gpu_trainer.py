@@ -81,7 +81,7 @@ def _settings(args: argparse.Namespace, precision: str, ckpt: bool, out: Path) -
         "rollout.backend": "fake", "rollout.fake_token_s": 1e-6,
         "rollout.max_tokens": args.response_len, "rollout.ignore_eos": True,
         "rollout.max_model_len": args.prompt_len + args.response_len,
-        "staleness.eta": 1, "staleness.batch_size": args.groups,
+        "staleness.max_staleness": 1, "staleness.batch_size": args.groups,
         "staleness.group_size": args.group_size, "staleness.filter_zero_variance": False,
         "trainer.device": args.device, "trainer.precision": precision,
         "trainer.gradient_checkpointing": ckpt, "trainer.micro_batch": args.micro_batch,

@@ -1,9 +1,16 @@
 """Pytest glue for proofs/: the terminal summary with state counts, proof times and the mutant
-kill table (collected in ``proofs.report``)."""
+kill table (collected in ``proofs.report``); every test here carries the ``proofs`` marker
+(``make test-fast`` leaves them out)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from proofs import report
+
+_HERE = Path(__file__).parent
 
 # Long sections first, so the short tables end up next to the final result line.
 _ORDER = ["mutant counterexamples (shortest, from the model checker)",
@@ -17,3 +24,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("=", title)
         for line in report.SECTIONS[title]:
             terminalreporter.write_line(line)
+
+
+def pytest_collection_modifyitems(config, items):
+    # A conftest's collection hook sees the whole session's items: mark only those under proofs/.
+    for item in items:
+        if _HERE in item.path.parents:
+            item.add_marker(pytest.mark.proofs)

@@ -35,15 +35,16 @@ the same search with real reached controllers in the frontier (``materialise=Fal
 same keys, and along random real traces ``materialise(canonical(c))`` has the same successors
 as ``c`` for every operation.
 
-Checks: every ``INVARIANTS`` entry plus the controller's private indexes (``check_controller``)
-on every new state -- or on every successor with ``check_every_edge`` --, the per-edge checks
-above, crashes (any exception), refused operations that change the state, for streaming the
-per-edge ``stream`` checks (a stream hands exactly the head's unhanded OCCUPIED units; no
-operation but consume moves a STREAMED unit; consume's batch holds every one), optionally
-conformance of every edge to the Z3 encoding (``proofs.refine``), and after the search two
-reachability properties: from every state a consume is reachable (``progress``), and reachable with
-reserve/occupy/publish/consume alone (``progress_cooperative``: a runtime whose units all finish
-never needs a timeout to make progress).
+Checks: every ``INVARIANTS`` entry plus the controller's private indexes
+(``StalenessController.check``) on every new state -- or on every successor with
+``check_every_edge`` --, the per-edge checks above, crashes (any exception), refused
+operations that change the state, for streaming the per-edge ``stream`` checks (a stream hands
+exactly the head's unhanded OCCUPIED units; no operation but consume moves a STREAMED unit;
+consume's batch holds every one), optionally conformance of every edge to the Z3 encoding
+(``proofs.refine``), and after the search two reachability properties: from every state a
+consume is reachable (``progress``), and reachable with reserve/occupy/publish/consume alone
+(``progress_cooperative``: a runtime whose units all finish never needs a timeout to make
+progress).
 """
 
 from __future__ import annotations
@@ -63,7 +64,6 @@ from reserve_occupy import (
     StalenessController,
     UnitState,
 )
-from reserve_occupy.invariants import check_controller
 from reserve_occupy.table import EMPTY, OCCUPIED, RESERVED, Buffer
 
 OPS = ("reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck", "stream")
@@ -348,10 +348,10 @@ def stream_checks(pre: StalenessController, op: str, post: StalenessController,
 
 
 def check_state(c: StalenessController) -> tuple[str, str] | None:
-    """Every ``INVARIANTS`` entry and the private indexes (``check_controller``), then
+    """Every ``INVARIANTS`` entry and the private indexes (``StalenessController.check``), then
     ``aux_stamp``: the strengthening the Z3 proofs assume (no unit newer than ``version``)."""
     try:
-        check_controller(c)
+        c.check()
     except InvariantViolation as e:
         return f"invariant:{e.invariant}", e.detail
     for u, v in c._table.live_versions().items():

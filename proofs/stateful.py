@@ -43,7 +43,6 @@ from reserve_occupy import (
     apply,
     replay,
 )
-from reserve_occupy.invariants import check_controller
 
 from .modelcheck import check_state, edge_checks
 from .refine import concrete_ops, conformance
@@ -269,7 +268,7 @@ class ControllerMachine(RuleBasedStateMachine):
         if self.c is None:
             return
         try:
-            check_controller(self.c)
+            self.c.check()
         except AssertionError as e:
             raise Violation(f"invariant:{getattr(e, 'invariant', 'private')}", str(e)) from e
 

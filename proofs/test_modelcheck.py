@@ -13,7 +13,6 @@ import random
 import pytest
 
 from reserve_occupy import Config, StalenessController
-from reserve_occupy.invariants import check_controller
 
 from . import report
 from .modelcheck import ModelChecker, canonical, check_config, enabled, materialise, run_op
@@ -83,7 +82,7 @@ def test_materialise_is_bisimilar_along_random_real_traces() -> None:
         for _ in range(300):
             key, names = canonical(c)
             twin = materialise(key, StalenessController, cfg)
-            check_controller(twin)
+            twin.check()
             assert canonical(twin)[0] == key
             ops_c = enabled(c, names)
             ops_t = enabled(twin, canonical(twin)[1])

@@ -111,5 +111,25 @@ class ReplayDivergence(ProtocolError):
         super().__init__(f"event {seq}: recorded {expected!r}, replay gave {actual!r}")
 
 
+class NotAnEvent(ProtocolError, TypeError):
+    """``replay`` or ``apply`` was given something that is not an ``Event`` (a trace record
+    dict, text, None), or ``replay`` events that are not an iterable of them. ``index`` is the
+    position in the events (None: the argument as a whole)."""
+
+    def __init__(self, value: object, index: int | None = None, sequence: bool = False) -> None:
+        self.index = index
+        self.value = value
+        shown = repr(value)
+        got = f"{type(value).__name__} {shown if len(shown) <= 80 else shown[:77] + '...'}"
+        if sequence:
+            super().__init__(f"replay's events must be an iterable of reserve_occupy.Event "
+                             f"(such as controller.events), got {got}")
+            return
+        where = f"event {index}" if index is not None else "the event"
+        hint = (" (a trace line becomes one with reserve_occupy.trace.parse_record(record, "
+                "line).event)" if isinstance(value, dict) else "")
+        super().__init__(f"{where} is not a reserve_occupy.Event: {got}{hint}")
+
+
 class GroupError(ProtocolError):
     """Misuse of a ``Group`` (unknown candidate, candidate reported twice, group closed)."""

@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from .errors import InvariantViolation
-from .table import EMPTY, NO_VERSION, OCCUPIED, RESERVED
-from .types import BatchUnit, BufferStatus, Phase, SlotState, Snapshot, UnitState
-
-if TYPE_CHECKING:
-    from .machine import StalenessController
+from .types import BufferStatus, Phase, SlotState, Snapshot, UnitState
 
 E, R, O = SlotState.EMPTY, SlotState.RESERVED, SlotState.OCCUPIED
 _RANK = {O: 0, E: 1, R: 2}
@@ -237,66 +232,3 @@ def check_snapshot(s: Snapshot) -> None:
         detail = check(s)
         if detail is not None:
             raise InvariantViolation(name, detail)
-
-
-def check_controller(c: StalenessController) -> None:
-    """Snapshot invariants plus the controller's private indexes agreeing with its slots."""
-    check_snapshot(c.snapshot())
-    t = c._table
-    for u, (buf, i) in t.where.items():
-        if buf.unit[i] != u or buf.state[i] != RESERVED or t.buffers.get(buf.v) is not buf:
-            raise InvariantViolation("conservation", f"index says {u!r} at ({buf.v}, {i})")
-    for v, buf in t.buffers.items():
-        if (buf.state.count(OCCUPIED), buf.state.count(RESERVED)) != (buf.n_occ, buf.n_res):
-            raise InvariantViolation("conservation", f"buffer {v} counters out of step")
-        # the indexes the hot paths read instead of scanning: versions, reservation counts per
-        # version, finished units' slots and prebuilt batch entries
-        reserved = [w for st, w in zip(buf.state, buf.version) if st == RESERVED]
-        occupied = {u: i for i, (st, u) in enumerate(zip(buf.state, buf.unit)) if st == OCCUPIED}
-        entries = {i: BatchUnit(u, buf.version[i], v - buf.version[i])
-                   for u, i in occupied.items()}
-        if (any((st == EMPTY) != (w == NO_VERSION) for st, w in zip(buf.state, buf.version))
-                or buf.res_versions != Counter(reserved) or buf.pos != occupied
-                or any(buf.entry[i] != e for i, e in entries.items())
-                or any(e is not None for i, e in enumerate(buf.entry) if i not in entries)
-                or any(t.v_traj.get(buf.unit[i]) != w for i, (st, w)
-                       in enumerate(zip(buf.state, buf.version)) if st == RESERVED)):
-            raise InvariantViolation("conservation", f"buffer {v} indexes out of step")
-    states = c._unit_states()
-    in_table = len(t.where) + sum(len(b.pos) for b in t.buffers.values())
-    live = sum(1 for st in states.values()
-               if st in (UnitState.IN_FLIGHT, UnitState.FINISHED, UnitState.STREAMED))
-    if in_table != live or set(t.v_traj) != set(t.where):
-        raise InvariantViolation("conservation", "slot index and unit records disagree")
-    if c.in_flight != sum(1 for st in states.values() if st is UnitState.IN_FLIGHT):
-        raise InvariantViolation("conservation", "in-flight counter out of step")
-    # A FINISHED unit is recorded by its buffer's number and reads CONSUMED once the controller's
-    # watermark passed it (machine.py, "Unit records"): the watermark, the records and the
-    # consumed counter are kept apart from the table, so each is checked against it here.
-    if c._consumed_below != t.head:
-        raise InvariantViolation("conservation", f"consumed watermark {c._consumed_below} but "
-                                                 f"head {t.head}")
-    consumed = 0
-    for u, rec in c._units.items():
-        if rec.__class__ is not int:
-            if not (rec is UnitState.IN_FLIGHT or rec is UnitState.ABORTED
-                    or rec is UnitState.FILTERED):  # FINISHED and CONSUMED are never stored
-                raise InvariantViolation("conservation", f"unit {u!r} has record {rec!r}")
-        elif rec < t.head:
-            consumed += 1
-        elif rec not in t.buffers or u not in t.buffers[rec].pos:
-            raise InvariantViolation("conservation",
-                                     f"finished unit {u!r} is recorded in buffer {rec}, not there")
-    # The handed set is the controller's, kept apart from the slots: each unit in it must still
-    # be a FINISHED record of the head buffer and OCCUPIED there (streamed, above, reads the
-    # snapshot, which takes its STREAMED states from this same set).
-    head_buf = t.buffers.get(t.head)
-    for u in c._streamed:
-        if c._units.get(u) != t.head or head_buf is None or u not in head_buf.pos:
-            raise InvariantViolation("streamed", f"unit {u!r} was streamed but is not a finished "
-                                                 f"unit of head buffer {t.head}")
-    if c._streamed and c.phase is not Phase.IDLE:
-        raise InvariantViolation("streamed", "units are streamed while the trainer trains")
-    if consumed != c._consumed:
-        raise InvariantViolation("conservation", f"{consumed} units recorded consumed, counter "
-                                                 f"{c._consumed}")

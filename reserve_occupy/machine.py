@@ -59,9 +59,12 @@ from .errors import (
     IllegalOperation,
     IllegalUnitState,
     InvalidUnitId,
+    InvariantViolation,
+    NotAnEvent,
     ReplayDivergence,
     UnknownUnit,
 )
+from .invariants import check_snapshot
 from .table import RESERVED, SlotTable
 from .types import (
     Batch,
@@ -279,10 +282,50 @@ class StalenessController:
         )
 
     def check(self) -> None:
-        """Raise ``InvariantViolation`` naming the first invariant that does not hold."""
-        from .invariants import check_controller
-
-        check_controller(self)
+        """Raise ``InvariantViolation`` naming the first invariant that does not hold: the
+        snapshot's (``invariants.INVARIANTS``), then the table's indexes
+        (``SlotTable.check_indexes``), then this controller's own records against the table."""
+        check_snapshot(self.snapshot())
+        t = self._table
+        t.check_indexes()
+        states = self._unit_states()
+        in_table = len(t.where) + sum(len(b.pos) for b in t.buffers.values())
+        live = sum(1 for st in states.values()
+                   if st in (UnitState.IN_FLIGHT, UnitState.FINISHED, UnitState.STREAMED))
+        if in_table != live:
+            raise InvariantViolation("conservation", "slot index and unit records disagree")
+        if self.in_flight != sum(1 for st in states.values() if st is UnitState.IN_FLIGHT):
+            raise InvariantViolation("conservation", "in-flight counter out of step")
+        # A FINISHED unit is recorded by its buffer's number and reads CONSUMED once the
+        # watermark passed it ("Unit records" above): the watermark, the records and the consumed
+        # counter are kept apart from the table, so each is checked against it here.
+        if self._consumed_below != t.head:
+            raise InvariantViolation("conservation", f"consumed watermark "
+                                                     f"{self._consumed_below} but head {t.head}")
+        consumed = 0
+        for u, rec in self._units.items():
+            if rec.__class__ is not int:
+                if not (rec is UnitState.IN_FLIGHT or rec is UnitState.ABORTED
+                        or rec is UnitState.FILTERED):  # FINISHED and CONSUMED are never stored
+                    raise InvariantViolation("conservation", f"unit {u!r} has record {rec!r}")
+            elif rec < t.head:
+                consumed += 1
+            elif rec not in t.buffers or u not in t.buffers[rec].pos:
+                raise InvariantViolation("conservation", f"finished unit {u!r} is recorded in "
+                                                         f"buffer {rec}, not there")
+        # The handed set is kept apart from the slots: each unit in it must still be a FINISHED
+        # record of the head buffer and OCCUPIED there (the snapshot's ``streamed`` invariant
+        # reads the STREAMED states this same set gives it).
+        head_buf = t.buffers.get(t.head)
+        for u in self._streamed:
+            if self._units.get(u) != t.head or head_buf is None or u not in head_buf.pos:
+                raise InvariantViolation("streamed", f"unit {u!r} was streamed but is not a "
+                                                     f"finished unit of head buffer {t.head}")
+        if self._streamed and self.phase is not Phase.IDLE:
+            raise InvariantViolation("streamed", "units are streamed while the trainer trains")
+        if consumed != self._consumed:
+            raise InvariantViolation("conservation", f"{consumed} units recorded consumed, "
+                                                     f"counter {self._consumed}")
 
     def clone(self) -> StalenessController:
         """An independent copy (model checkers branch on it). The event log is copied too."""
@@ -587,6 +630,8 @@ class StalenessController:
 def apply(controller: StalenessController, event: Event) -> Event | None:
     """Run the operation ``event`` records on ``controller``; return the event it produced
     (None when the operation was refused: reserve must wait, consume found nothing READY)."""
+    if not isinstance(event, Event):
+        raise NotAnEvent(event)
     before = len(controller._events)
     op = event.op
     if op in ("reserve", "occupy", "abort", "filter"):
@@ -599,9 +644,15 @@ def apply(controller: StalenessController, event: Event) -> Event | None:
 
 
 def replay(config: Config, events: Iterable[Event]) -> StalenessController:
-    """Rebuild a controller from its event log, insisting on every recorded outcome."""
+    """Rebuild a controller from its event log, insisting on every recorded outcome. Anything
+    in ``events`` that is not an ``Event`` raises ``NotAnEvent`` (the controller is then in
+    the state the events before it describe)."""
     controller = StalenessController(config)
-    for event in events:
+    if isinstance(events, (str, bytes, dict, Event)) or not isinstance(events, Iterable):
+        raise NotAnEvent(events, sequence=True)
+    for index, event in enumerate(events):
+        if not isinstance(event, Event):
+            raise NotAnEvent(event, index)
         produced = apply(controller, event)
         if produced != event:
             raise ReplayDivergence(event.seq, event, produced)

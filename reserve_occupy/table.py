@@ -25,7 +25,7 @@ can break exactly one rule by overriding exactly one method:
   slot order. Only the head buffer: every OCCUPIED unit of it trains in its batch (§3.8).
 
 Indexes, kept in step by ``_put``/``_clear`` (the only slot writers) and all verified by
-``invariants.check_controller``: ``where`` and ``v_traj`` cover in-flight units only; a unit in
+``check_indexes``: ``where`` and ``v_traj`` cover in-flight units only; a unit in
 an OCCUPIED slot is found through its buffer's ``pos`` and carries its version in the slot. So a
 consumed buffer takes everything about its units with it: consume deletes nothing unit by unit.
 
@@ -35,9 +35,11 @@ those and composes these rules into operations. No I/O, no clocks, no threads.
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import compress
 
 from .config import Config
+from .errors import InvariantViolation
 from .types import (
     BatchUnit,
     BufferStatus,
@@ -425,6 +427,34 @@ class SlotTable:
 
     def head_buffer(self) -> Buffer | None:
         return self.buffers.get(self.head)
+
+    # ----------------------------------------------------------------- Checks ----------------
+
+    def check_indexes(self) -> None:
+        """Raise ``InvariantViolation`` ("conservation") unless every index the hot paths read
+        instead of scanning agrees with the slots: ``where`` and ``v_traj`` (in-flight units),
+        each buffer's counters, versions, reservation counts per version, ``pos`` (finished
+        units' slots) and prebuilt batch entries."""
+        for u, (buf, i) in self.where.items():
+            if buf.unit[i] != u or buf.state[i] != RESERVED or self.buffers.get(buf.v) is not buf:
+                raise InvariantViolation("conservation", f"index says {u!r} at ({buf.v}, {i})")
+        for v, buf in self.buffers.items():
+            if (buf.state.count(OCCUPIED), buf.state.count(RESERVED)) != (buf.n_occ, buf.n_res):
+                raise InvariantViolation("conservation", f"buffer {v} counters out of step")
+            reserved = [w for st, w in zip(buf.state, buf.version) if st == RESERVED]
+            occupied = {u: i for i, (st, u) in enumerate(zip(buf.state, buf.unit))
+                        if st == OCCUPIED}
+            entries = {i: BatchUnit(u, buf.version[i], v - buf.version[i])
+                       for u, i in occupied.items()}
+            if (any((st == EMPTY) != (w == NO_VERSION) for st, w in zip(buf.state, buf.version))
+                    or buf.res_versions != Counter(reserved) or buf.pos != occupied
+                    or any(buf.entry[i] != e for i, e in entries.items())
+                    or any(e is not None for i, e in enumerate(buf.entry) if i not in entries)
+                    or any(self.v_traj.get(buf.unit[i]) != w for i, (st, w)
+                           in enumerate(zip(buf.state, buf.version)) if st == RESERVED)):
+                raise InvariantViolation("conservation", f"buffer {v} indexes out of step")
+        if set(self.v_traj) != set(self.where):
+            raise InvariantViolation("conservation", "slot index and unit records disagree")
 
     # ----------------------------------------------------------------- Views -----------------
 

@@ -16,7 +16,10 @@ cannot drift apart.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
+from itertools import accumulate, repeat
+from operator import sub
 from typing import Any, NamedTuple
 
 from .config import Config
@@ -375,10 +378,69 @@ def parse_record(obj: object, line: int) -> TraceEntry:
     return TraceEntry(line, event, logged, refused, served)
 
 
-def decode(text: str, line: int) -> object:
-    """``json.loads`` with the error turned into a ``TraceFormatError`` naming the line."""
+# Deepest nesting of arrays and objects a JSON document may have. A trace record is about 5
+# deep (a consume's batch, its units, a slot); every JSON reader of this project (traces, event
+# logs, data, workloads, cost models, conformance vectors) takes at most this, so a line nested
+# 1,000 deep is an error naming the line, not a ``RecursionError`` of the decoder.
+MAX_JSON_DEPTH = 64
+
+
+class JSONDepthError(json.JSONDecodeError):
+    """A JSON document nests arrays and objects deeper than its reader allows. A subclass of
+    ``json.JSONDecodeError``, so every handler of undecodable JSON handles it too."""
+
+    def __init__(self, depth: int, max_depth: int) -> None:
+        ValueError.__init__(self, f"nested deeper than {max_depth} levels ({depth})")
+        self.depth, self.max_depth = depth, max_depth
+        self.msg, self.doc, self.pos, self.lineno, self.colno = str(self), "", 0, 1, 1
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.depth, self.max_depth)
+
+
+_ESCAPE = re.compile(rb"\\.", re.S)  # a backslash escape in a string (``\"``, ``\\``, ``\n``)
+_NOT_MARK = bytes(c for c in range(256) if c not in b'[]{}"')
+_STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # +1 / -1, plus one
+
+
+def json_depth(text: str | bytes) -> int:
+    """The deepest nesting of arrays and objects in the JSON document ``text`` (brackets in
+    strings do not count), in linear time without decoding it. On text that is not JSON the
+    figure is a guess; the decoder then reports the syntax error."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    if b"\\" in raw:
+        raw = _ESCAPE.sub(b"", raw)  # now every quote opens or closes a string
+    # Keep brackets and quotes. Two adjacent quotes enclose no bracket (an empty string, or
+    # the gap between two strings), so dropping them keeps every other quote's parity.
+    marks = raw.translate(None, _NOT_MARK).replace(b'""', b"")
+    if b'"' in marks:
+        marks = b"".join(marks.split(b'"')[::2])  # the brackets outside strings
+    return max(accumulate(map(sub, marks.translate(_STEP), repeat(1))), default=0)
+
+
+def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` that refuses a document nested deeper than ``max_depth`` with
+    ``JSONDepthError`` (never ``RecursionError``). Bytes must be UTF-8 (``UnicodeDecodeError``
+    otherwise). The caller bounds the text's size."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8")
+    depth = 0
+    if text.count("[") + text.count("{") > max_depth:  # else it cannot be too deep: no scan
+        depth = json_depth(text)
+    if depth > max_depth:
+        raise JSONDepthError(depth, max_depth)
     try:
         return json.loads(text)
+    except RecursionError:  # not reachable within MAX_JSON_DEPTH; kept as a last guard
+        raise JSONDepthError(depth, max_depth) from None
+
+
+def decode(text: str, line: int) -> object:
+    """``loads_bounded`` with the error turned into a ``TraceFormatError`` naming the line."""
+    try:
+        return loads_bounded(text)
+    except JSONDepthError as exc:
+        raise TraceFormatError(line, None, f"not valid JSON: {exc.msg}") from None
     except json.JSONDecodeError as exc:
         raise TraceFormatError(line, None, f"not valid JSON ({exc.msg} at column {exc.colno}); "
                                            f"a truncated or corrupted line?") from None

@@ -11,10 +11,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from reserve_occupy.trace import loads_bounded
+
+from . import atomic_io
 from .clock import Clock
+from .inputs import TRACE_LINE_BYTES, file_lines, json_reason
 from .lengthbias import length_bias
 from .trainer.base import TrainBatch
-from .units import StepRecord
+from .records import StepRecord
 
 
 class Accounting:
@@ -193,14 +197,15 @@ def read_log_counts(path: Any) -> LogCounts:
     """The ``LogCounts`` of an ``events.jsonl`` file (its header line is skipped; a torn last
     line, which recovery would drop, is ignored)."""
     log = LogCounts()
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines[1:], 2):
+    for number, line, last in file_lines(path, TRACE_LINE_BYTES):
+        if number == 1:
+            continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines):
+            record = loads_bounded(line)
+        except ValueError as exc:  # not JSON, too deep, not UTF-8
+            if last:
                 break
-            raise ValueError(f"{path}: line {number} is not valid JSON ({exc})") from None
+            raise ValueError(f"{path}: line {number} is {json_reason(exc)}") from None
         log.add(record)
     return log
 
@@ -271,7 +276,7 @@ class LengthLog:
             keep = set(known)
             log.records = {u: r for u, r in log.records.items() if u in keep}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r) + "\n" for r in log.records.values()))
+        atomic_io.write_text(path, "".join(json.dumps(r) + "\n" for r in log.records.values()))
         log._file = path.open("a", encoding="utf-8")
         return log
 
@@ -280,13 +285,17 @@ class LengthLog:
         """The records of a ``lengths.jsonl`` file. Raises ``ValueError`` naming a bad line
         other than a torn last one."""
         log = cls()
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        for number, line in enumerate(lines, 1):
+        for number, line, last in file_lines(path, TRACE_LINE_BYTES):
             try:
-                log._store(json.loads(line))
-            except (json.JSONDecodeError, ValueError) as exc:
-                if number == len(lines) and isinstance(exc, json.JSONDecodeError):
+                record = loads_bounded(line)
+            except ValueError as exc:  # not JSON, too deep, not UTF-8
+                if last:
                     break
+                raise ValueError(f"{path}: line {number} is not a length record "
+                                 f"({json_reason(exc)})") from None
+            try:
+                log._store(record)
+            except ValueError as exc:
                 raise ValueError(
                     f"{path}: line {number} is not a length record ({exc})") from None
         return log

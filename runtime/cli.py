@@ -231,7 +231,7 @@ def guarded(body: Callable[[], int | None], prog: str, exiting: bool = False) ->
     """Run a command's ``body`` the way every console entry point of this project runs:
     SIGINT exits 130 and SIGTERM 143 with one line, a closed output pipe ends quietly with
     141, an output that cannot be written (a full disk) exits 74 with one line -- never a
-    traceback. Whatever the command writes must be written atomically (``runtime.outputs``),
+    traceback. Whatever the command writes must be written atomically (``runtime.atomic_io``),
     so an interrupted command leaves each output complete or absent. ``exiting``: the process
     exits with the returned status (a console entry point); after an interrupt, further
     SIGINTs and SIGTERMs are then ignored to the end, so they cannot cut the exit short."""

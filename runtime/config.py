@@ -9,25 +9,100 @@ names the file and each bad field (``rollout.temperature: must be > 0 (got -1)``
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from reserve_occupy.config import MAX_STALENESS
+from reserve_occupy.trace import MAX_JSON_DEPTH
 
-from .units import DriverSettings
+from .records import DriverSettings
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
 # refused here, naming the config key, rather than later by reserve_occupy.Config.
 MAX_ETA = MAX_STALENESS  # versions a trajectory may lag
 MAX_GROUPS = 100_000  # groups per batch, slots per buffer, groups in flight
 MAX_CANDIDATES = 10_000  # samples per group
+# Seeds go to numpy (np.random.seed, which vLLM calls with the engine's seed), torch and
+# Python's random; numpy takes 0 .. 2**32 - 1, the narrowest of the three.
+MAX_SEED = 2**32 - 1
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: YAML's .inf and .nan are refused for every float field (a run would
+    # train NaN, and config.json would record null, which --resume cannot read back).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number field takes a number: YAML's ``true``/``yes`` is no learning rate (pydantic
+        would read it as 1), and a whole-number field takes no float (``batch_size: 16.0``).
+        Text is still parsed as pydantic does (``lr: 1e-3`` is a string to YAML)."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None:
+            _check_number(field.annotation, value)
+        return value
+
+
+def _check_number(annotation: Any, value: Any) -> None:
+    """``ValueError`` if ``value`` is a bool for a number field (``int``, ``float``, either
+    optional, or a tuple of floats), or a float for a whole-number field."""
+    if get_origin(annotation) is tuple and isinstance(value, (list, tuple)):
+        for item in value:
+            _check_number(get_args(annotation)[0], item)
+        return
+    kinds = set(get_args(annotation) or (annotation,))
+    if not kinds & {int, float}:
+        return
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    if float not in kinds and isinstance(value, float):
+        raise ValueError("must be a whole number, not a float")
+
+
+def _non_finite(value: Any, where: str = "", seen: set[int] | None = None
+                ) -> tuple[str, float] | None:
+    """The first place (``a.b[0]``) in a free-form value (nested dicts and lists) holding inf
+    or nan, and that number; None if there is none. Each container is visited once (YAML
+    aliases share them), so the walk is linear in what the file holds."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    if isinstance(value, dict):
+        places: Any = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        places = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
+    for place, item in places:
+        found = _non_finite(item, place, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _finite_mapping(value: dict[str, Any]) -> dict[str, Any]:
+    """A free-form section (``reward.options``, ``rollout.engine_args``) holds no inf or nan."""
+    found = _non_finite(value)
+    if found is not None:
+        raise ValueError(f"{found[0]} must be a finite number (got {found[1]})")
+    return value
 
 
 class TinyModelConfig(_Section):
@@ -39,7 +114,7 @@ class TinyModelConfig(_Section):
     warmup_steps: int = Field(200, ge=0)
     warmup_lr: float = Field(3e-3, gt=0)
     max_operand: int = Field(9, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     chat: bool = False  # a tokenizer with a chat template and printable ASCII (recipe tests)
 
     @model_validator(mode="after")
@@ -67,6 +142,8 @@ class RewardConfig(_Section):
     name: str = "exact_answer"  # built-in name, or "package.module:function"
     options: dict[str, Any] = {}
 
+    _finite_options = field_validator("options")(_finite_mapping)
+
 
 class RolloutConfig(_Section):
     # vllm: the real engine. fake: the scripted engine of runtime/rollout/fake.py on the real
@@ -85,12 +162,14 @@ class RolloutConfig(_Section):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     engine_args: dict[str, Any] = {}  # passed to vLLM's AsyncEngineArgs verbatim
 
+    _finite_engine_args = field_validator("engine_args")(_finite_mapping)
+
 
 class StalenessConfig(_Section):
     # Upper bounds (docs/runtime.md, "What train validates"): far above any real run, low
     # enough that the structures sized by them (eta + 1 buffers of capacity slots, a group's
     # candidates) fit in memory; the core's Config checks its own limits as well.
-    eta: int = Field(1, ge=0, le=MAX_ETA)
+    max_staleness: int = Field(1, ge=0, le=MAX_ETA)  # eta: versions a trajectory may lag
     batch_size: int = Field(16, ge=1, le=MAX_GROUPS)  # groups per training step
     group_size: int = Field(8, ge=2, le=MAX_CANDIDATES)  # samples per group (GRPO: >= 2)
     candidates: int | None = Field(None, ge=2, le=MAX_CANDIDATES)  # group-level oversampling
@@ -137,10 +216,17 @@ class TrainerConfig(_Section):
     min_lr_ratio: float = Field(0.0, ge=0, le=1)  # linear/cosine end at lr * this
     # Streaming training (docs/runtime.md, "Streaming training"): while it waits for the head
     # buffer, the trainer takes the buffer's finished units and runs forward/backward on them
-    # in chunks of at least min_chunk_units groups; the optimiser steps once, when the batch
+    # in chunks of at least chunk_groups groups; the optimiser steps once, when the batch
     # is complete, so the update is the whole-batch one. Needs one pass and one minibatch.
     streaming: bool = False
-    min_chunk_units: int = Field(1, ge=1, le=MAX_GROUPS)
+    chunk_groups: int = Field(1, ge=1, le=MAX_GROUPS)
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in value):
+            raise ValueError("AdamW's betas must each be in [0, 1)")
+        return value
 
     @model_validator(mode="after")
     def _streamable(self) -> TrainerConfig:
@@ -156,7 +242,9 @@ class RecoveryConfig(_Section):
     checkpoints in run.output_dir, which ``train --resume DIR`` continues from."""
 
     enabled: bool = True
-    checkpoint_every: int = Field(10, ge=0)  # trainer checkpoint before every Nth publish
+    # commit a trainer checkpoint (checkpoints/step-N/, what --resume restarts from) before
+    # every Nth publish; 0: never (recovery retrains from the log)
+    commit_every: int = Field(10, ge=0)
     keep_checkpoints: int = Field(2, ge=1)
     fsync: bool = True  # survive machine crashes too (process crashes need only the flush)
 
@@ -174,7 +262,7 @@ class RayConfig(_Section):
 class RunConfig(_Section):
     backend: Literal["local", "ray"] = "local"  # in-process, or actors on a Ray cluster
     steps: int = Field(60, ge=1, le=10_000_000)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     output_dir: str = "out/runtime/demo"
     progress: bool = True
     tensorboard: bool = False
@@ -183,7 +271,9 @@ class RunConfig(_Section):
     eval_prompts: int = Field(100, ge=0)  # prompts scored before and after training
     eval_holdout: bool = False  # True: those prompts are the data's last ones, never trained on
     eval_samples: int = Field(4, ge=1, le=10_000)
-    checkpoint_every: int = Field(0, ge=0)  # 0: only at the end
+    # save the model (checkpoint-N/, a directory transformers and vLLM load) every N steps;
+    # 0: only at the end (checkpoint/)
+    save_model_every: int = Field(0, ge=0)
     keep_weights: int = Field(2, ge=1)  # exported weight versions kept on disk
     check_invariants: bool = False
 
@@ -203,8 +293,8 @@ class TrainConfig(_Section):
     @model_validator(mode="after")
     def _chunk_fits(self) -> TrainConfig:
         t = self.trainer
-        if t.streaming and t.min_chunk_units > self.staleness.batch_size:
-            raise ValueError(f"trainer.min_chunk_units ({t.min_chunk_units}) must be <= "
+        if t.streaming and t.chunk_groups > self.staleness.batch_size:
+            raise ValueError(f"trainer.chunk_groups ({t.chunk_groups}) must be <= "
                              f"staleness.batch_size ({self.staleness.batch_size}): a chunk is "
                              f"part of one batch")
         return self
@@ -212,17 +302,51 @@ class TrainConfig(_Section):
     def driver_settings(self) -> DriverSettings:
         s, r, t = self.staleness, self.rollout, self.timeouts
         return DriverSettings(
-            eta=s.eta, batch_size=s.batch_size, group_size=s.group_size, candidates=s.candidates,
-            capacity=s.capacity, max_concurrency=s.max_concurrency, steps=self.run.steps,
+            eta=s.max_staleness, batch_size=s.batch_size, group_size=s.group_size,
+            candidates=s.candidates, capacity=s.capacity, max_concurrency=s.max_concurrency,
+            steps=self.run.steps,
             max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
             partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
             unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
             seed=self.run.seed, check_invariants=self.run.check_invariants,
-            streaming=self.trainer.streaming, min_chunk_units=self.trainer.min_chunk_units)
+            streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups)
 
 
 class ConfigFileError(ValueError):
     """The config file is unreadable or invalid; the message is meant for the user as is."""
+
+
+# Old key -> its name now. An old key still loads (a user's YAML keeps working), with one
+# deprecation line each; a section that gives both names is refused.
+RENAMED_KEYS: dict[str, str] = {
+    "staleness.eta": "staleness.max_staleness",  # the core's Config.max_staleness
+    "trainer.min_chunk_units": "trainer.chunk_groups",  # the simulator's cost.train.chunk_groups
+    "run.checkpoint_every": "run.save_model_every",  # writes checkpoint-N/, a model directory
+    "recovery.checkpoint_every": "recovery.commit_every",  # commits checkpoints/step-N/
+}
+
+
+def _deprecated(old: str, new: str, where: str) -> str:
+    return f"{where}: {old} is deprecated, use {new} (the same setting)"
+
+
+def _rename_keys(data: dict[str, Any], source: str, warn: Callable[[str], None]) -> None:
+    """Move the old keys of ``data`` (a config file's mapping) to their names now, in place."""
+    for old, new in RENAMED_KEYS.items():
+        section, old_leaf = old.split(".")
+        new_leaf = new.split(".")[1]
+        node = data.get(section)
+        if not isinstance(node, dict) or old_leaf not in node:
+            continue
+        if new_leaf in node:
+            raise ConfigFileError(f"{source}: {old} and {new} are one setting (the first is its "
+                                  f"old name): give only {new}")
+        node[new_leaf] = node.pop(old_leaf)
+        warn(_deprecated(old, new, source))
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _describe(exc: ValidationError) -> list[str]:
@@ -238,31 +362,63 @@ def _describe(exc: ValidationError) -> list[str]:
     return lines
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a config file (or a run's config.json) read by load_config
+
+
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load``, refusing a document nested deeper than ``MAX_JSON_DEPTH`` levels
+    with ``ValueError`` (PyYAML's composer recurses: 1,000 levels are a ``RecursionError``).
+    The depth is counted on the parser's events, which it produces without recursing."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    return yaml.safe_load(text)
+
+
 def load_config(path: str | Path | None = None,
-                overrides: dict[str, Any] | None = None) -> TrainConfig:
+                overrides: dict[str, Any] | None = None,
+                warn: Callable[[str], None] = _stderr) -> TrainConfig:
     """Read and validate ``path`` (None: the embedded default), then apply dotted
-    ``overrides`` such as ``{"run.steps": 5}``."""
+    ``overrides`` such as ``{"run.steps": 5}``. An old key name (``RENAMED_KEYS``), in the
+    file or an override, is read as its new one and ``warn`` gets one line for it."""
     data: dict[str, Any] = {}
     source = "the embedded default"
     if path is not None:
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            with open(path, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise ConfigFileError(f"{source}: cannot read the config file "
                                   f"({exc.strerror or exc})") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigFileError(f"{source}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a "
+                                  f"config file")
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigFileError(f"{source}: not a UTF-8 text file (byte {exc.start}: "
                                   f"{exc.reason})") from None
         try:
-            loaded = yaml.safe_load(text)
+            loaded = safe_yaml(text)
         except yaml.YAMLError as exc:
             raise ConfigFileError(f"{source}: not valid YAML: {exc}") from None
+        except ValueError as exc:
+            raise ConfigFileError(f"{source}: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigFileError(f"{source}: the top level must be a mapping of sections, "
                                   f"got {type(loaded).__name__}")
         data = loaded or {}
+        _rename_keys(data, source, warn)
     for dotted, value in (overrides or {}).items():
+        if dotted in RENAMED_KEYS:
+            warn(_deprecated(dotted, RENAMED_KEYS[dotted], "override"))
+            dotted = RENAMED_KEYS[dotted]
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
@@ -286,10 +442,12 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigFileError(f"--set expects KEY=VALUE, got {item!r}")
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key.strip(), safe_yaml(value)
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
+    except ValueError as exc:
+        raise ConfigFileError(f"--set {key.strip()}: {exc}") from None
 
 
 def check_precision(precision: str, device_type: str) -> None:
@@ -334,3 +492,51 @@ def resolve_device(name: str) -> str:
         raise ValueError(f"trainer.device {name!r}: the {device.type} device is not available "
                          f"on this machine; use auto or cpu")
     return name
+
+
+def engine_arg_names() -> frozenset[str]:
+    """The keyword arguments vLLM's ``AsyncEngineArgs`` takes (its dataclass fields), read
+    from the installed vLLM's source without importing it (an import costs ~10 s of CPU);
+    imported after all if the source does not show them."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+    names: set[str] = set()
+    for root in spec.submodule_search_locations or ():
+        path = Path(root) / "engine" / "arg_utils.py"
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name in ("EngineArgs", "AsyncEngineArgs"):
+                names.update(st.target.id for st in node.body
+                             if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                             and "ClassVar" not in ast.unparse(st.annotation))
+    if not names:
+        import dataclasses
+
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        names = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    return frozenset(names)
+
+
+def check_engine_args(engine_args: dict[str, Any]) -> None:
+    """Every key of ``rollout.engine_args`` is an ``AsyncEngineArgs`` argument: one line
+    naming the first unknown key (and the nearest known one), not vLLM's traceback when the
+    engine starts."""
+    if not engine_args:
+        return
+    import difflib
+
+    known = engine_arg_names()
+    for key in engine_args:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise ValueError(f"rollout.engine_args.{key}: not an argument of vLLM's "
+                             f"AsyncEngineArgs{hint}")

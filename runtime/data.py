@@ -9,9 +9,10 @@ model's chat template once the tokenizer is known. Problems are reported as ``Da
 
 from __future__ import annotations
 
-import json
+import math
 from pathlib import Path
 
+from .inputs import DATA_LINE_BYTES, MAX_PROMPT_CHARS, InputError, json_line, text_lines
 from .tasks.arithmetic import DATA_FILE
 from .tasks.base import Prompt
 
@@ -32,18 +33,44 @@ def _prompt(record: object, where: str, index: int, prompt_field: str,
     elif not isinstance(text, str) or not text:
         raise DataError(f"{where}: field {prompt_field!r} must be a non-empty string or a list "
                         f"of {{\"role\", \"content\"}} messages, got {_short(text)}")
+    elif not text.strip():
+        raise DataError(f"{where}: field {prompt_field!r} is only whitespace, got "
+                        f"{_short(text)}")
+    for label, value in ((f"field {prompt_field!r}", text),
+                         *((f"{prompt_field}[{i}]", m["content"])
+                           for i, m in enumerate(messages or ()))):
+        _encodable(value, where, label)
+    size = len(text) + sum(len(m["content"]) for m in messages or ())
+    if size > MAX_PROMPT_CHARS:
+        raise DataError(f"{where}: field {prompt_field!r} is {size:,} characters; at most "
+                        f"{MAX_PROMPT_CHARS:,}")
     answer = None
     if answer_field is not None:
         if answer_field not in record:
             raise DataError(f"{where}: missing field {answer_field!r}")
         answer = record[answer_field]
+        if isinstance(answer, float) and not math.isfinite(answer):
+            raise DataError(f"{where}: field {answer_field!r} is {answer!r}, not a number an "
+                            f"answer can equal")
         if isinstance(answer, (int, float)) and not isinstance(answer, bool):
             answer = str(answer)
-        if not isinstance(answer, str):
-            raise DataError(f"{where}: field {answer_field!r} must be a string or number, "
-                            f"got {answer!r}")
+        if not isinstance(answer, str) or not answer.strip():
+            raise DataError(f"{where}: field {answer_field!r} must be a non-empty string or a "
+                            f"number, got {_short(answer)}")
+        _encodable(answer, where, f"field {answer_field!r}")
     meta = {k: v for k, v in record.items() if k not in (prompt_field, answer_field)}
-    return Prompt(text, answer, index, meta, messages)
+    return Prompt(text, answer, index, meta, messages, source=where)
+
+
+def _encodable(text: str, where: str, label: str) -> None:
+    """JSON's ``"\\ud800"`` escape decodes to a lone surrogate, which is no Unicode text: the
+    tokenizer would fail on it mid-run, so it is refused here, naming the line."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{where}: {label} holds a lone surrogate "
+                        f"(\\u{ord(text[exc.start]):04x} at character "
+                        f"{exc.start}), not Unicode text") from None
 
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -67,6 +94,9 @@ def _messages(value: list, where: str, prompt_field: str) -> tuple[dict[str, str
             raise DataError(f"{where}: {prompt_field}[{i}] has role {m['role']!r}; expected "
                             f"one of {', '.join(ROLES)}")
         out.append({"role": m["role"], "content": m["content"]})
+    if not any(m["content"].strip() for m in out):
+        raise DataError(f"{where}: field {prompt_field!r} is a conversation with no text (every "
+                        f"message's content is empty or whitespace)")
     if out[-1]["role"] == "assistant":
         raise DataError(f"{where}: {prompt_field} ends with an assistant message; a prompt "
                         f"ends with the turn the model answers")
@@ -78,8 +108,12 @@ def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
     """Load prompts from ``path`` (``.jsonl``/``.json`` lines or ``.parquet``); None: the
     shipped arithmetic task. Blank JSONL lines are skipped."""
     path = Path(path) if path is not None else DATA_FILE
-    if not path.is_file():
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, not a file of prompts")
+    if not path.exists():
         raise DataError(f"{path}: no such file")
+    if not path.is_file():  # a device, a fifo, a socket: never opened (a fifo would block)
+        raise DataError(f"{path}: not a regular file")
     out: list[Prompt] = []
     if path.suffix == ".parquet":
         try:
@@ -98,11 +132,8 @@ def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
     else:
         try:
             out = _read_jsonl(path, prompt_field, answer_field, limit)
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-        except UnicodeDecodeError as exc:
-            raise DataError(f"{path}: not a UTF-8 text file (byte {exc.start}: "
-                            f"{exc.reason})") from None
+        except InputError as exc:  # unreadable, not UTF-8, a line too long or not JSON
+            raise DataError(str(exc)) from None
     if not out:
         raise DataError(f"{path}: no prompts")
     return out
@@ -110,17 +141,14 @@ def load_prompts(path: str | Path | None = None, prompt_field: str = "prompt",
 
 def _read_jsonl(path: Path, prompt_field: str, answer_field: str | None,
                 limit: int | None) -> list[Prompt]:
+    """Each line read with a bounded ``readline`` (at most ``DATA_LINE_BYTES``) and decoded
+    with a depth limit, so a huge or deeply nested line is one error naming it."""
     out: list[Prompt] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            out.append(_prompt(record, f"{path}:{lineno}", len(out), prompt_field,
-                               answer_field))
-            if limit is not None and len(out) >= limit:
-                break
+    for lineno, line in text_lines(path, DATA_LINE_BYTES, "data.path"):
+        if not line.strip():
+            continue
+        record = json_line(line, path, lineno)
+        out.append(_prompt(record, f"{path}:{lineno}", len(out), prompt_field, answer_field))
+        if limit is not None and len(out) >= limit:
+            break
     return out

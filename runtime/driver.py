@@ -54,15 +54,15 @@ from reserve_occupy import (
     UnitError,
     UnitState,
 )
+from reserve_occupy.stuck import StuckTimeouts
 
 from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
-from .stuck import StuckTimeouts
 from .tasks.base import Prompt, RewardFn
 from .trainer.base import TrainBatch, Trainer, assemble
-from .units import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
+from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
 
 
 class Persistence(Protocol):
@@ -235,7 +235,8 @@ class Driver:
             self._order = list(range(size))
             random.Random(self.s.seed * 7919 + epoch).shuffle(self._order)
             self._order_epoch = epoch
-        position = self._order[size - 1 - n % size]  # consumed from the end, as pop() did
+        # from the end: the order every logged run drew its prompts in
+        position = self._order[size - 1 - n % size]
         return self.prompts[position], {"prompt": position, "draw": n}
 
     # ------------------------------------------------------------------ groups ---------------
@@ -466,7 +467,7 @@ class Driver:
             train_batch = self._assemble(batch)
             if self.s.streaming:
                 # Everything not trained in a chunk by this process: the units still arriving
-                # when the buffer filled, handed units below min_chunk_units, and after a
+                # when the buffer filled, handed units below chunk_groups, and after a
                 # resume the units handed to the trainer that died (their partial gradient
                 # died with it; the trainer trains them again here).
                 self._handed, self._handed_trained = [], set()
@@ -493,7 +494,7 @@ class Driver:
 
     async def _train_chunk(self) -> float | None:
         """Streaming: take the head buffer's units that became final since the last look
-        (``stream``) and, once ``min_chunk_units`` are waiting, train them as one chunk
+        (``stream``) and, once ``chunk_groups`` are waiting, train them as one chunk
         (forward/backward, no optimiser step). Returns the seconds it trained, or None when it
         trained nothing. Called only while the trainer waits for the head buffer, so the
         controller is IDLE and the trainer free; the handed units stay in ``groups`` and in
@@ -503,7 +504,7 @@ class Driver:
             self._handed += handed
             self.notes.append({"t": self.accounting.elapsed(), "event": "stream",
                                "units": [u.unit_id for u in handed]})
-        if not self._handed or len(self._handed) < self.s.min_chunk_units:
+        if not self._handed or len(self._handed) < self.s.chunk_groups:
             return None
         chunk, self._handed = self._handed, []
         t0 = self.clock.now()
@@ -555,7 +556,8 @@ class Driver:
 
     @property
     def stuck_rule(self) -> StuckTimeouts:
-        """The STUCK timeout in force, with its back-off and escalation (``runtime.stuck``)."""
+        """The STUCK timeout in force, with its back-off and escalation
+        (``reserve_occupy.stuck``)."""
         rule = self.__dict__.get("_stuck_rule")
         if rule is None:
             rule = self.__dict__["_stuck_rule"] = StuckTimeouts(self.s.stuck_timeout_s)
@@ -587,7 +589,7 @@ class Driver:
             self._dropped_by_controller(released)
             # A release with no placement since the previous one: the next waits twice as
             # long, and units in flight since before the previous release are aborted wherever
-            # their buffer (runtime.stuck; docs/runtime.md, "Progress guarantees").
+            # their buffer (reserve_occupy.stuck; spec/PROTOCOL.md §6.2).
             cutoff = self.stuck_rule.released(self.controller, now) if released else None
             if cutoff is not None:
                 for g in list(self.groups.values()):

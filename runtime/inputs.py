@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
+from reserve_occupy.trace import MAX_JSON_DEPTH, JSONDepthError, loads_bounded  # noqa: F401
 
 # The simulator's option limits, shared by ``simulate`` and every ``python -m
 # runtime.sim.studies.*`` command: what a simulation can hold in memory and finish in
@@ -102,12 +105,11 @@ def number_in(option: str, value: float | None, lo: float, hi: float,
         raise InputError(f"{option} must be a number in {bracket}{lo:g}, {hi:g}], got {value}")
 
 
-def text_file(path: str | os.PathLike[str], what: str) -> str:
-    """The whole of a UTF-8 text file (a leading BOM is dropped)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{what} {path}: can't read: {exc.strerror or exc}") from None
+def text_file(path: str | os.PathLike[str], what: str, limit: int | None = None) -> str:
+    """The whole of a UTF-8 text file (a leading BOM is dropped), refused if it is larger than
+    ``limit`` bytes (default ``SMALL_JSON_BYTES``): at most ``limit + 1`` bytes are ever read,
+    so ``/dev/zero`` or a file of gigabytes is one error, not all of memory."""
+    data = read_bounded(path, SMALL_JSON_BYTES if limit is None else limit, what)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -160,3 +162,231 @@ def output_file(path: str | os.PathLike[str], option: str) -> Path:
         except OSError as exc:
             raise InputError(f"{option} {path}: not writable: {exc.strerror or exc}") from None
     return p
+
+
+# ----------------------------------------------------------------- bounded JSON readers ------
+#
+# Every file of JSON this project reads comes through these readers, so that no file can take
+# unbounded memory or time, or crash the decoder: a line is read with a bounded ``readline``
+# (a line longer than the limit is refused after ``limit`` bytes, never read whole first), a
+# whole file only up to its limit, and every document is decoded by ``loads_bounded`` (at
+# most ``MAX_JSON_DEPTH`` levels of nesting). docs/cli.md, "Limits on input files", lists them.
+
+TRACE_LINE_BYTES = 64 << 20  # a trace / event-log line, a conformance vector, a port's answer
+DATA_LINE_BYTES = 4 << 20  # a prompt record of train's data.path, a simulate --workload line
+COST_FILE_BYTES = 1 << 20  # a simulate --cost file
+SMALL_JSON_BYTES = 16 << 20  # config.json, trainer_state.json, MANIFEST.json and the like
+MAX_PROMPT_CHARS = 1_048_576  # one prompt (a string, or a conversation's contents together)
+
+
+class FileInputError(InputError):
+    """A file, or one line of it (``line`` 1-based; 0: the file as a whole), is unusable:
+    ``reason`` says why, and the message is ``PATH:LINE: reason`` (``WHAT PATH: reason``)."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, reason: str,
+                 what: str = "") -> None:
+        self.path, self.line, self.reason = str(path), line, reason
+        where = f"{path}:{line}" if line else f"{what} {path}".strip()
+        super().__init__(f"{where}: {reason}")
+
+
+class LineTooLong(FileInputError):
+    """A line of a JSON Lines file is longer than its reader's limit."""
+
+
+def _mib(limit: int) -> str:
+    return f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit:,} bytes"
+
+
+def raw_lines(stream: IO[bytes], limit: int, name: str) -> Iterator[tuple[int, bytes]]:
+    """``(number, line)`` for each line of a binary stream, the newline removed. A line longer
+    than ``limit`` bytes raises ``LineTooLong`` naming ``name`` and the line once ``limit + 1``
+    bytes of it have been read: memory and time stay bounded whatever the stream holds."""
+    number = 0
+    while True:
+        data = stream.readline(limit + 1)
+        if not data:
+            return
+        number += 1
+        if data.endswith(b"\n"):
+            data = data[:-1]
+        elif len(data) > limit:
+            raise LineTooLong(name, number, f"the line is longer than {_mib(limit)}")
+        yield number, data
+
+
+def file_lines(path: str | os.PathLike[str], limit: int) -> Iterator[tuple[int, bytes, bool]]:
+    """``(number, line, last)`` for each line of the file ``path`` as ``raw_lines`` reads them;
+    ``last``: no line follows (the one a crash can have torn). ``OSError`` propagates."""
+    with open(path, "rb") as stream:
+        previous = None
+        for item in raw_lines(stream, limit, str(path)):
+            if previous is not None:
+                yield (*previous, False)
+            previous = item
+        if previous is not None:
+            yield (*previous, True)
+
+
+def text_lines(path: str | os.PathLike[str], limit: int, what: str
+               ) -> Iterator[tuple[int, str]]:
+    """``(number, text)`` for each line of the UTF-8 file ``path`` (a BOM on line 1 dropped),
+    read with ``raw_lines``. Raises ``InputError`` naming ``what``, the file and the line."""
+    p = Path(path)
+    if p.is_dir():
+        raise FileInputError(path, 0, "is a directory, not a file", what)
+    try:
+        stream = open(p, "rb")  # noqa: SIM115 -- closed by the `with` below
+    except OSError as exc:
+        raise FileInputError(path, 0, f"can't read: {exc.strerror or exc}", what) from None
+    with stream:
+        try:
+            for number, data in raw_lines(stream, limit, str(path)):
+                try:
+                    yield number, data.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise FileInputError(path, number, f"not a UTF-8 text file (byte "
+                                                       f"{exc.start} of the line)") from None
+        except OSError as exc:
+            raise FileInputError(path, 0, f"read failed: {exc.strerror or exc}", what) from None
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
+    """The whole of the file ``path``, refused (``InputError``) if it is larger than ``limit``
+    bytes; at most ``limit + 1`` bytes are ever read."""
+    p = Path(path)
+    if p.is_dir():
+        raise FileInputError(path, 0, "is a directory, not a file", what)
+    try:
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise FileInputError(path, 0, f"can't read: {exc.strerror or exc}", what) from None
+    if len(data) > limit:
+        raise FileInputError(path, 0, f"larger than {_mib(limit)}", what)
+    return data
+
+
+def json_reason(exc: ValueError) -> str:
+    """Why ``loads_bounded`` refused a document, in words (``not valid JSON (...)``)."""
+    if isinstance(exc, JSONDepthError):
+        return f"not valid JSON: {exc.msg}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start})"
+    return f"not valid JSON ({getattr(exc, 'msg', exc)})"
+
+
+def json_line(text: str | bytes, path: str | os.PathLike[str], line: int) -> Any:
+    """One JSON Lines record, decoded by ``loads_bounded``; ``FileInputError`` naming the file
+    and the line otherwise."""
+    try:
+        return loads_bounded(text)
+    except ValueError as exc:  # json.JSONDecodeError (JSONDepthError), UnicodeDecodeError
+        raise FileInputError(path, line, json_reason(exc)) from None
+
+
+def json_file(path: str | os.PathLike[str], what: str, limit: int = SMALL_JSON_BYTES) -> Any:
+    """A whole JSON file: at most ``limit`` bytes, UTF-8, decoded with a depth limit;
+    ``FileInputError`` naming ``what`` and the file otherwise."""
+    data = read_bounded(path, limit, what)
+    try:
+        return loads_bounded(data)
+    except ValueError as exc:
+        raise FileInputError(path, 0, json_reason(exc), what) from None
+
+
+# ------------------------------------------------------------- weights and checkpoints ------
+
+MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own limit on a header
+
+
+def safetensors_file(path: str | os.PathLike[str], what: str) -> None:
+    """A complete safetensors file: an 8-byte header length, a JSON header of that length,
+    and exactly as many bytes of data as the header's offsets end at. Reads only the header,
+    so a truncated (or over-long) file is found without loading its tensors."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or n > min(size - 8, MAX_SAFETENSORS_HEADER):
+                raise FileInputError(p, 0, "not a complete safetensors file (its header is "
+                                           "cut short or missing)", what)
+            raw = f.read(n)
+    except OSError as exc:
+        raise FileInputError(p, 0, f"can't read: {exc.strerror or exc}", what) from None
+    try:
+        header = loads_bounded(raw)
+    except ValueError as exc:
+        raise FileInputError(p, 0, f"not a safetensors file (header {json_reason(exc)})",
+                             what) from None
+    ends = [t.get("data_offsets", [0, 0])[1] if isinstance(t, dict) else None
+            for k, t in (header.items() if isinstance(header, dict) else [(None, None)])
+            if k != "__metadata__"]
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends):
+        raise FileInputError(p, 0, "not a safetensors file (a tensor without data_offsets)",
+                             what)
+    expected = 8 + n + max(ends, default=0)
+    if expected != size:
+        state = "truncated" if size < expected else "longer than its header says"
+        raise FileInputError(p, 0, f"{state}: its header describes {expected:,} bytes, the "
+                                   f"file has {size:,}", what)
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "*.safetensors",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def model_weights(directory: str | os.PathLike[str], what: str) -> None:
+    """A Hugging Face model directory holds weights a loader will find: a sharded index whose
+    shards are all there, or safetensors files (each complete), or a PyTorch ``.bin``."""
+    d = Path(directory)
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (d / index).is_file():
+            data = json_file(d / index, what)
+            shards = data.get("weight_map") if isinstance(data, dict) else None
+            if not isinstance(shards, dict) or not shards or not all(
+                    isinstance(v, str) for v in shards.values()):
+                raise FileInputError(d / index, 0, "has no weight_map of tensor -> file", what)
+            for shard in sorted(set(shards.values())):
+                if not (d / shard).is_file():
+                    raise FileInputError(d, 0, f"{index} names {shard}, which is missing", what)
+                if shard.endswith(".safetensors"):
+                    safetensors_file(d / shard, what)
+            return
+    tensors = sorted(d.glob("*.safetensors"))
+    for path in tensors:
+        safetensors_file(path, what)
+    if tensors or (d / "pytorch_model.bin").is_file():
+        return
+    raise FileInputError(d, 0, "holds no weights (no model.safetensors, "
+                               "model.safetensors.index.json or pytorch_model.bin)", what)
+
+
+def trainer_checkpoint(directory: str | os.PathLike[str], what: str) -> int:
+    """A trainer checkpoint (``train --resume CHECKPOINT``) that loads: ``trainer_state.json``
+    is JSON with a whole ``steps`` >= 0, ``model.safetensors`` is complete, ``optimizer.pt``
+    is a whole torch archive. Returns the steps it records."""
+    import zipfile
+
+    d = Path(directory)
+    state = json_file(d / "trainer_state.json", what)
+    steps = state.get("steps") if isinstance(state, dict) else None
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise FileInputError(d / "trainer_state.json", 0, f"must be an object with a whole "
+                                                          f"number of steps >= 0, got "
+                                                          f"{str(state)[:80]}", what)
+    if not (d / "model.safetensors").is_file():
+        raise FileInputError(d, 0, "has no model.safetensors", what)
+    safetensors_file(d / "model.safetensors", what)
+    optimizer = d / "optimizer.pt"
+    try:
+        with zipfile.ZipFile(optimizer):  # reads the archive's directory, kept at its end
+            pass
+    except FileNotFoundError:
+        raise FileInputError(d, 0, "has no optimizer.pt", what) from None
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise FileInputError(optimizer, 0, f"not a whole torch archive (truncated?): {exc}",
+                             what) from None
+    return steps

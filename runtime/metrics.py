@@ -13,6 +13,10 @@ Per-step fields (``metrics.jsonl``):
   (must be <= eta; measured from the per-token versions, not taken from the controller).
 * ``tokens_per_s`` -- tokens the engine generated during this step's interval / its duration;
   ``tokens_per_s_total`` -- since the start. Aborted and surplus tokens count: they were computed.
+  ``time_s``, ``tokens_generated``, ``tokens_trained``, ``tokens_per_s_total`` and the idle
+  fractions are cumulative over the whole run, across ``--resume`` (``Carried``): a resumed
+  run goes on from the last row its earlier incarnations wrote (the time between a crash and
+  the resume, and what a crash lost after that row, are not counted).
 * ``trainer_idle`` / ``rollout_idle`` -- fractions of wall time so far in which the trainer waited
   for a batch / no request was running in the engine (weight syncs count as rollout idle).
 * ``tail_s`` -- seconds from the batch's last unit becoming final (the head buffer turned
@@ -35,13 +39,19 @@ Per-step fields (``metrics.jsonl``):
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from .units import StepRecord
+from reserve_occupy.trace import loads_bounded
+
+from . import atomic_io
+from .inputs import TRACE_LINE_BYTES, file_lines
+from .records import StepRecord
 
 
 def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:
@@ -66,8 +76,49 @@ def step_row(r: StepRecord, prev: StepRecord | None) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Carried:
+    """What the earlier incarnations of a resumed run measured, from the last row they wrote:
+    a resumed run's ``time_s``, token counts, ``tokens_per_s_total`` and idle fractions go on
+    from these instead of starting again at zero (the driver counts from its own start)."""
+
+    time_s: float = 0.0
+    tokens_generated: int = 0
+    tokens_trained: int = 0
+    trainer_idle_s: float = 0.0
+    rollout_idle_s: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Carried:
+        def number(key: str) -> float:
+            value = row.get(key)
+            return value if isinstance(value, (int, float)) and math.isfinite(value) else 0
+
+        t = float(number("time_s"))
+        return cls(t, int(number("tokens_generated")), int(number("tokens_trained")),
+                   number("trainer_idle") * t, number("rollout_idle") * t)
+
+    def apply(self, row: dict[str, Any], record: StepRecord) -> None:
+        """``row`` (this incarnation's, from ``record``) made cumulative over the whole run."""
+        if self == Carried():
+            return
+        t = self.time_s + record.time_s
+        generated = self.tokens_generated + record.tokens_generated
+        row.update({
+            "time_s": round(t, 3), "tokens_generated": generated,
+            "tokens_trained": self.tokens_trained + record.tokens_trained,
+            "tokens_per_s_total": generated / t if t > 0 else 0.0,
+            "trainer_idle": ((self.trainer_idle_s + record.trainer_idle * record.time_s) / t
+                             if t > 0 else 0.0),
+            "rollout_idle": ((self.rollout_idle_s + record.rollout_idle * record.time_s) / t
+                             if t > 0 else 0.0),
+        })
+
+
 class MetricsSink:
-    """The driver's ``on_step`` callback: writes each step and advances the progress bar."""
+    """The driver's ``on_step`` callback: writes each step and advances the progress bar.
+    A resumed run (``append``) reports its time, tokens and idle fractions cumulatively over
+    the whole run (``Carried``)."""
 
     def __init__(self, out_dir: Path, total_steps: int, progress: bool = True,
                  tensorboard: bool = False, append: bool = False,
@@ -81,12 +132,14 @@ class MetricsSink:
         self.path = out_dir / "metrics.jsonl"
         self.rows: list[dict[str, Any]] = []
         if append and self.path.exists():
-            for line in self.path.read_text().splitlines():
+            for _, line, _ in file_lines(self.path, TRACE_LINE_BYTES):
                 try:
-                    self.rows.append(json.loads(line))
-                except json.JSONDecodeError:  # a row the crash cut short
+                    self.rows.append(loads_bounded(line))
+                except ValueError:  # a row the crash cut short
                     continue
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+            atomic_io.write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        self.carried = (Carried.from_row(self.rows[-1]) if self.rows and isinstance(
+            self.rows[-1], dict) else Carried())
         self._file = self.path.open("a" if append else "w")
         self._prev: StepRecord | None = None
         self._bar = None
@@ -106,6 +159,7 @@ class MetricsSink:
 
     def __call__(self, record: StepRecord) -> None:
         row = step_row(record, self._prev)
+        self.carried.apply(row, record)
         self._prev = record
         if self._counters is not None:
             now = self._counters()
@@ -269,6 +323,6 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
     ax2.set_ylabel("groups in batch")
     ax2.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_io.savefig(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -16,6 +16,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from . import atomic_io
 from .config import TrainConfig
 from .driver import Driver
 from .inputs import InputError
@@ -128,7 +129,7 @@ def recovery_settings(cfg: TrainConfig) -> Any:
     from .recovery.durable import RecoverySettings
 
     r = cfg.recovery
-    return RecoverySettings(r.enabled, r.checkpoint_every, r.keep_checkpoints, r.fsync)
+    return RecoverySettings(r.enabled, r.commit_every, r.keep_checkpoints, r.fsync)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -164,6 +165,10 @@ async def run_training(cfg: TrainConfig, model_path: Path, prompts: Sequence[Pro
     taken before anything is written and released after the last write; a directory another
     process holds raises ``RunDirInUse`` ("DIR is in use by pid N").
 
+    A new run that stops before it trained a step (a failure or an interrupt) removes what it
+    wrote (``recovery.rundir.discard_unstarted``), so the same call or command can start it
+    again; its ``config.json`` is written only once its engines and trainer are up.
+
     Three steps: ``_open_engines`` (rollout and trainer, started or borrowed),
     ``_open_run_state`` (a fresh run, a checkpoint's weights or a recovered log) and
     ``_train`` (evaluate, drive, write the outputs).
@@ -190,9 +195,41 @@ async def _run_locked(cfg: TrainConfig, model_path: Path, prompts: Sequence[Prom
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len)
     train_prompts, eval_prompts = split_prompts(prompts, cfg.run.eval_prompts,
                                                 cfg.run.eval_holdout)
-    # The run's own config is on disk before anything else of it (and before any engine
-    # starts): a directory with an event log always has the config that wrote it.
-    _write_config(cfg, out_dir)
+    started = Started()
+    try:
+        return await _run_started(cfg, model_path, out_dir, rollout, resume, log, driver_hook,
+                                  cluster, continuing, started, reward_fn, train_prompts,
+                                  eval_prompts)
+    except BaseException:
+        # A new run that never trained a step leaves nothing that blocks the same command
+        # (the directory held no run before: _check_run_dir).
+        if not continuing and not started.trained():
+            from .recovery.rundir import discard_unstarted
+
+            removed = discard_unstarted(out_dir)
+            if removed:
+                log(f"no step was trained: removed what this run wrote in {out_dir} "
+                    f"({', '.join(removed)}), so the same command can start it again")
+        raise
+
+
+@dataclass
+class Started:
+    """How far a run got: its driver, once there is one (``trained``: a step published)."""
+
+    driver: Driver | None = None
+
+    def trained(self) -> bool:
+        return self.driver is not None and self.driver.controller.version > 0
+
+
+async def _run_started(cfg: TrainConfig, model_path: Path, out_dir: Path,
+                       rollout: Rollout | None, resume: Path | None,
+                       log: Callable[[str], None],
+                       driver_hook: Callable[[Driver], None] | None, cluster: Any,
+                       continuing: bool, started: Started, reward_fn: RewardFn,
+                       train_prompts: Sequence[Prompt],
+                       eval_prompts: Sequence[Prompt]) -> TrainingResult:
     engines = await _open_engines(cfg, model_path, out_dir, rollout, cluster, log)
     state: RunState | None = None
     try:
@@ -203,10 +240,20 @@ async def _run_locked(cfg: TrainConfig, model_path: Path, prompts: Sequence[Prom
                                           cfg.rollout.temperature, seed=cfg.run.seed,
                                           keep_weights=cfg.run.keep_weights,
                                           total_steps=cfg.run.steps)
+        # The run's own config is on disk once its engines and trainer are up (a start that
+        # fails, or is killed, before leaves no config.json behind) and before anything else
+        # of the run: a directory with an event log always has the config that wrote it.
+        _write_config(cfg, out_dir)
         state = await _open_run_state(cfg, model_path, out_dir, engines.trainer, train_prompts,
                                       resume, continuing, log)
+
+        def hook(driver: Driver) -> None:
+            started.driver = driver
+            if driver_hook is not None:
+                driver_hook(driver)
+
         return await _train(cfg, out_dir, engines, state, reward_fn, train_prompts,
-                            eval_prompts, log, driver_hook)
+                            eval_prompts, log, hook)
     finally:
         if state is not None and state.persist is not None:
             state.persist.close()
@@ -349,7 +396,7 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
         driver_counts = {}
 
     async def checkpoint(record: Any) -> None:
-        every = cfg.run.checkpoint_every
+        every = cfg.run.save_model_every
         if every and (record.step + 1) % every == 0:
             await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
 
@@ -365,7 +412,8 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
     finally:
         sink.close()
         lengths.close()
-        _write_outputs(cfg, driver, out_dir, streamed=state.persist is not None)
+        _write_outputs(cfg, driver, out_dir, streamed=state.persist is not None,
+                       continuing=continuing, t_offset=sink.carried.time_s)
     after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
     await trainer.save_checkpoint(out_dir / "checkpoint")
     summary = summarize(sink.rows, _log_summary(driver, out_dir))
@@ -373,8 +421,8 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
                             startup_s=engines.startup_s, eval_resume=at_resume)
     if cfg.run.plot and sink.rows:
         result.plot_path = plot(sink.rows, out_dir / "curves.png",
-                                f"GRPO, eta={cfg.staleness.eta}, {cfg.run.steps} steps")
-    (out_dir / "summary.json").write_text(json.dumps(
+                                f"GRPO, eta={cfg.staleness.max_staleness}, {cfg.run.steps} steps")
+    atomic_io.write_text(out_dir / "summary.json", json.dumps(
         {**summary, "eval_before": before, "eval_after": after,
          **({"eval_at_resume": at_resume} if at_resume else {}),
          "startup_s": engines.startup_s}, indent=2, default=str))
@@ -389,7 +437,7 @@ def _eval_before(out_dir: Path, score: dict[str, float],
     """(the run's score before its first step, the score at this resume point or {}). A new
     run keeps its score in ``eval_before.json``, so that a resumed one reports the run's own
     start rather than the weights it resumed from."""
-    from .recovery.journal import load_json, write_text_atomic
+    from .recovery.journal import load_json
 
     path = out_dir / EVAL_BEFORE
     if continuing and path.is_file():
@@ -397,14 +445,12 @@ def _eval_before(out_dir: Path, score: dict[str, float],
         if isinstance(start, dict) and start:
             return start, score
     if score and not continuing:
-        write_text_atomic(path, json.dumps(score), fsync=False)
+        atomic_io.write_text(path, json.dumps(score))
     return score, {}
 
 
 def _write_config(cfg: TrainConfig, out_dir: Path) -> None:
-    from .recovery.journal import write_text_atomic
-
-    write_text_atomic(out_dir / "config.json", cfg.model_dump_json(indent=2), fsync=False)
+    atomic_io.write_text(out_dir / "config.json", cfg.model_dump_json(indent=2))
 
 
 def _length_log(out_dir: Path, controller: Any, append: bool) -> Any:
@@ -434,10 +480,15 @@ def _log_summary(driver: Driver, out_dir: Path) -> dict[str, Any]:
     return {**live.summary(), **driver.lengths.summary(live.fates())}
 
 
-def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool) -> None:
+def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool,
+                   continuing: bool = False, t_offset: float = 0.0) -> None:
     """config.json, and with ``run.trace`` the driver's notes and the controller's event log.
     The event log is ``events.jsonl`` in the trace format either way: crash recovery
-    (``streamed``) already wrote it line by line, else it is written here, once."""
+    (``streamed``) already wrote it line by line, else it is written here, once. A resumed run
+    (``continuing``) adds its notes to the earlier incarnations' in ``driver_notes.jsonl``,
+    their times ``t`` counted on from theirs (``t_offset``: the seconds the earlier
+    incarnations ran, as ``metrics.jsonl``'s ``time_s``). Each file is written whole or not at
+    all (``atomic_io``)."""
     _write_config(cfg, out_dir)
     if not cfg.run.trace:
         return
@@ -449,13 +500,21 @@ def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bo
 
         ctl = driver.controller
         metas = getattr(ctl, "metas", {})
-        with (out_dir / LOG_NAME).open("w") as f:
+        with atomic_io.atomic(out_dir / LOG_NAME) as f:
             for record in trace_records(ctl.config, ctl.events, producer=PRODUCER):
                 if record.get("seq") in metas:  # why a unit was aborted, as when streamed
                     record["meta"] = metas[record["seq"]]
                 f.write(dumps(record) + "\n")
-    with (out_dir / "driver_notes.jsonl").open("w") as f:
+    notes = out_dir / "driver_notes.jsonl"
+    with atomic_io.atomic(notes) as f:
+        if continuing and notes.is_file():
+            with notes.open(encoding="utf-8") as earlier:
+                for line in earlier:
+                    if line.strip():
+                        f.write(line if line.endswith("\n") else line + "\n")
         for row in driver.notes:
+            if t_offset and isinstance(row.get("t"), (int, float)):
+                row = {**row, "t": row["t"] + t_offset}
             f.write(json.dumps(row, default=_jsonable) + "\n")
 
 

@@ -2,7 +2,7 @@
 
     reserve-occupy train                       # the embedded default (configs/demo.yaml)
     reserve-occupy train --config FILE.yaml    # your model, data and settings
-    reserve-occupy train --set run.steps=10 --set staleness.eta=0
+    reserve-occupy train --set run.steps=10 --set staleness.max_staleness=0
     reserve-occupy train --config FILE --check # validate the config and data, then exit
     reserve-occupy train --resume out/runtime/demo   # continue a crashed run where it stopped
     reserve-occupy train --overwrite           # move the run in run.output_dir aside, start anew
@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="KEY=VALUE", help="override one setting, e.g. run.steps=10 "
                                                   "(VALUE is read as YAML); repeatable")
     parser.add_argument("--steps", type=int, help="shorthand for --set run.steps=N")
-    parser.add_argument("--eta", type=int, help="shorthand for --set staleness.eta=N")
+    parser.add_argument("--max-staleness", "--eta", dest="max_staleness", type=int,
+                        help="shorthand for --set staleness.max_staleness=N (eta)")
     parser.add_argument("--output-dir", help="shorthand for --set run.output_dir=DIR")
     parser.add_argument("--resume", metavar="DIR",
                         help="a run directory (with events.jsonl): continue that crashed or "
@@ -64,7 +65,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     for item in args.overrides:
         key, value = parse_override(item)
         out[key] = value
-    for key, value in (("run.steps", args.steps), ("staleness.eta", args.eta),
+    for key, value in (("run.steps", args.steps), ("staleness.max_staleness", args.max_staleness),
                        ("run.output_dir", args.output_dir), ("run.backend", args.backend)):
         if value is not None:
             out[key] = value
@@ -117,6 +118,7 @@ def _run(args: argparse.Namespace) -> int:
     from .data import load_prompts
     from .recovery.rundir import (
         RunDirError,
+        check_movable,
         check_not_in_use,
         check_output_dir,
         check_resumable,
@@ -124,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         run_files,
     )
     from .session import is_run_dir, split_prompts
-    from .tasks.base import load_reward
+    from .tasks.base import check_answers, load_reward
 
     resume = Path(args.resume) if args.resume else None
     config_path = args.config
@@ -153,10 +155,11 @@ def _run(args: argparse.Namespace) -> int:
         prompts = load_prompts(cfg.data.path, cfg.data.prompt_field, cfg.data.answer_field,
                                cfg.data.limit)
         reward = load_reward(cfg.reward.name, **cfg.reward.options)
+        check_answers(reward, cfg.reward.name, prompts, cfg.data.answer_field)
         train_prompts, _ = split_prompts(prompts, cfg.run.eval_prompts, cfg.run.eval_holdout)
         out_dir = Path(cfg.run.output_dir)
         check_output_dir(out_dir)
-        model_path = _preflight(cfg, prompts)
+        model_path = _preflight(cfg, prompts, None if continuing else resume)
         # One owner per run directory: the lock is taken before the directory is looked at
         # (so two runs started at once cannot both find it free) and held until this process
         # ends; --check only looks whether another process holds it.
@@ -183,6 +186,8 @@ def _run(args: argparse.Namespace) -> int:
                 return _fail(f"run.output_dir {out_dir} holds a run ({', '.join(held)}): "
                              f"{resume_it}start a new one with --overwrite (moves it aside to "
                              f"{out_dir}.replaced-N) or another --output-dir")
+            if held:
+                check_movable(out_dir)  # not the current directory (--output-dir .)
             aside = held or None
     except input_errors() as exc:
         return _fail(str(exc))
@@ -204,19 +209,27 @@ def _run(args: argparse.Namespace) -> int:
     return _train(cfg, model_path, prompts, reward, resume)
 
 
-def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
+def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-untyped-def]
+               ) -> Path | None:
     """What the run loads before its engine, loaded now: the trainer device on this machine,
-    the model directory's config and tokenizer, and every prompt's length with that tokenizer.
-    Returns the model directory (None: the embedded tiny model). Raises ``InputError``."""
-    import json
-
-    from .config import check_precision, resolve_device
+    vLLM's engine arguments, the local Ray cluster's size, the checkpoint to start from, the
+    model directory's config, weights and tokenizer, and every prompt's length with that
+    tokenizer. Returns the model directory (None: the embedded tiny model). Raises
+    ``InputError``."""
+    from . import inputs
+    from .config import check_engine_args, check_precision, resolve_device
     from .inputs import InputError
     from .session import check_lengths
 
     try:
         device = resolve_device(cfg.trainer.device)
         check_precision(cfg.trainer.precision, device.split(":")[0])
+        if cfg.rollout.backend == "vllm":
+            check_engine_args(cfg.rollout.engine_args)
+        if cfg.run.backend == "ray" and cfg.ray.address is None:
+            from .ray_backend.preflight import check_local
+
+            check_local(cfg)
     except ValueError as exc:  # each names the setting
         raise InputError(str(exc)) from None
     if cfg.rollout.backend == "vllm":
@@ -226,6 +239,8 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
             from .rollout.vllm_engine import check_cpu_engine_args
 
             check_cpu_engine_args(cfg.rollout.engine_args)
+    if checkpoint is not None:
+        inputs.trainer_checkpoint(checkpoint, "--resume")
     from .prompts import render_prompts
 
     if cfg.model.path is None:  # the tiny model's tokenizer is built, not loaded
@@ -241,11 +256,12 @@ def _preflight(cfg, prompts) -> Path | None:  # type: ignore[no-untyped-def]
     if not (model_path / "config.json").is_file():
         raise InputError(f"{where}: not a local Hugging Face model directory (no config.json)")
     try:
-        config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{where}: config.json is not readable JSON ({exc})") from None
+        config = inputs.json_file(model_path / "config.json", "model.path")
+    except inputs.FileInputError as exc:
+        raise InputError(f"{where}: config.json is not readable JSON ({exc.reason})") from None
     if not isinstance(config, dict) or "model_type" not in config:
         raise InputError(f"{where}: config.json has no model_type, so no library can load it")
+    inputs.model_weights(model_path, "model.path")
     # transformers "loads" a directory without tokenizer files as an empty tokenizer (one
     # token, every text encodes to nothing): look for the files first
     if not any((model_path / name).is_file() for name in TOKENIZER_FILES):
@@ -288,8 +304,9 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
             max_positions=cfg.rollout.max_model_len, seed=t.seed, warmup_steps=t.warmup_steps,
             warmup_lr=t.warmup_lr, max_operand=t.max_operand, chat=t.chat))
     out_dir = Path(cfg.run.output_dir)
-    print(f"{PROG}: model {model_path}, {len(prompts)} prompts, eta={cfg.staleness.eta}, "
-          f"{cfg.staleness.batch_size} groups x {cfg.staleness.group_size} per step, "
+    print(f"{PROG}: model {model_path}, {len(prompts)} prompts, "
+          f"eta={cfg.staleness.max_staleness}, {cfg.staleness.batch_size} groups x "
+          f"{cfg.staleness.group_size} per step, "
           f"{cfg.run.steps} steps -> {out_dir}")
     from .cli import EXIT_SIGTERM, interrupted_status, run_async
     from .watchdog import Watchdog, children, reap_children
@@ -303,7 +320,11 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
                                         resume=resume))
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the run closed its engines first
         what = "terminated" if interrupted_status(exc) == EXIT_SIGTERM else "interrupted"
-        print(f"{PROG}: {what}; continue the run with --resume {out_dir}", file=sys.stderr)
+        from .recovery.rundir import run_files
+
+        hint = (f"continue the run with --resume {out_dir}" if run_files(out_dir) else
+                "no step was trained and nothing kept; the same command starts the run again")
+        print(f"{PROG}: {what}; {hint}", file=sys.stderr)
         return interrupted_status(exc)
     except input_errors() as exc:  # input found bad once the run could read it (a cluster)
         return _fail(str(exc))

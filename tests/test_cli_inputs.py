@@ -110,8 +110,8 @@ def test_check_trace_rejects(name, data, needle, tmp_path, capsys):
 
 
 def test_check_trace_memory_is_bounded_on_an_absurd_header(tmp_path):
-    # Before: the header below allocated (eta + 1) * capacity slots up front: killed at 24 GB.
-    # The child runs under a 1 GB address-space limit, so a regression fails here, not the host.
+    # Allocating (eta + 1) * capacity slots up front for the header below takes 24 GB. The
+    # child runs under an address-space limit, so a regression fails here, not the host.
     path = tmp_path / "absurd.jsonl"
     path.write_text('{"op":"config","schema_version":1,"config":{"max_staleness":1000000000,'
                     '"batch_size":1000000000}}\n{"op":"publish"}\n')
@@ -208,6 +208,7 @@ def test_faults_json_is_checked_before_the_schedules(paths, capsys, monkeypatch)
                      "--json")
 
 
+@pytest.mark.slow
 def test_regimes_tiny_counts_the_cells_it_lists(tmp_path, capsys):
     rc = main(["simulate", "regimes", "--tiny", "--results-dir", str(tmp_path / "r"),
                "--img-dir", str(tmp_path / "i"), "--no-progress"])
@@ -222,6 +223,18 @@ def test_regimes_tiny_counts_the_cells_it_lists(tmp_path, capsys):
     assert said == len(keys) == listed
 
 
+def write_corpus(directory: Path, family: str, text: bytes, events: int = 0) -> None:
+    """A family file and a MANIFEST.json that describes it truly (so that what is checked
+    next is the file's content)."""
+    import hashlib
+    import lzma
+
+    (directory / f"{family}.jsonl.xz").write_bytes(lzma.compress(text))
+    entry = {"file": f"{family}.jsonl.xz", "vectors": text.count(b"\n"), "events": events,
+             "sha256": hashlib.sha256(text).hexdigest()}
+    (directory / "MANIFEST.json").write_text(json.dumps({"families": {family: entry}}))
+
+
 @pytest.mark.parametrize("line,needle", [
     (b"not json", "not a JSON vector"),
     (b'{"id": "basic/0"}', "needs 'id', 'config'"),
@@ -229,9 +242,7 @@ def test_regimes_tiny_counts_the_cells_it_lists(tmp_path, capsys):
      b'"events": []}', "max_staleness"),
 ])
 def test_conformance_rejects_an_invalid_corpus(line, needle, tmp_path, capsys):
-    import lzma
-
-    (tmp_path / "basic.jsonl.xz").write_bytes(lzma.compress(line + b"\n"))
+    write_corpus(tmp_path, "basic", line + b"\n")
     _one_line_exit_2(capsys, ["conformance", "--family", "basic", "--dir", str(tmp_path)],
                      needle)
 

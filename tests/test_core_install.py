@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.venv  # every test here runs in the fresh environment (about a minute)
+
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTER = "from runtime.porting.runner import ReferenceAdapter as Adapter\n"
 
@@ -88,12 +90,12 @@ def test_the_core_install_is_core_only(core_env, tmp_path):
 
 @pytest.mark.slow
 def test_the_core_install_exports_and_runs_the_conformance_vectors(core_env, tmp_path):
-    # Before: "the vectors' directory does not exist" -- they were not packaged.
+    # The vectors travel in the wheel (package data), not only in the checkout.
     proc = _run(core_env, tmp_path, "conformance", "--export", "basic/00000")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith('{"op": "config"') or '"config"' in proc.stdout.splitlines()[0]
     (tmp_path / "mymod.py").write_text(ADAPTER)  # beside the user, as docs/porting.md says
-    # Before: the console script did not put the working directory on the path.
+    # The console script puts the working directory on the path, so the user's module loads.
     proc = _run(core_env, tmp_path, "conformance", "--adapter", "mymod:Adapter", "--family",
                 "spec")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -103,7 +105,7 @@ def test_the_core_install_exports_and_runs_the_conformance_vectors(core_env, tmp
 @pytest.mark.parametrize("argv,extra", [(["train", "--check"], "runtime"),
                                         (["simulate", "list"], "sim")])
 def test_a_command_that_needs_an_extra_names_it_in_one_line(core_env, tmp_path, argv, extra):
-    # Before (train --check): a ModuleNotFoundError traceback.
+    # A missing extra is an ImportError deep inside the command: the line names the extra.
     proc = _run(core_env, tmp_path, *argv)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

@@ -50,7 +50,7 @@ def _closed_stdout(argv: list[str]) -> subprocess.CompletedProcess:
     ["conformance", "--list"],
 ], ids=lambda a: " ".join(a))
 def test_a_closed_pipe_ends_quietly_with_141(argv, tmp_path):
-    # Before: BrokenPipeError traceback, exit 1 (which check-trace documents as divergence).
+    # Not a BrokenPipeError traceback, nor exit 1 (which check-trace documents as divergence).
     trace = str(_vector_trace(tmp_path)) if any("{trace}" in a for a in argv) else ""
     proc = _closed_stdout([a.replace("{trace}", trace) for a in argv])
     assert proc.returncode == 141, proc.stderr
@@ -67,6 +67,7 @@ def test_a_full_disk_is_one_line_and_exit_74():
         "reserve-occupy: cannot write the output: No space left on device"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")])
 @pytest.mark.parametrize("argv", [
@@ -74,8 +75,8 @@ def test_a_full_disk_is_one_line_and_exit_74():
     ["-m", "runtime.faults", "--schedules", "200"],
 ], ids=lambda a: " ".join(a[:3]))
 def test_a_signal_ends_a_command_with_one_line(argv, sig, status, word):
-    # Before: a KeyboardInterrupt traceback (only train handled Ctrl-C), and SIGTERM killed
-    # the process without running its cleanup.
+    # Python's defaults: a KeyboardInterrupt traceback for Ctrl-C, and SIGTERM kills the
+    # process without running its cleanup.
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
     assert proc.stderr is not None
@@ -118,8 +119,8 @@ def test_four_quick_ctrl_c_keep_the_clean_exit_of_faults():
     (["diagnose", "--concurrency", "10000000"], "--concurrency must be in [1, 100,000]"),
 ], ids=lambda a: " ".join(a) if isinstance(a, list) else "")
 def test_the_study_mains_have_simulates_limits(argv, needle, capsys):
-    # Before: bound --batch-size 10000000 grew to 2.5 GB with no output, and --batches
-    # 100000000 ran until killed: only a lower bound was checked.
+    # Upper limits too: bound --batch-size 10000000 grows to 2.5 GB with no output, and
+    # --batches 100000000 runs until killed.
     import importlib
 
     module = importlib.import_module(f"runtime.sim.studies.{argv[0]}")
@@ -129,7 +130,7 @@ def test_the_study_mains_have_simulates_limits(argv, needle, capsys):
 
 
 def test_simulate_out_twice_is_refused_or_moved_aside(tmp_path, capsys):
-    # Before: the second run overwrote results.json and left the first run's plots beside it.
+    # Overwriting results.json would leave the first run's plots beside the second's.
     out = tmp_path / "o"
     args = ["simulate", "--batches", "2", "--policy", "reserve_occupy", "--no-progress",
             "--out", str(out)]
@@ -145,22 +146,22 @@ def test_simulate_out_twice_is_refused_or_moved_aside(tmp_path, capsys):
 
 
 def test_an_output_file_is_written_whole_or_not_at_all(tmp_path):
-    from runtime import outputs
+    from runtime import atomic_io
 
     target = tmp_path / "r.json"
     target.write_text("earlier")
     with pytest.raises(KeyboardInterrupt):
-        with outputs.atomic(target) as f:
+        with atomic_io.atomic(target) as f:
             f.write("half of it")
             raise KeyboardInterrupt  # Ctrl-C mid-write
     assert target.read_text() == "earlier" and sorted(os.listdir(tmp_path)) == ["r.json"]
-    outputs.write_text(target, "new")
+    atomic_io.write_text(target, "new")
     assert target.read_text() == "new" and sorted(os.listdir(tmp_path)) == ["r.json"]
 
 
 def test_faults_json_that_cannot_be_opened_is_refused_before_the_schedules(capsys):
-    # Before: every schedule ran, then open() failed with an OSError traceback. os.access
-    # says yes to root for a /proc file that cannot be opened for writing.
+    # Checked before the schedules run, by opening: os.access says yes to root for a /proc
+    # file that cannot be opened for writing.
     assert main(["faults", "--schedules", "1", "--json", "/proc/version"]) == 2
     assert "--json /proc/version: not writable" in capsys.readouterr().err
 
@@ -181,8 +182,8 @@ def _internal_error_line(err: str, kind: str) -> Path:
 
 
 def test_an_unexpected_error_during_a_run_exits_70_not_2(tmp_path, monkeypatch, capsys):
-    # Before: any ValueError during a run was "bad input", exit 2, with its bare message
-    # ("substring not found"), and the traceback was lost.
+    # A ValueError from inside a run is a bug, not bad input: reporting it as exit 2 with its
+    # bare message ("substring not found") would send the user hunting in their config.
     from runtime.driver import Driver
 
     async def broken(self):
@@ -197,7 +198,7 @@ def test_an_unexpected_error_during_a_run_exits_70_not_2(tmp_path, monkeypatch, 
 
 
 def test_an_unexpected_error_in_any_command_exits_70(capsys):
-    # Before: a traceback and exit 1, which check-trace documents as "the trace diverges".
+    # Exit 1 is check-trace's "the trace diverges": a bug must not read as a verdict.
     from runtime.cli import guarded
 
     assert guarded(lambda: {}["missing"], "reserve-occupy check-trace") == 70
@@ -220,7 +221,7 @@ def test_typed_bad_input_still_exits_2_with_its_line(tmp_path, monkeypatch, caps
 
 def test_simulate_overwrite_of_the_current_directory_is_one_line(tmp_path, monkeypatch,
                                                                   capsys):
-    # Before: --out . --overwrite was a ValueError traceback (". has an empty name").
+    # "." has an empty name, so it cannot be moved aside: one line, exit 2, not a traceback.
     monkeypatch.chdir(tmp_path)
     args = ["simulate", "--batches", "2", "--policy", "reserve_occupy", "--no-progress",
             "--out", "."]

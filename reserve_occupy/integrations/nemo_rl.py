@@ -33,8 +33,11 @@ verified controller:
   ``_train_pump`` / ``_sync_weights``), so groups reserved after the bump start generating
   with the new weights.
 * ``evict`` removes nothing (nothing is ever too stale) and ``should_abort_inflight`` is
-  always false. Only a group that finds no reservation (possible after the optional
-  ``stuck_timeout_s`` fail-safe released a stuck head buffer, spec §6.2) is evicted.
+  always false. Only a group that finds no reservation is evicted: possible after the optional
+  ``stuck_timeout_s`` fail-safe (spec §6.2) released a stuck head buffer's reservations, or
+  escalated and aborted reservations in flight since before the previous release (the rule of
+  ``reserve_occupy.stuck``: after a release with no placement since the one before, the next
+  waits twice as long; from the third such release in a row, a release also aborts those).
 
 NeMo-RL is not a dependency: the replay buffer is used through the attributes and coroutines the
 sampler protocol documents (``meta_list``, ``start_weight_list``, ``ready_list``, ``remove``),
@@ -44,13 +47,16 @@ and ``KVBatchMeta.concat`` joins the chosen groups.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from typing import Any, Callable, Optional
 
 from ..config import Config
 from ..errors import ProtocolError
 from ..machine import StalenessController
-from ._shared import StuckTimer, free_reservations
+from ..stuck import StuckTimeouts, escalation
 from ..types import Phase
+from ._shared import free_reservations
 
 __all__ = ["NemoSamplerError", "ReserveOccupySampler"]
 
@@ -72,12 +78,14 @@ class ReserveOccupySampler:
     equal ``grpo.num_prompts_per_step`` and the dataloader's batch size), ``stuck_timeout_s``
     (optional fail-safe: release a head buffer that waited this long on groups that never
     arrive), ``poll_s`` (admission poll interval) and ``streaming`` (hand out the head
-    buffer's final groups before it is READY; see the module docstring).
+    buffer's final groups before it is READY; see the module docstring). ``clock`` (seconds,
+    default ``time.monotonic``) times the fail-safe.
     """
 
     def __init__(self, buffer: Any, *, max_staleness: int, groups_per_step: int,
                  stuck_timeout_s: Optional[float] = None, poll_s: float = 0.005,
-                 streaming: bool = False) -> None:
+                 streaming: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = Config(max_staleness=max_staleness, batch_size=groups_per_step,
                              streaming=streaming)
         if stuck_timeout_s is not None and not stuck_timeout_s > 0:
@@ -94,9 +102,12 @@ class ReserveOccupySampler:
         self._unbound: dict[str, int] = {}  # reservation -> v_traj, not yet bound to a group
         self._unit_of: dict[str, str] = {}  # group key -> unit (bound and occupied)
         self._handout: list[str] = []  # group keys of the consumed batch not yet selected
-        self._stuck = StuckTimer(stuck_timeout_s)
+        self._clock = clock
+        self._stuck = StuckTimeouts(math.inf if stuck_timeout_s is None else stuck_timeout_s)
+        self._admitted_at: dict[str, float] = {}  # reservation -> admission time, in flight
         self.orphans = 0  # ready groups that found no reservation (after a release)
         self.released: list[str] = []  # reservations released by the fail-safe
+        self.escalated: list[str] = []  # reservations its escalation aborted
 
     # ------------------------------------------------------------ rollout-pump side ----------
 
@@ -115,6 +126,7 @@ class ReserveOccupySampler:
             if ctl.reserve(unit) is None:  # free_reservations() said there is room
                 raise NemoSamplerError(f"no legal slot for {unit} although one was counted")
             self._unbound[unit] = ctl.version
+            self._admitted_at[unit] = self._clock()
         self._dispatch_index += 1
         return None
 
@@ -215,6 +227,7 @@ class ReserveOccupySampler:
                 orphans.append(i)
                 continue
             self._unit_of[key] = unit
+            del self._admitted_at[unit]
             self.controller.occupy(unit)
         if orphans:
             self.orphans += len(orphans)
@@ -232,8 +245,26 @@ class ReserveOccupySampler:
         return best
 
     def _maybe_release_stuck(self) -> None:
-        if self._stuck.due(self.controller):
-            for unit in self.controller.release_stuck():
-                self._unbound.pop(unit, None)
-                self.released.append(unit)
-            self._stuck.reset()
+        """The fail-safe, polled while the step waits: release a head buffer STUCK for the
+        timeout in force, and escalate as ``reserve_occupy.stuck`` says. Released and aborted
+        reservations are gone; groups still generating for them find none when they are
+        ready and are evicted."""
+        now = self._clock()
+        if not self._stuck.due(self.controller, now):
+            return
+        released = self.controller.release_stuck()
+        self._stuck.reset()
+        self._drop(released)
+        self.released += released
+        cutoff = self._stuck.released(self.controller, now) if released else None
+        if cutoff is not None:
+            for unit in escalation(self.controller, self._admitted_at, cutoff):
+                if unit in self._admitted_at:  # not aborted by an earlier one's closing rule
+                    removal = self.controller.abort(unit)
+                    self._drop([unit, *removal.aborted])
+                    self.escalated.append(unit)
+
+    def _drop(self, units) -> None:
+        for unit in units:
+            self._unbound.pop(unit, None)
+            self._admitted_at.pop(unit, None)

@@ -35,25 +35,58 @@ This module imports verl (it subclasses verl's classes); the core package never 
 
 from __future__ import annotations
 
+import math
+import sys
 import time
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any, Callable, Optional
 
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
 from ..config import Config
-from ..errors import ProtocolError
+from ..errors import ConfigError, ProtocolError
 from ..machine import StalenessController
-from ._shared import StuckTimer, free_reservations
+from ..stuck import StuckTimeouts, escalation
 from ..types import Batch, Phase, SlotState
+from ._shared import free_reservations
 
-__all__ = ["VerlIntegrationError", "ReserveOccupyReplayBuffer"]
+__all__ = ["VerlIntegrationError", "VerlSettingError", "ReserveOccupyReplayBuffer"]
 
 TRAIN = "train"
 
 
 class VerlIntegrationError(ProtocolError):
     """verl is configured or driven in a way the protocol cannot follow (names what)."""
+
+
+class VerlSettingError(VerlIntegrationError, ValueError):
+    """A setting of the sampler has the wrong type or value; ``key`` is its path in verl's
+    Hydra config (``trainer.v1.sampler.sampler_kwargs.max_staleness``, ...)."""
+
+    def __init__(self, key: str, value: object, requirement: str) -> None:
+        self.key, self.value, self.requirement = key, value, requirement
+        super().__init__(f"{key}={value!r}: {requirement}")
+
+
+SAMPLER_KWARGS = "trainer.v1.sampler.sampler_kwargs"
+
+
+def _integer(key: str, value: object, minimum: int) -> int:
+    # bool is an int subclass, and int() would truncate 1.7 or parse "2": each is a mistake
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise VerlSettingError(key, value, f"must be an integer >= {minimum}")
+    if value < minimum:
+        raise VerlSettingError(key, value, f"must be >= {minimum}")
+    return value
+
+
+def _seconds(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise VerlSettingError(key, value, "must be a number of seconds")
+    if not (math.isfinite(value) and value > 0):
+        raise VerlSettingError(key, value, "must be finite and > 0")
+    return float(value)
 
 
 class ReserveOccupyReplayBuffer(ReplayBufferAsync):
@@ -70,12 +103,14 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
     def __init__(self, trainer_mode: str, trainer_config: Any,
                  max_off_policy_threshold: Optional[int], max_off_policy_strategy: str,
                  sampler_kwargs: Any, poll_interval: Optional[float] = None, refill_fn=None,
-                 **_ignored: Any) -> None:
+                 clock: Callable[[], float] = time.monotonic, **_ignored: Any) -> None:
+        if sampler_kwargs is not None and not isinstance(sampler_kwargs, Mapping):
+            raise VerlSettingError(SAMPLER_KWARGS, sampler_kwargs, "must be a mapping")
         kw = dict(sampler_kwargs or {})
         unknown = set(kw) - {"max_staleness", "batch_size", "poll_interval", "stuck_timeout_s",
                              "filter_groups_metric"}
         if unknown:
-            raise VerlIntegrationError(f"unknown sampler_kwargs {sorted(unknown)}")
+            raise VerlIntegrationError(f"unknown sampler_kwargs {sorted(map(str, unknown))}")
         if trainer_mode == "sync":
             raise VerlIntegrationError("trainer_mode 'sync' trains on-policy already: use "
                                        "reserve_occupy_colocate_async or _separate_async")
@@ -88,25 +123,37 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
             raise VerlIntegrationError("refill_fn is None: admission submits prompts through it")
         for key in ("max_staleness", "batch_size"):
             if key not in kw:
-                raise VerlIntegrationError(f"trainer.v1.sampler.sampler_kwargs.{key} is not set")
-        poll = float(kw.get("poll_interval", poll_interval if poll_interval is not None else 0.5))
-        if not poll > 0:
-            raise VerlIntegrationError(f"poll_interval must be > 0, got {poll!r}")
+                raise VerlIntegrationError(f"{SAMPLER_KWARGS}.{key} is not set")
+        eta = _integer(f"{SAMPLER_KWARGS}.max_staleness", kw["max_staleness"], 0)
+        batch = _integer(f"{SAMPLER_KWARGS}.batch_size", kw["batch_size"], 1)
+        if "poll_interval" in kw:
+            poll = _seconds(f"{SAMPLER_KWARGS}.poll_interval", kw["poll_interval"])
+        else:
+            poll = 0.5 if poll_interval is None else _seconds("poll_interval", poll_interval)
         stuck = kw.get("stuck_timeout_s")
-        if stuck is not None and not float(stuck) > 0:
-            raise VerlIntegrationError(f"stuck_timeout_s must be > 0 or null, got {stuck!r}")
-        self.config = Config(max_staleness=int(kw["max_staleness"]),
-                             batch_size=int(kw["batch_size"]))
+        if stuck is not None:
+            stuck = _seconds(f"{SAMPLER_KWARGS}.stuck_timeout_s", stuck)
+        metric = kw.get("filter_groups_metric")
+        if metric is not None and (not isinstance(metric, str) or not metric.strip()):
+            raise VerlSettingError(f"{SAMPLER_KWARGS}.filter_groups_metric", metric,
+                                   "must be a metric name (\"reward\" or a reward_extra_info "
+                                   "key) or null")
+        sync_step = _integer(f"trainer.v1.{trainer_mode}.parameter_sync_step",
+                             (trainer_config or {}).get("parameter_sync_step", 1), 1)
+        if batch % sync_step:
+            raise VerlIntegrationError(
+                f"batch_size {batch} is not divisible by parameter_sync_step {sync_step}")
+        try:
+            self.config = Config(max_staleness=eta, batch_size=batch)
+        except ConfigError as exc:  # the controller's own limits (MAX_STALENESS, MAX_SLOTS)
+            raise VerlSettingError(f"{SAMPLER_KWARGS}.{exc.field}", exc.value,
+                                   exc.requirement) from None
         super().__init__(trainer_mode=trainer_mode, trainer_config=trainer_config,
                          max_off_policy_threshold=None, max_off_policy_strategy="drop",
                          sampler_kwargs=kw, poll_interval=poll, refill_fn=refill_fn,
-                         filter_groups_metric=kw.get("filter_groups_metric"))
-        self.parameter_sync_step = int((trainer_config or {}).get("parameter_sync_step", 1))
-        if self.config.batch_size % self.parameter_sync_step:
-            raise VerlIntegrationError(
-                f"batch_size {self.config.batch_size} is not divisible by parameter_sync_step "
-                f"{self.parameter_sync_step}")
-        self.stuck_timeout_s = None if stuck is None else float(stuck)
+                         filter_groups_metric=metric)
+        self.parameter_sync_step = sync_step
+        self.stuck_timeout_s = stuck
         self.controller = StalenessController(self.config)
         self._offset: Optional[int] = None  # global_steps - 1 when the first prompt was admitted
         self._next_unit = 0
@@ -115,9 +162,12 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
         self._unit_of: dict[str, str] = {}  # uid -> unit, from admission until trained/removed
         self._placed: set[str] = set()  # uids occupied, filtered or aborted
         self._handout: list[str] = []  # uids of the consumed batch not yet sampled
-        self._stuck = StuckTimer(self.stuck_timeout_s)
+        self._clock = clock  # times the fail-safe (verl passes none: time.monotonic)
+        self._stuck = StuckTimeouts(math.inf if stuck is None else stuck)
+        self._admitted_at: dict[str, float] = {}  # unit -> admission time, while in flight
         self.trained: list[Batch] = []  # every consumed batch (for metrics and tests)
         self.released: list[str] = []  # units released by the stuck fail-safe
+        self.escalated: list[str] = []  # units its escalation aborted
         self.wait_s = 0.0  # time sample() spent polling for the head batch
 
     # ------------------------------------------------------------ the trainer's calls --------
@@ -135,6 +185,7 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
             if ctl.reserve(unit) is None:  # free_reservations() counted a legal slot
                 raise VerlIntegrationError(f"no legal slot for {unit} although one was counted")
             self._unbound.append(unit)
+            self._admitted_at[unit] = self._clock()
         if free:
             known = set(self.prompt_global_steps[TRAIN])
             self.refill_fn(free)
@@ -249,8 +300,10 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
         removed: set[str] = set()
         for uid in self.failure_keys[TRAIN] - self._placed:
             ctl.abort(self._unit_of[uid])
+            self._admitted_at.pop(self._unit_of[uid], None)
             removed.add(uid)
         for uid in self.finished_keys[TRAIN] - self._placed:
+            self._admitted_at.pop(self._unit_of[uid], None)
             if uid in dapo:  # finished, then dropped for want of signal (spec §6.3)
                 ctl.occupy(self._unit_of[uid])
                 ctl.filter(self._unit_of[uid])
@@ -277,15 +330,33 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
                 f"trainer)")
 
     def _maybe_release_stuck(self) -> None:
-        if self._stuck.due(self.controller):
-            units = set(self.controller.release_stuck())
-            self.released.extend(sorted(units))
-            uids = {uid for uid, unit in self._unit_of.items() if unit in units}
-            self._clear_groups(TRAIN, uids)  # their generation goes on; its results are dropped
-            for uid in uids:
-                del self._unit_of[uid]
-            self._discarded |= uids
-            self._stuck.reset()
+        """The fail-safe, polled while ``sample`` waits: release a head buffer STUCK for the
+        timeout in force, and escalate as ``reserve_occupy.stuck`` says (after a release with
+        no placement since the one before, the next waits twice as long; from the third such
+        release in a row, a release also aborts every unit in flight since before the previous
+        one). The generation of a released or aborted prompt goes on; its results are
+        cleared, never trained."""
+        now = self._clock()
+        if not self._stuck.due(self.controller, now):
+            return
+        units = self.controller.release_stuck()
+        self._stuck.reset()
+        self.released.extend(sorted(units))
+        gone = set(units)
+        cutoff = self._stuck.released(self.controller, now) if units else None
+        if cutoff is not None:
+            for unit in escalation(self.controller, self._admitted_at, cutoff):
+                if unit not in gone:  # not aborted by an earlier one's closing rule
+                    removal = self.controller.abort(unit)
+                    gone |= {unit, *removal.aborted}
+                    self.escalated.append(unit)
+        for unit in gone:
+            self._admitted_at.pop(unit, None)
+        uids = {uid for uid, unit in self._unit_of.items() if unit in gone}
+        self._clear_groups(TRAIN, uids)
+        for uid in uids:
+            del self._unit_of[uid]
+        self._discarded |= uids
 
 
 # ---------------------------------------------------------------- the trainers ----------------
@@ -375,7 +446,7 @@ def register() -> dict[str, type]:
     return _REGISTERED
 
 
-__all__ += ["register", "task_runner_class", "main"]
+__all__ += ["register", "task_runner_class", "main", "integration_error"]
 MODULE = "reserve_occupy.integrations.verl"  # also when run as __main__
 
 
@@ -397,9 +468,28 @@ def task_runner_class() -> Any:
     return ray.remote(ReserveOccupyTaskRunner)
 
 
+def integration_error(exc: BaseException) -> Optional[VerlIntegrationError]:
+    """This module's own error behind ``exc``, if there is one: ``exc`` itself, or what it
+    was raised from, or the ``cause`` of a Ray task error (an error raised in the task runner's
+    actor reaches the driver wrapped in one)."""
+    for _ in range(16):  # a chain longer than this is not ours
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            exc = cause
+        elif isinstance(exc, VerlIntegrationError):
+            return exc
+        elif exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            return None
+    return None
+
+
 def main() -> None:
     """``python -m reserve_occupy.integrations.verl <verl's Hydra overrides>``: verl's
-    ``main_ppo`` with the Reserve–Occupy task runner (docs/porting/verl.md)."""
+    ``main_ppo`` with the Reserve–Occupy task runner (docs/porting/verl.md). An error of this
+    integration (a setting the protocol cannot follow, in this process or in verl's task
+    runner) is one line on stderr and exit status 2; anything else is verl's to report."""
     import os
 
     import hydra
@@ -409,21 +499,32 @@ def main() -> None:
 
     @hydra.main(config_path=config_dir, config_name="ppo_trainer", version_base=None)
     def _run(config: Any) -> None:
-        from verl.trainer.main_ppo import run_ppo
-        from verl.trainer.ppo.utils import need_critic, need_reference_policy
-        from verl.utils.config import validate_config
-        from verl.utils.device import auto_set_device
-
-        if not str(config.trainer.v1.trainer_mode).startswith("reserve_occupy_"):
-            raise VerlIntegrationError(
-                f"trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}: use "
-                f"reserve_occupy_colocate_async or reserve_occupy_separate_async")
-        auto_set_device(config)
-        validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                        use_critic=need_critic(config))
-        run_ppo(config, task_runner_class=task_runner_class())
+        try:
+            _run_ppo(config)
+        except Exception as exc:
+            own = integration_error(exc)
+            if own is None:
+                raise
+            print(f"error: {' '.join(str(own).split())}", file=sys.stderr)
+            raise SystemExit(2) from None
 
     _run()
+
+
+def _run_ppo(config: Any) -> None:
+    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    if not str(config.trainer.v1.trainer_mode).startswith("reserve_occupy_"):
+        raise VerlIntegrationError(
+            f"trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}: use "
+            f"reserve_occupy_colocate_async or reserve_occupy_separate_async")
+    auto_set_device(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                    use_critic=need_critic(config))
+    run_ppo(config, task_runner_class=task_runner_class())
 
 
 if __name__ == "__main__":

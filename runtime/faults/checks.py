@@ -8,8 +8,9 @@ how many individual checks it made. Every check is shown to fail on a broken var
 * ``conservation`` -- every admitted unit ends consumed (in exactly one batch), aborted, filtered
   or still finished; every explicit abort or filter carries a reason; nothing is in flight at the
   end; every unit a restart lost had its prompt re-admitted.
-* ``recovery`` -- at each restart, the units the durable log had FINISHED were reloaded (or, only
-  when their file was really gone, filtered as missing), and the units it had IN_FLIGHT were
+* ``recovery`` -- at each restart, judged in that restart's own window of the log (up to the
+  next crash point), the units the durable log had FINISHED were reloaded (or, only when their
+  file was gone by that restart, filtered as missing), and the units it had IN_FLIGHT were
   salvaged or aborted as lost: none vanished.
 * ``staleness`` -- every batch any incarnation trained respects eta by the controller's stamp and
   by each token's own version; each token was produced by the weights of the version it claims
@@ -23,7 +24,7 @@ how many individual checks it made. Every check is shown to fail on a broken var
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,42 +122,56 @@ def check_conservation(ev: Evidence) -> tuple[list[str], int]:
 
 
 def check_recovery(ev: Evidence) -> tuple[list[str], int]:
-    """Judged from the final log, not from recovery's own report: right after each restart,
-    every unit the log had IN_FLIGHT is occupied as recovered or aborted as lost (or dropped by
-    the closing rule of such an operation) before anything else happens to it; every unit it
-    had FINISHED ends consumed or still finished, or filtered as missing when a fault really
-    removed its file."""
+    """Judged from the final log, not from recovery's own report, each restart in its own window
+    of the log (from its crash point to the next restart's, or to the end): right after the
+    restart, every unit the log had IN_FLIGHT is occupied as recovered or aborted as lost (or
+    dropped by the closing rule of such an operation) before anything else happens to it; every
+    unit it had FINISHED is, when the window ends, filtered as missing if a fault had removed its
+    file by this restart, and otherwise consumed or still finished. A unit the window left
+    untouched because the next crash fell inside recovery is still IN_FLIGHT or FINISHED at the
+    next crash point, and that restart judges it. A file removed at a later restart says nothing
+    about this one."""
     contents = read_log(ev.log_path)
-    final = rebuild(contents, contents.config)
     events = contents.events
     out: list[str] = []
     n = 0
     for k, cp in enumerate(ev.crashes, 1):
+        last = k == len(ev.crashes)
+        end = len(events) if last else ev.crashes[k].events
+        at_end = rebuild(replace(contents, events=events[:end]), contents.config)
         first: dict[UnitId, str] = {}
-        for e in events[cp.events:]:
+        filtered: dict[UnitId, Any] = {}
+        for e in events[cp.events:end]:
             meta = contents.metas.get(e.seq, {})
             recovery = meta.get("reason") in ("recovered", "lost_in_crash")
             for unit in ([e.unit_id] if e.unit_id is not None else []) + list(e.aborted):
                 if unit in cp.in_flight and unit not in first:
                     first[unit] = "ok" if recovery else f"{e.op} (seq {e.seq})"
+            if e.op == "filter":
+                filtered.setdefault(e.unit_id, meta.get("reason"))  # type: ignore[arg-type]
         for unit in sorted(cp.in_flight, key=str):
             n += 1
-            if first.get(unit) != "ok":
+            deferred = (not last and unit not in first
+                        and at_end.unit_state(unit) is UnitState.IN_FLIGHT)
+            if first.get(unit) != "ok" and not deferred:
                 out.append(f"restart {k}: unit {unit!r} was IN_FLIGHT at the crash; next in "
-                           f"the log: {first.get(unit, 'nothing')}, not a recovery abort or "
-                           f"occupy")
+                           f"its window of the log: {first.get(unit, 'nothing')}, not a "
+                           f"recovery abort or occupy")
         for unit in sorted(cp.finished, key=str):
             n += 1
-            state = final.unit_state(unit)
-            reason = next((contents.metas.get(e.seq, {}).get("reason") for e in events
-                           if e.op == "filter" and e.unit_id == unit), None)
+            state = at_end.unit_state(unit)
+            reason = filtered.get(unit)
             if unit in cp.deleted:
-                if state is not UnitState.FILTERED or reason != "trajectory_missing":
-                    out.append(f"restart {k}: unit {unit!r} lost its trajectory file but ended "
-                               f"{state.value} (filter reason {reason!r})")
+                deferred = not last and state is UnitState.FINISHED
+                if not deferred and (state is not UnitState.FILTERED
+                                     or reason != "trajectory_missing"):
+                    out.append(f"restart {k}: unit {unit!r} lost its trajectory file but was "
+                               f"{state.value} when this restart's window of the log ended "
+                               f"(filter reason {reason!r})")
             elif state not in (UnitState.CONSUMED, UnitState.FINISHED):
                 out.append(f"restart {k}: unit {unit!r} was FINISHED at the crash, with its "
-                           f"file on disk, and ended {state.value} (reason {reason!r})")
+                           f"file on disk, and was {state.value} when this restart's window of "
+                           f"the log ended (reason {reason!r})")
     return out, n
 
 

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from .. import inputs, outputs
+from .. import atomic_io, inputs
 from ..inputs import InputError
 from .harness import run_schedule
 from .schedule import generate, minimize
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         _print_failure(schedule, violations, kind, variant, policy)
     if args.json:
         try:
-            outputs.write_text(args.json, json.dumps(summary, indent=2))
+            atomic_io.write_text(args.json, json.dumps(summary, indent=2))
         except OSError as exc:  # checked writable up front; the disk may still fail
             from ..cli import EXIT_IO
 

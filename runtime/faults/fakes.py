@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import atomic_io
 from ..clock import Clock
 from ..rollout.base import GenerationRequest, Segment
 from ..rollout.fake import FakeRollout, Plan
@@ -134,8 +135,8 @@ class HashTrainer:
 
     async def save_checkpoint(self, path: Path) -> None:
         self._call("save")
-        (path / "trainer.json").write_text(json.dumps({"steps": self.steps,
-                                                       "digest": self.digest}))
+        atomic_io.write_text(path / "trainer.json", json.dumps({"steps": self.steps,
+                                                                "digest": self.digest}))
         await asyncio.sleep(0)
 
     async def load_checkpoint(self, path: Path) -> None:

@@ -39,7 +39,7 @@ from ..rollout.fake import Plan, random_script
 from ..rollout.pool import EnginePool
 from ..scratch import remove, scratch_dir
 from ..tasks.base import Prompt
-from ..units import DriverSettings
+from ..records import DriverSettings
 from .checks import CHECKS, CrashPoint, Evidence
 from .fakes import INITIAL, Crash, CrashableRollout, HashTrainer, SimulatedCrash, Weights
 from .schedule import RESTARTS, Schedule
@@ -116,7 +116,7 @@ class Run:
             candidates=schedule.candidates, capacity=schedule.capacity, steps=schedule.steps,
             max_tokens=6, unit_timeout_s=2.0, stuck_timeout_s=1.0, seed=schedule.seed,
             check_invariants=True)
-        self.recovery = RecoverySettings(checkpoint_every=schedule.checkpoint_every,
+        self.recovery = RecoverySettings(commit_every=schedule.commit_every,
                                          keep_checkpoints=2, fsync=False)
         self.ev = Evidence(root / "events.jsonl", schedule.eta, schedule.steps, PROMPTS)
         self.pending = sorted((f for f in schedule.faults if f.kind not in RESTARTS

@@ -72,13 +72,13 @@ class Schedule:
     capacity: int = 2
     engines: int = 2
     steps: int = 5
-    checkpoint_every: int = 2
+    commit_every: int = 2
     faults: tuple[Fault, ...] = field(default_factory=tuple)
 
     def describe(self) -> str:
         head = (f"seed {self.seed}: eta={self.eta} B={self.batch_size} C={self.capacity} "
                 f"group {self.group_size}/{self.candidates} engines={self.engines} "
-                f"steps={self.steps} checkpoint_every={self.checkpoint_every}")
+                f"steps={self.steps} commit_every={self.commit_every}")
         return "\n".join([head] + [f"  - {f.describe()}" for f in self.faults] or ["  (none)"])
 
     def without(self, index: int) -> Schedule:
@@ -95,7 +95,7 @@ def generate(seed: int) -> Schedule:
     s = Schedule(seed, eta=eta, batch_size=b, group_size=g,
                  candidates=g + rng.choice((0, 0, 1)), capacity=b + rng.choice((0, 0, 1)),
                  engines=rng.choice((1, 2, 2, 3)), steps=steps,
-                 checkpoint_every=rng.choice((0, 1, 2, 3)))
+                 commit_every=rng.choice((0, 1, 2, 3)))
     horizon = 0.15 * steps  # about how long a run lasts on the virtual clock
     writes = steps * (4 * b + 3)  # about how many durable writes one incarnation makes
     faults = []

@@ -34,7 +34,7 @@ from reserve_occupy import IllegalUnitState, UnitState, UnknownUnit, replay
 from reserve_occupy.trace import dumps, parse_lines, trace_records
 
 from ..sim.model.checks import CheckFailed, check_run
-from ..sim.model.core import Group, SimulationError, Simulator
+from ..sim.model.core import SimGroup, SimulationError, Simulator
 from ..sim.model.cost import preset
 from ..sim.model.engine import Request
 from ..sim.model.policies.reserve_occupy import ReserveOccupy
@@ -121,7 +121,7 @@ class FaultyReserveOccupy(ReserveOccupy):
             self._apply(self.pending.pop(0))
         super().admit()
 
-    def on_group_done(self, group: Group) -> None:
+    def on_group_done(self, group: SimGroup) -> None:
         if group.gid in self.nan:
             group.no_grad = True  # a NaN reward: no usable gradient, filtered after placement
             self.injected["nan_reward"] += 1
@@ -145,7 +145,7 @@ class FaultyReserveOccupy(ReserveOccupy):
                if req.state == Request.RUNNING}
         for gid in sorted(hit):
             group = self._groups.get(gid)
-            if group is None or group.state != Group.RUNNING:
+            if group is None or group.state != SimGroup.RUNNING:
                 continue
             if self.controller.unit_state(gid) is not UnitState.IN_FLIGHT:
                 continue
@@ -241,7 +241,7 @@ class CrashWithoutAbort(FaultyReserveOccupy):
     def _crash(self, instance: Any) -> None:
         for _, _, req in list(instance._heap):
             group = self._groups.get(req.group.gid)
-            if group is not None and group.state == Group.RUNNING:
+            if group is not None and group.state == SimGroup.RUNNING:
                 self.sim.abort(self._groups.pop(group.gid))
 
 

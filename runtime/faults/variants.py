@@ -11,6 +11,9 @@ asserts each is caught.
   eta at training.
 * ``forget_finished`` -- recovery drops finished units' trajectories (filters them, claiming the
   files were missing). Caught by ``recovery``: a finished unit whose file existed was filtered.
+* ``blame_neighbour`` -- recovery, finding a finished unit's file missing, filters the
+  finished unit next to it in the log's order as missing too (an off-by-one in the loop). Caught
+  by ``recovery``: a finished unit whose file existed was filtered as missing at that restart.
 * ``keep_in_flight`` -- recovery leaves the log's in-flight units reserved, as if their
   generations were still running. Caught by ``recovery``: a unit in flight at the crash was not
   aborted as lost (its slot waits for a generation that no longer exists).
@@ -32,7 +35,7 @@ from reserve_occupy import UnitState
 from ..driver import Driver
 from ..recovery.resume import Recovery
 from ..trainer.base import GroupSample, Sample, TrainBatch
-from ..units import GroupRun
+from ..records import GroupRun
 from .harness import Variant
 
 
@@ -66,6 +69,19 @@ class _ForgetFinished(Recovery):
                     and unit not in self.report.salvaged):
                 self.controller.filter(unit, meta={"reason": "trajectory_missing"})
                 self.report.missing.append(unit)
+
+
+class _BlameNeighbour(Recovery):
+    def reload_finished(self) -> None:
+        super().reload_finished()
+        for unit in list(self.report.missing):
+            at = self.order.index(unit)
+            after = [u for u in self.order[at + 1:] if u in self.report.finished]
+            before = [u for u in self.order[:at] if u in self.report.finished]
+            for neighbour in (after[:1] or before[-1:]):
+                self.controller.filter(neighbour, meta={"reason": "trajectory_missing"})
+                self.report.finished.remove(neighbour)
+                self.report.missing.append(neighbour)
 
 
 class _KeepInFlight(Recovery):
@@ -127,6 +143,7 @@ class _AcceptLate(Variant):
 VARIANTS: dict[str, Variant] = {
     "restamp": _recovery_variant("restamp", _Restamp),
     "forget_finished": _recovery_variant("forget_finished", _ForgetFinished),
+    "blame_neighbour": _recovery_variant("blame_neighbour", _BlameNeighbour),
     "keep_in_flight": _recovery_variant("keep_in_flight", _KeepInFlight),
     "no_retrain": _recovery_variant("no_retrain", _NoRetrain),
     "accept_late": _AcceptLate(),

@@ -22,11 +22,12 @@ import json
 import os
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .. import atomic_io
 
 SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
 CHARS = list("0123456789+-*=") + [" "]
@@ -170,7 +171,9 @@ def ensure_tiny_model(spec: TinySpec | None = None, root: Path | None = None,
     t0 = time.perf_counter()
     if log:
         log(f"building the tiny model once ({spec.warmup_steps} warm-up steps) into {target}")
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    tmp = atomic_io.temp_path(target)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     try:
         tokenizer = build_tokenizer(spec.chat)
         model = build_model(spec, tokenizer)
@@ -179,6 +182,7 @@ def ensure_tiny_model(spec: TinySpec | None = None, root: Path | None = None,
         tokenizer.save_pretrained(tmp)
         (tmp / "tiny_spec.json").write_text(json.dumps(
             {**dataclasses.asdict(spec), "warmup_final_loss": loss}, indent=2))
+        atomic_io.settle(tmp)  # safetensors writes 0600: readable by whoever may read the cache
         try:
             os.rename(tmp, target)
         except OSError:  # another process finished first: keep theirs

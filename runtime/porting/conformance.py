@@ -24,13 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reserve_occupy.trace import dumps, header, parse_config
+from reserve_occupy.trace import dumps, header, loads_bounded, parse_config
 
-from .. import inputs
-from .. import outputs
+from .. import atomic_io, inputs
 from ..inputs import InputError
 from . import vectors as vec
-from .runner import AdapterError, Adapter, Failure, ReferenceAdapter, SubprocessAdapter
+from .runner import Adapter, AdapterError, Failure, ReferenceAdapter, SubprocessAdapter
 from .runner import run as run_vectors
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -116,10 +115,13 @@ def _load_adapter(args: argparse.Namespace) -> Any:
         obj = getattr(importlib.import_module(module_name), attr or "Adapter")
     except (ImportError, AttributeError, ValueError) as exc:
         raise UsageError(f"cannot load adapter {args.adapter!r}: {exc}") from None
+    except SystemExit as exc:  # its module exits on import: not an adapter, and not a pass
+        raise UsageError(f"cannot load adapter {args.adapter!r}: importing it raised "
+                         f"SystemExit({exc.code!r})") from None
     if isinstance(obj, type):
         try:
             obj = obj()
-        except Exception as exc:  # noqa: BLE001 -- the port's constructor: report, don't crash
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 -- the port's constructor
             raise UsageError(f"adapter {args.adapter!r}: its constructor raised "
                              f"{type(exc).__name__}: {exc}") from None
     missing = [m for m in ADAPTER_METHODS if not callable(getattr(obj, m, None))]
@@ -150,14 +152,16 @@ def _compare_corpus(args: argparse.Namespace, write: bool) -> int:
             stale.append(name)
             if write:
                 vec.write_family(name, text, args.dir)
-    manifest_path = args.dir / "MANIFEST.json"
-    if not args.family:  # the manifest describes the whole corpus
-        manifest = json.dumps(vec.manifest(texts), indent=2) + "\n"
-        old = manifest_path.read_text() if manifest_path.exists() else None
-        if old != manifest:
-            stale.append("MANIFEST.json")
-            if write:
-                outputs.write_text(manifest_path, manifest)
+    manifest_path = args.dir / vec.MANIFEST_NAME
+    manifest = json.dumps(_manifest(args, texts), indent=2) + "\n"
+    try:
+        old = manifest_path.read_text(encoding="utf-8") if manifest_path.exists() else None
+    except (OSError, UnicodeDecodeError):
+        old = None
+    if old != manifest:
+        stale.append(vec.MANIFEST_NAME)
+        if write:
+            atomic_io.write_text(manifest_path, manifest)
     if not stale:
         print("conformance corpus is up to date", file=sys.stderr)
         return EXIT_OK
@@ -172,15 +176,31 @@ def _compare_corpus(args: argparse.Namespace, write: bool) -> int:
     return EXIT_FAIL
 
 
+def _manifest(args: argparse.Namespace, texts: dict[str, bytes]) -> dict[str, Any]:
+    """MANIFEST.json for ``texts``: the whole corpus, or with ``--family`` the directory's
+    manifest with those families' entries replaced (the others kept as they are)."""
+    if not args.family:
+        return vec.manifest(texts)
+    try:
+        kept = vec.read_manifest(args.dir)
+    except vec.CorpusError:  # none yet, or unreadable: it is rewritten
+        kept = {}
+    ours = vec.manifest(texts)
+    entries = {**kept, **ours["families"]}
+    order = [n for n in vec.family_names() if n in entries] + sorted(
+        n for n in entries if n not in vec.family_names())
+    return {**ours, "families": {n: entries[n] for n in order}}
+
+
 def _export(args: argparse.Namespace) -> int:
     family = args.export.split("/")[0]
     if family not in vec.family_names():
         print(f"error: no family {family!r} for id {args.export!r}", file=sys.stderr)
         return EXIT_USAGE
     needle = f'"id":{json.dumps(args.export)},'.encode()
-    for line in vec.read_text(vec.path_for(family, args.dir)).splitlines():
+    for line in vec.verified_text(family, args.dir).splitlines():
         if line.startswith(b"{" + needle):  # ids lead each line: skip decoding the others
-            v = json.loads(line)
+            v = loads_bounded(line)
             print(dumps(header(parse_config({"op": "config", "schema_version": 1,
                                              "config": v["config"]}),
                                producer=f"conformance vector {v['id']}")))
@@ -196,7 +216,7 @@ def _save(failure: Failure, vector_config: dict[str, Any], directory: Path) -> P
     path = directory / (failure.vector.replace("/", "-") + ".jsonl")
     config = parse_config({"op": "config", "schema_version": 1, "config": vector_config})
     lines = [header(config, producer=f"port outcomes for {failure.vector}")] + failure.outcomes
-    outputs.write_text(path, "".join(dumps(r) + "\n" for r in lines))
+    atomic_io.write_text(path, "".join(dumps(r) + "\n" for r in lines))
     return path
 
 
@@ -206,11 +226,19 @@ def _run(args: argparse.Namespace) -> int:
     configs: dict[str, Any] = {}
 
     families = _families(args)
-    if not args.family and (isinstance(adapter, SubprocessAdapter)
-                            or not callable(getattr(adapter, "stream", None))):
+    has_stream = callable(getattr(adapter, "stream", None))
+    skipped = None
+    if not args.family and (isinstance(adapter, SubprocessAdapter) or not has_stream):
         # Streaming consume is an optional extension: its family runs by default only for an
         # in-process adapter with ``stream``; ``--family streaming`` asks for it explicitly.
         families = [f for f in families if f != "streaming"]
+        skipped = ("not run: the streaming family (" + (
+            "an --adapter-cmd port may not implement stream" if has_stream else
+            "the adapter has no stream()") + "; --family streaming runs it)")
+    elif "streaming" in families and not has_stream:
+        raise UsageError(f"adapter {args.adapter!r} has no stream(), which every vector of "
+                         f"the streaming family asks for: implement it, or leave out "
+                         f"--family streaming")
 
     def selected() -> Any:
         for k, v in enumerate(vec.load(families, args.dir)):
@@ -222,8 +250,13 @@ def _run(args: argparse.Namespace) -> int:
     result = run_vectors(adapter, selected(), mode,
                  progress=lambda n: print(f"  ... {n} vectors", file=sys.stderr))
     took = time.perf_counter() - t0
+    if not result.vectors:  # a pass must have checked something
+        raise UsageError(f"no vectors to run in {args.dir} for {', '.join(families) or 'no '}"
+                         f" famil{'y' if len(families) == 1 else 'ies'}")
     print(f"{mode}: {result.vectors - len(result.failures)}/{result.vectors} vectors pass "
           f"({result.steps} operations, {result.skipped} skipped as inapplicable, {took:.1f}s)")
+    if skipped:
+        print(skipped)
     for failure in result.failures[:10]:
         print(f"FAIL {failure.vector} step {failure.step} ({failure.request}): {failure.detail}")
         if args.save_failures:

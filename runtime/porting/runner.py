@@ -19,7 +19,6 @@ is not a verdict on any vector.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import shlex
@@ -35,6 +34,7 @@ from reserve_occupy.trace import (
     TraceFormatError,
     dumps,
     header,
+    loads_bounded,
     parse_config,
     parse_record,
 )
@@ -137,22 +137,31 @@ class SubprocessAdapter:
 
     def _readline(self) -> bytes:
         """One answer line, waiting at most ``answer_timeout_s`` (a silent port must not hang
-        the runner)."""
+        the runner). Linear in the answer's length: each chunk is searched once for the
+        newline; an answer longer than ``MAX_ANSWER_BYTES`` is refused as soon as it is."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + self.answer_timeout_s
-        while b"\n" not in self._pending:
-            if len(self._pending) > MAX_ANSWER_BYTES:
-                raise self._gone(f"sent an answer longer than {MAX_ANSWER_BYTES >> 20} MB")
+        pending = bytearray(self._pending)
+        end = pending.find(b"\n")
+        while end < 0 or end > MAX_ANSWER_BYTES:
+            if len(pending) > MAX_ANSWER_BYTES:
+                self._pending = b""
+                raise AdapterError(f"adapter command {self.command!r} sent an answer line longer "
+                                   f"than {MAX_ANSWER_BYTES >> 20} MiB: too long for one "
+                                   f"trace record")
             left = deadline - time.monotonic()
             ready = select.select([fd], [], [], max(0.0, left))[0] if left > 0 else []
             if not ready:
                 raise self._gone(f"gave no answer within {self.answer_timeout_s:g} s")
-            chunk = os.read(fd, 1 << 16)
+            chunk = os.read(fd, 1 << 20)
             if not chunk:
                 raise self._gone("closed its output", exiting=True)
-            self._pending += chunk
-        line, _, self._pending = self._pending.partition(b"\n")
+            found = chunk.find(b"\n")
+            if found >= 0:
+                end = len(pending) + found
+            pending += chunk
+        line, self._pending = bytes(pending[:end]), bytes(pending[end + 1:])
         return line
 
     def _send(self, request: dict[str, Any]) -> bytes:
@@ -167,8 +176,8 @@ class SubprocessAdapter:
     def _ask(self, request: dict[str, Any]) -> Any:
         answer = self._send(request)
         try:
-            return json.loads(answer)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            return loads_bounded(answer)
+        except ValueError:  # not JSON, nested too deep, not UTF-8
             raise RuntimeError(f"adapter answered {answer.strip()[:200]!r}, not JSON") from None
 
     def start(self, config: Config) -> None:
@@ -336,6 +345,8 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
         adapter.start(config)
     except AdapterError:
         raise
+    except SystemExit as exc:
+        raise _exited(exc, "start(config)") from None
     except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer
         result.failures.append(Failure(vector["id"], 0, "start(config)",
                                        f"the adapter raised {type(exc).__name__}: {exc}", []))
@@ -360,6 +371,9 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
                        f"(field {exc.field})")
         except AdapterError:
             raise  # no answer at all: not a verdict on this vector
+        except SystemExit as exc:  # the port tried to end the process: no verdict either
+            raise _exited(exc, f"{op}()" if op not in UNIT_OPS else f"{op}({unit_id!r})") \
+                from None
         except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer
             failure = f"the adapter raised {type(exc).__name__}: {exc}"
             if mode == "strict" and not expected.get("refused"):
@@ -372,6 +386,13 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
             result.failures.append(Failure(vector["id"], k, _request(op, unit_id), failure,
                                            outcomes))
             return
+
+
+def _exited(exc: SystemExit, call: str) -> AdapterError:
+    """An adapter that raises ``SystemExit`` would end the conformance run with the port's own
+    exit status (0: a silent pass): it is reported as an adapter that stopped answering."""
+    return AdapterError(f"the adapter raised SystemExit({exc.code!r}) in {call}: an adapter "
+                        f"must return or raise an exception, not exit")
 
 
 def _describe(record: dict[str, Any]) -> str:

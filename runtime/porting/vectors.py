@@ -21,6 +21,7 @@ text, which is how ``--check`` detects a stale corpus.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import lzma
 import random
@@ -30,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from reserve_occupy import Config, StalenessController
-from reserve_occupy.trace import SCHEMA_VERSION, dumps, header
+from reserve_occupy.trace import SCHEMA_VERSION, dumps, header, loads_bounded
 
-from .. import outputs
+from .. import atomic_io, inputs
 from .workload import Profile, Step, drive, play
 
 # The normative corpus, package data (spec/conformance/README.md says why it lives here).
@@ -255,37 +256,107 @@ def read_text(path: Path) -> bytes:
 
 def write_family(family: str, text: bytes, directory: Path = CORPUS_DIR) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    outputs.write_bytes(path_for(family, directory),
+    atomic_io.write_bytes(path_for(family, directory),
                         lzma.compress(text, preset=9 | lzma.PRESET_EXTREME))
+
+
+def manifest_entry(name: str, text: bytes) -> dict[str, Any]:
+    """What MANIFEST.json records of a family's decompressed text."""
+    return {"file": path_for(name, Path(".")).name,
+            "vectors": text.count(b"\n"),
+            "events": sum(len(json.loads(line)["events"]) for line in text.splitlines()),
+            "sha256": hashlib.sha256(text).hexdigest()}
 
 
 def manifest(texts: dict[str, bytes]) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "generator": GENERATOR,
-        "families": {
-            name: {"file": path_for(name, Path(".")).name,
-                   "vectors": text.count(b"\n"),
-                   "events": sum(len(json.loads(line)["events"])
-                                 for line in text.splitlines()),
-                   "sha256": hashlib.sha256(text).hexdigest()}
-            for name, text in texts.items()
-        },
+        "families": {name: manifest_entry(name, text) for name, text in texts.items()},
     }
+
+
+MANIFEST_NAME = "MANIFEST.json"
+_ENTRY_FIELDS = {"file": str, "vectors": int, "events": int, "sha256": str}
+
+
+def read_manifest(directory: Path = CORPUS_DIR) -> dict[str, dict[str, Any]]:
+    """MANIFEST.json's families (name -> file, vectors, events, sha256), checked for form;
+    ``CorpusError`` naming the file if it is missing or malformed."""
+    path = directory / MANIFEST_NAME
+    if not path.is_file():
+        raise CorpusError(f"{path}: missing, so the corpus's files cannot be checked (a "
+                          f"corpus directory holds MANIFEST.json with each family's counts and "
+                          f"SHA-256; `--regenerate --dir {directory}` writes one)")
+    try:
+        data = inputs.json_file(path, "the manifest")
+    except inputs.InputError as exc:
+        raise CorpusError(str(exc)) from None
+    families = data.get("families") if isinstance(data, dict) else None
+    if not isinstance(families, dict):
+        raise CorpusError(f"{path}: not a corpus manifest (no 'families' object)")
+    for name, entry in families.items():
+        if not isinstance(entry, dict) or any(
+                not isinstance(entry.get(k), t) or isinstance(entry.get(k), bool)
+                for k, t in _ENTRY_FIELDS.items()):
+            raise CorpusError(f"{path}: family {name!r} must have "
+                              f"{', '.join(_ENTRY_FIELDS)} (got {entry!r:.200})")
+    return families
+
+
+def verified_text(family: str, directory: Path = CORPUS_DIR,
+                  families: dict[str, dict[str, Any]] | None = None,
+                  text: bytes | None = None) -> bytes:
+    """A family's decompressed text, checked against MANIFEST.json: its SHA-256 and vector
+    count are the ones recorded, and it holds at least one vector. ``CorpusError`` otherwise
+    (``FileNotFoundError``, ``lzma.LZMAError`` for a missing or damaged file)."""
+    path = path_for(family, directory)
+    text = read_text(path) if text is None else text
+    entries = read_manifest(directory) if families is None else families
+    entry = entries.get(family)
+    where = directory / MANIFEST_NAME
+    if entry is None:
+        raise CorpusError(f"{where} lists no family {family!r}")
+    if hashlib.sha256(text).hexdigest() != entry["sha256"]:
+        raise CorpusError(f"{path}: its SHA-256 is not the one {where} records: the file was "
+                          f"changed or damaged after the manifest was written")
+    vectors = text.count(b"\n")
+    if vectors != entry["vectors"]:
+        raise CorpusError(f"{path}: {vectors} vectors, but {where} records "
+                          f"{entry['vectors']}")
+    if not vectors:
+        raise CorpusError(f"{path}: holds no vectors (an empty family checks nothing)")
+    return text
 
 
 def load(families: list[str] | None = None,
          directory: Path = CORPUS_DIR) -> Iterator[dict[str, Any]]:
-    """The committed vectors, decoded, family by family."""
+    """The committed vectors, decoded, family by family; each family checked against
+    MANIFEST.json first (``verified_text``), each line at most ``TRACE_LINE_BYTES`` and
+    decoded with the JSON depth limit."""
+    entries = None
     for family in families or family_names():
         path = path_for(family, directory)
-        for number, line in enumerate(read_text(path).splitlines(), 1):
-            try:
-                vector = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise CorpusError(f"{path}: line {number}: not a JSON vector ({exc})") from None
-            if (not isinstance(vector, dict) or not {"id", "config", "events"} <= set(vector)
-                    or not isinstance(vector["events"], list)):
-                raise CorpusError(f"{path}: line {number}: a vector needs 'id', 'config' and a "
-                                  f"list of 'events'")
-            yield vector
+        text = read_text(path)  # a missing or damaged file is reported before the manifest
+        entries = read_manifest(directory) if entries is None else entries
+        text = verified_text(family, directory, entries, text)
+        events = 0
+        try:
+            for number, line in inputs.raw_lines(io.BytesIO(text), inputs.TRACE_LINE_BYTES,
+                                                 str(path)):
+                try:
+                    vector = loads_bounded(line)
+                except ValueError as exc:  # not JSON, too deep, not UTF-8
+                    raise CorpusError(f"{path}: line {number}: not a JSON vector "
+                                      f"({inputs.json_reason(exc)})") from None
+                if (not isinstance(vector, dict) or not {"id", "config", "events"} <= set(vector)
+                        or not isinstance(vector["events"], list)):
+                    raise CorpusError(f"{path}: line {number}: a vector needs 'id', 'config' "
+                                      f"and a list of 'events'")
+                events += len(vector["events"])
+                yield vector
+        except inputs.LineTooLong as exc:
+            raise CorpusError(str(exc)) from None
+        if events != entries[family]["events"]:
+            raise CorpusError(f"{path}: {events} events, but {directory / MANIFEST_NAME} "
+                              f"records {entries[family]['events']}")

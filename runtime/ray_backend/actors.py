@@ -25,6 +25,7 @@ from typing import Any
 
 import ray
 
+from .. import atomic_io
 from ..rollout.env import configure
 from ..scratch import remove, scratch_dir
 
@@ -74,8 +75,8 @@ class EngineActor:
     async def load_weights(self, version: int, blob: bytes) -> str:
         """Load the safetensors ``blob`` (resolved by Ray from the driver's reference)."""
         path = self.dir / f"v{version}"
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "model.safetensors").write_bytes(blob)
+        with atomic_io.atomic_dir(path) as tmp:
+            (tmp / "model.safetensors").write_bytes(blob)
         await self.engine.load_weights(path)
         for old in self.dir.iterdir():  # keep only what is loaded
             if old != path:

@@ -74,3 +74,39 @@ def check_cluster(cfg: Any) -> None:
     nodes = [dict(n.get("Resources", {})) for n in ray.nodes() if n.get("Alive")]
     check(requests(cfg.rollout.engines, cfg.ray.engine_resources, cfg.ray.trainer_resources),
           ray.cluster_resources(), nodes)
+
+
+# Resources whose size Ray works out at start-up from free memory: a local cluster's share
+# cannot be predicted here, so ``check_local`` leaves them to ``check_cluster``.
+_UNPREDICTABLE = frozenset({"memory", "object_store_memory"})
+
+
+def local_totals(num_cpus: int | None) -> dict[str, float]:
+    """What the local cluster ``train --backend ray`` starts (``ray.address`` null) will have:
+    ``ray.num_cpus`` CPUs, else the CPUs this process may run on; the GPUs torch sees; no
+    custom resources."""
+    import os
+
+    if num_cpus is None:
+        try:
+            num_cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            num_cpus = os.cpu_count() or 1
+    gpus = 0
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        pass
+    return {"CPU": float(num_cpus), "GPU": float(gpus)}
+
+
+def check_local(cfg: Any) -> None:
+    """``check`` against the local cluster a run will start, before it starts (``train
+    --check`` runs it): the same refusal, without starting Ray."""
+    asked = [(who, {k: v for k, v in res.items() if k not in _UNPREDICTABLE})
+             for who, res in requests(cfg.rollout.engines, cfg.ray.engine_resources,
+                                      cfg.ray.trainer_resources)]
+    total = local_totals(cfg.ray.num_cpus)
+    check(asked, total, [total])

@@ -9,7 +9,7 @@ Layout of ``run_dir`` (docs/recovery.md argues what is durable when, and in whic
 
 The driver calls ``group_finished`` before it logs an ``occupy`` and ``before_publish`` after a
 batch trained and its weights were exported, before ``publish``. ``before_publish`` fsyncs the
-log (the checkpoint depends on the batch's ``consume`` line) and, every ``checkpoint_every``
+log (the checkpoint depends on the batch's ``consume`` line) and, every ``commit_every``
 versions, commits a trainer checkpoint, after which the trajectories of every batch it covers
 are deleted: recovery replays only batches after the newest checkpoint.
 """
@@ -25,7 +25,7 @@ from reserve_occupy import Batch, Config, Group, UnitId
 
 from ..tasks.base import Prompt
 from ..trainer.base import Trainer
-from ..units import CandidateRun, GroupRun
+from ..records import CandidateRun, GroupRun
 from .journal import EventLog, Guard, JournaledController
 from .store import Checkpoints, TrajectoryStore
 
@@ -34,12 +34,12 @@ LOG_NAME = "events.jsonl"
 
 @dataclass(frozen=True)
 class RecoverySettings:
-    """``recovery.*`` of the train config. ``checkpoint_every``: commit a trainer checkpoint
+    """``recovery.*`` of the train config. ``commit_every``: commit a trainer checkpoint
     before every N-th publish (recovery replays at most N - 1 published batches, plus the one
     that was training); ``fsync``: survive machine crashes, not only process crashes."""
 
     enabled: bool = True
-    checkpoint_every: int = 10
+    commit_every: int = 10
     keep_checkpoints: int = 2
     fsync: bool = True
 
@@ -116,7 +116,7 @@ class RunStore:
 
     async def before_publish(self, version: int, batch: Batch) -> None:
         self.uncheckpointed.extend(batch.unit_ids)
-        every = self.settings.checkpoint_every
+        every = self.settings.commit_every
         if not every or version % every:
             return
         if version in self.committed_steps:  # committed before a crash; recovery publishes it

@@ -35,6 +35,7 @@ from reserve_occupy.trace import (
     dumps,
     event_to_record,
     header,
+    loads_bounded,
     parse_header,
     parse_record,
 )
@@ -199,50 +200,66 @@ class LogContents:
     torn: str | None = None
 
 
+# Longest line ``read_log`` reads (the limit of check-trace): the runtime's longest line, a
+# consume of a full batch, is far shorter; a longer one is corruption, refused after this many
+# bytes rather than read whole.
+MAX_LOG_LINE_BYTES = 64 << 20
+
+
 def read_log(path: Path) -> LogContents:
-    """Parse a log for recovery; see the module docstring for the torn-line rule."""
+    """Parse a log for recovery; see the module docstring for the torn-line rule. The file is
+    read line by line, each line at most ``MAX_LOG_LINE_BYTES`` and decoded with the trace
+    format's depth limit."""
     try:
-        data = path.read_bytes()
+        stream = path.open("rb")
     except OSError as exc:
         raise LogCorrupt(f"{path}: cannot read the event log ({exc.strerror or exc})") from None
-    lines = data.split(b"\n")
-    # ``lines[-1]`` is what follows the last newline: empty for a clean file, else a line the
-    # crash cut off before its newline.
     events: list[Event] = []
     metas: dict[int, dict[str, Any]] = {}
     offset = 0
     config: Config | None = None
     torn = None
-    last = len(lines) - 1
-    for number, raw in enumerate(lines, 1):
-        is_tail = number - 1 == last
-        if is_tail and not raw:
-            break
-        try:
-            text = raw.decode("utf-8")
-            obj = decode(text, number)
-            if config is None:
-                config = parse_header(obj, number).config
-            else:
-                entry = parse_record(obj, number)
-                if entry.refused:
-                    raise TraceFormatError(number, "refused", "the runtime never logs refusals")
-                events.append(entry.event)
-                if isinstance(obj.get("meta"), dict):  # type: ignore[union-attr]
-                    metas[entry.event.seq] = obj["meta"]  # type: ignore[index]
-        except (UnicodeDecodeError, TraceFormatError) as exc:
-            if is_tail or (number == last and not lines[-1]):
-                # The last line (with or without its newline) is the one a crash can tear.
-                torn = (f"{path}: dropped a torn last line ({len(raw)} bytes, line {number}): "
-                        f"{exc}")
+    number = 0
+    with stream:
+        while True:
+            try:
+                data = stream.readline(MAX_LOG_LINE_BYTES + 1)
+                at_end = not stream.peek(1)
+            except OSError as exc:
+                raise LogCorrupt(f"{path}: cannot read the event log after line {number} "
+                                 f"({exc.strerror or exc})") from None
+            if not data:
                 break
-            raise LogCorrupt(f"{path}: line {number} is corrupt and is not the last line, so "
-                             f"it is not a torn write ({exc}); refusing to resume from a damaged "
-                             f"log") from None
-        if is_tail:  # a complete line whose newline was not written yet: keep it
-            offset += len(raw)
-            break
-        offset += len(raw) + 1
+            number += 1
+            complete = data.endswith(b"\n")  # else the tail a crash cut before its newline
+            raw = data[:-1] if complete else data
+            if not complete and not at_end:
+                raise LogCorrupt(f"{path}: line {number} is longer than "
+                                 f"{MAX_LOG_LINE_BYTES >> 20} MiB: not an event log line; "
+                                 f"refusing to resume from a damaged log")
+            try:
+                text = raw.decode("utf-8")
+                obj = decode(text, number)
+                if config is None:
+                    config = parse_header(obj, number).config
+                else:
+                    entry = parse_record(obj, number)
+                    if entry.refused:
+                        raise TraceFormatError(number, "refused",
+                                               "the runtime never logs refusals")
+                    events.append(entry.event)
+                    if isinstance(obj.get("meta"), dict):  # type: ignore[union-attr]
+                        metas[entry.event.seq] = obj["meta"]  # type: ignore[index]
+            except (UnicodeDecodeError, TraceFormatError) as exc:
+                if at_end:
+                    # The last line (with or without its newline) is the one a crash can tear.
+                    torn = (f"{path}: dropped a torn last line ({len(raw)} bytes, line "
+                            f"{number}): {exc}")
+                    break
+                raise LogCorrupt(f"{path}: line {number} is corrupt and is not the last line, "
+                                 f"so it is not a torn write ({exc}); refusing to resume from a "
+                                 f"damaged log") from None
+            offset += len(data)  # a complete line whose newline was not written yet is kept
     if config is None:
         raise EmptyLog(f"{path}: no header line (the run crashed before its first event, or "
                          f"this is not an event log)")
@@ -271,20 +288,9 @@ def rebuild(contents: LogContents, config: Config, check_every_op: bool = False
     return controller
 
 
-def write_text_atomic(path: Path, text: str, fsync: bool) -> None:
-    """Write ``path`` so a crash leaves either the old content or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def load_json(path: Path) -> Any:
     """A run's JSON file; a file that does not parse raises ``ValueError`` naming it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_bounded(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not readable JSON ({exc})") from None

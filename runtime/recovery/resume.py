@@ -38,7 +38,7 @@ from reserve_occupy import Batch, Phase, UnitId, UnitState
 
 from ..tasks.base import Prompt
 from ..trainer.base import Trainer, assemble
-from ..units import DriverSettings, GroupRun, ResumePoint
+from ..records import DriverSettings, GroupRun, ResumePoint
 from .durable import RecoverySettings, RunStore, group_from_record
 from .journal import (
     EmptyLog,

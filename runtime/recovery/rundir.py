@@ -7,7 +7,10 @@ silently reused, half-overwritten or resumed from state that recovery would refu
 
 * ``run_files``: the names in a directory that belong to a run (an empty list: a new run may
   start there);
-* ``move_aside``: rename the whole directory to ``DIR.replaced-N`` (never deletes anything);
+* ``discard_unstarted``: remove what a new run that never trained a step wrote, so that the
+  same command can start it again;
+* ``move_aside``: rename the whole directory to ``DIR.replaced-N`` (never deletes anything;
+  never the current directory or one of its parents: ``check_movable``);
 * ``check_resumable``: the event log is read in full and replayed against the run's staleness
   settings, the newest checkpoint is not ahead of the log, every trajectory file parses and
   names a prompt that exists, and every batch recovery must retrain has data on disk;
@@ -23,11 +26,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from reserve_occupy import Config
+from reserve_occupy.trace import loads_bounded
 
+from ..atomic_io import is_temp
 from .durable import LOG_NAME
 from .journal import EmptyLog, LogCorrupt, read_log, rebuild
 from .store import Checkpoints, unit_filename, unit_from_filename
@@ -145,10 +151,41 @@ def run_files(path: Path) -> list[str]:
     return [name for name in RUN_FILES if (path / name).exists()]
 
 
+def discard_unstarted(path: Path) -> list[str]:
+    """Remove what a new run that never trained a step wrote into ``path`` (the names of
+    ``RUN_FILES`` there, and temporary files of interrupted writes), so that the same command
+    can start it again without ``--overwrite``; returns the names removed. Only for a run that
+    found ``path`` holding no run (``run_files`` empty) when it started: everything of
+    ``RUN_FILES`` there is its own. The directory and its lock stay."""
+    removed = []
+    for name in run_files(path) + sorted(p.name for p in path.glob(".*") if is_temp(p.name)):
+        target = path / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+        removed.append(name)
+    return removed
+
+
+def check_movable(path: Path) -> None:
+    """Raise ``RunDirError`` if ``move_aside(path)`` could not work: ``path`` is the current
+    directory or one of its ancestors (``--output-dir . --overwrite``), which a rename would
+    take away from under this process. Creates nothing (``--check`` calls it)."""
+    real, cwd = os.path.realpath(path), os.path.realpath(os.getcwd())
+    if real == cwd or cwd.startswith(real.rstrip(os.sep) + os.sep):
+        raise RunDirError(f"cannot move {path} aside: it is the current directory"
+                          f"{'' if real == cwd else ' or one of its parents'}; run from "
+                          f"another directory or choose another output directory")
+
+
 def move_aside(path: Path) -> Path:
     """Rename ``path`` to the first free ``path.replaced-N`` and return the new name. One
     ``rename``: the old run stays whole, under its new name, and can still be resumed there.
-    If this process holds ``path``'s lock, it holds the lock of a new, empty ``path`` after."""
+    If this process holds ``path``'s lock, it holds the lock of a new, empty ``path`` after.
+    Refuses (``RunDirError``) the current directory or an ancestor of it (``check_movable``)."""
+    check_movable(path)
+    path = Path(os.path.abspath(path))
     k = 1
     while True:
         target = path.with_name(f"{path.name}.replaced-{k}")
@@ -253,7 +290,7 @@ def _check_trajectories(root: Path, n_prompts: int, fix: str) -> set[object]:
         if unit is None or unit_filename(unit) != path.name:
             continue  # temporary files of interrupted writes: recovery deletes them
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = loads_bounded(path.read_text(encoding="utf-8"))
             ok = (isinstance(record, dict) and isinstance(record.get("samples"), list)
                   and isinstance(record.get("prompt"), int))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):

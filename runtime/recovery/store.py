@@ -3,12 +3,14 @@
 Both are written so that a crash at any instant leaves either the old state or the new one:
 
 * ``TrajectoryStore``: one JSON file per finished unit (``trajectories/<unit>.json``), written
-  to a temporary name, fsynced (when asked) and renamed into place *before* the unit's
+  through ``runtime.atomic_io`` (a temporary name, fsynced when asked, renamed into place)
+  *before* the unit's
   ``occupy`` is logged. A unit FINISHED in the log therefore always has its file; a file whose
   unit is not FINISHED in the log is an orphan of a crash (or of a consumed unit whose deletion
   was interrupted) and recovery deletes it.
 * ``Checkpoints``: the trainer saves into ``checkpoints/.tmp-step-N``; ``COMMIT.json`` is written
-  last, everything is fsynced, and the directory is renamed to ``checkpoints/step-N``. Only
+  last, every file gets the usual mode and, when asked, is fsynced (``atomic_io.settle``), and
+  the directory is renamed to ``checkpoints/step-N``. Only
   renamed directories with a ``COMMIT.json`` count; a crash mid-save leaves a ``.tmp-`` directory
   that recovery deletes.
 
@@ -27,16 +29,10 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from reserve_occupy import UnitId
+from reserve_occupy.trace import loads_bounded
 
+from .. import atomic_io
 from .journal import Guard
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def unit_filename(unit_id: UnitId) -> str:
@@ -73,23 +69,16 @@ class TrajectoryStore:
     def save(self, unit_id: UnitId, record: dict[str, Any]) -> None:
         text = json.dumps(record, separators=(",", ":"))
         final = self.path(unit_id)
-        tmp = final.with_name(final.name + ".tmp")
-        if self.guard is not None:
+        if self.guard is not None:  # what a crash in the middle of the write leaves
+            tmp = atomic_io.temp_path(final)
             self.guard("trajectory", str(unit_id), lambda n: tmp.write_text(text[:n]))
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, final)
-        if self.fsync:
-            _fsync_dir(self.root)
+        atomic_io.write_text(final, text, fsync=self.fsync)
 
     def load(self, unit_id: UnitId) -> dict[str, Any] | None:
         """The unit's record, or None if there is no complete file for it."""
         path = self.path(unit_id)
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return loads_bounded(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -115,9 +104,10 @@ class TrajectoryStore:
     def remove_partial(self) -> int:
         """Delete the temporary files of interrupted writes; returns how many."""
         n = 0
-        for p in self.root.glob("*.tmp"):
-            p.unlink(missing_ok=True)
-            n += 1
+        for p in self.root.iterdir():  # NAME.tmp: what releases before atomic_io left
+            if atomic_io.is_temp(p.name) or p.name.endswith(".json.tmp"):
+                p.unlink(missing_ok=True)
+                n += 1
         return n
 
 
@@ -144,13 +134,8 @@ class Checkpoints:
         if self.guard is not None:
             self.guard("checkpoint", str(step), lambda n: None)
         await save(tmp)
-        (tmp / "COMMIT.json").write_text(json.dumps({"step": step, **meta}))
-        if self.fsync:
-            for p in tmp.rglob("*"):
-                if p.is_file():
-                    with p.open("rb") as f:
-                        os.fsync(f.fileno())
-            _fsync_dir(tmp)
+        atomic_io.write_text(tmp / "COMMIT.json", json.dumps({"step": step, **meta}))
+        atomic_io.settle(tmp, self.fsync)
         final = self.path(step)
         if self.guard is not None:
             self.guard("checkpoint-commit", str(step), lambda n: None)
@@ -158,7 +143,7 @@ class Checkpoints:
             shutil.rmtree(final)
         os.rename(tmp, final)
         if self.fsync:
-            _fsync_dir(self.root)
+            atomic_io.fsync_dir(self.root)
         self.prune()
         return final
 
@@ -179,7 +164,7 @@ class Checkpoints:
     def meta(self, step: int) -> dict[str, Any]:
         path = self.path(step) / "COMMIT.json"
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return loads_bounded(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: not readable JSON ({exc})") from None
 

@@ -34,7 +34,7 @@ from .. import inputs
 from ..inputs import InputError
 from .model.checks import CheckFailed
 from .model.core import PolicyError, SimulationStalled
-from .. import outputs
+from .. import atomic_io
 from .model.cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
 from .model.filtering import FilterError, RewardFilter
 from .model.policies import POLICIES, UnknownPolicy, policy_names
@@ -112,7 +112,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.workload:
         inputs.readable_file(args.workload, "--workload")
     if args.cost:
-        inputs.text_file(args.cost, "--cost")
+        inputs.text_file(args.cost, "--cost", inputs.COST_FILE_BYTES)
     if args.mode == "run" and args.out:
         inputs.output_dir(args.out, "--out")
         _fresh_out(Path(args.out), args.overwrite)
@@ -287,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
         payload = {"workload": workload.name, "workload_stats": workload.stats(),
                    "cost": cost.to_json(), "seconds": elapsed,
                    "runs": [r.to_json() for r in results]}
-        outputs.write_text(out / "results.json", json.dumps(payload, indent=1) + "\n")
+        atomic_io.write_text(out / "results.json", json.dumps(payload, indent=1) + "\n")
         plots.throughput_bars(results, out / "throughput.png")
         for name in names:
             mine = [r for r in results if r.policy == name]

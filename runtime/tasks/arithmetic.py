@@ -17,7 +17,8 @@ import random
 import re
 from pathlib import Path
 
-from .base import Prompt
+from .. import atomic_io
+from .base import Prompt, finite_option
 
 DATA_FILE = Path(__file__).parent / "data" / "arithmetic.jsonl"
 _INT = re.compile(r"[+-]?\d+")
@@ -48,8 +49,17 @@ class ExactAnswerReward:
     so the model must also learn to stop. Prompts without an answer raise ``ValueError``.
     """
 
+    needs_answer = True  # train --check refuses data.answer_field: null
+
     def __init__(self, correct: float = 1.0, wrong: float = 0.0) -> None:
-        self.correct, self.wrong = float(correct), float(wrong)
+        self.correct = finite_option("correct", correct)
+        self.wrong = finite_option("wrong", wrong)
+
+    @staticmethod
+    def check_answer(answer: str) -> None:
+        """The reference answer must be an integer (what the completion is compared to)."""
+        if not _INT.fullmatch(answer.strip()):
+            raise ValueError(f"exact_answer compares integers, and {answer!r} is not one")
 
     def __call__(self, prompt: Prompt, completion: str) -> float:
         if prompt.answer is None:
@@ -68,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = all_problems(args.seed, args.max_operand)
-    with args.out.open("w") as f:
+    with atomic_io.atomic(args.out) as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     print(f"wrote {len(rows)} problems to {args.out}")

@@ -12,6 +12,7 @@ reward's reasons), which ``metrics.jsonl`` reports per step as the increase sinc
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -32,6 +33,7 @@ class Prompt:
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
     messages: tuple[dict[str, str], ...] | None = field(default=None, compare=False)
     rendered: bool = False
+    source: str = field(default="", compare=False)  # where it was read: "FILE:LINE", "FILE row N"
 
 
 @runtime_checkable
@@ -48,6 +50,42 @@ BUILTIN = {
     "arithmetic": "runtime.tasks.arithmetic:ExactAnswerReward",
     "math": "runtime.tasks.math:MathReward",  # needs the math extra (math-verify)
 }
+
+
+def finite_option(name: str, value: Any) -> float:
+    """A reward's numeric option as a finite float; ``ValueError`` naming it otherwise (YAML's
+    ``.inf``, the string ``"nan"``, a word)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"reward option {name} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise ValueError(f"reward option {name} must be a finite number, got {value!r}")
+    return number
+
+
+def check_answers(reward: Any, name: str, prompts: list[Prompt],
+                  answer_field: str | None) -> None:
+    """Before a run: a reward that scores against each prompt's answer (``needs_answer``) has
+    answers to score against, and every answer is one it can read (its ``check_answer``, if
+    it has one, raises ``ValueError``). Raises ``RewardError`` naming the setting or the
+    record."""
+    if getattr(reward, "needs_answer", False) and answer_field is None:
+        raise RewardError(f"data.answer_field is null, but reward {name!r} scores each "
+                          f"completion against its prompt's answer: name the records' answer "
+                          f"field in data.answer_field")
+    check = getattr(reward, "check_answer", None)
+    if not callable(check):
+        return
+    for p in prompts:
+        if p.answer is None:
+            continue
+        try:
+            check(p.answer)
+        except ValueError as exc:
+            where = p.source or f"prompt {p.index}"
+            raise RewardError(f"{where}: reward {name!r} cannot score against this answer "
+                              f"({exc})") from None
 
 
 def load_reward(name: str, **kwargs: Any) -> RewardFn:

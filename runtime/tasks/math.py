@@ -27,7 +27,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from .base import Prompt
+from .base import Prompt, finite_option
 
 REASONS = ("correct", "wrong", "no_boxed", "unparsable", "timeout", "answer_unparsable")
 
@@ -50,6 +50,8 @@ class MathReward:
     """``correct`` when the final boxed answer equals ``prompt.answer`` per math-verify, else
     ``wrong``; plus ``format_weight`` for a boxed answer, right or not."""
 
+    needs_answer = True  # train --check refuses data.answer_field: null
+
     def __init__(self, correct: float = 1.0, wrong: float = 0.0, format_weight: float = 0.0,
                  timeout_s: int = 2) -> None:
         try:
@@ -61,8 +63,9 @@ class MathReward:
             raise ValueError(f"reward option timeout_s must be a whole number of seconds >= 1 "
                              f"(the verifier's alarm counts seconds), got {timeout_s!r}")
         self._mv = math_verify
-        self.correct, self.wrong = float(correct), float(wrong)
-        self.format_weight = float(format_weight)
+        self.correct = finite_option("correct", correct)
+        self.wrong = finite_option("wrong", wrong)
+        self.format_weight = finite_option("format_weight", format_weight)
         self.timeout_s = timeout_s
         self.counts: Counter[str] = Counter()
         self._gold: dict[str, list[Any]] = {}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from reserve_occupy import Batch, UnitId
 
 if TYPE_CHECKING:
-    from ..units import GroupRun
+    from ..records import GroupRun
 
 
 @dataclass(frozen=True)

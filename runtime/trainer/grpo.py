@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from .. import atomic_io
 from .base import GroupSample, TrainBatch
 
 
@@ -70,6 +71,19 @@ def lr_at(step: int, total: int | None, warmup: int = 0, schedule: str = "consta
     if schedule == "cosine":
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * done))
     raise ValueError(f"trainer.lr_schedule {schedule!r}: expected constant, linear or cosine")
+
+
+def torch_save(obj: Any, path: Path) -> None:
+    """``torch.save(obj, path)``, a failed write raised as the ``OSError`` it is (torch says
+    ``RuntimeError: ... unexpected pos ...`` for a full disk)."""
+    with open(path, "wb") as f:
+        stream = atomic_io.KeepWriteError(f)
+        try:
+            torch.save(obj, stream)
+        except RuntimeError as exc:
+            if stream.error is not None:
+                raise stream.error from exc
+            raise
 
 
 class GRPOTrainer:
@@ -408,14 +422,19 @@ class GRPOTrainer:
         hf_logging.disable_progress_bar()  # a "Writing model shards" bar at every publish
         try:
             self.model.save_pretrained(path, safe_serialization=True, max_shard_size=_ONE_SHARD)
+        except Exception as exc:  # safetensors reports a full disk as SafetensorError
+            atomic_io.reraise_os_error(exc, path / "model.safetensors")
+            raise
         finally:
             if bar:
                 hf_logging.enable_progress_bar()
 
     def _export(self, version: int) -> Path:
+        """``weights/vN``, whole or not at all (``atomic_io.atomic_dir``)."""
         root = self.out_dir / "weights"
         path = root / f"v{version}"
-        self._write_model(path)
+        with atomic_io.atomic_dir(path) as tmp:
+            self._write_model(tmp)
         old = root / f"v{version - self.keep_weights}"
         if version - self.keep_weights >= 0 and old.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -425,11 +444,13 @@ class GRPOTrainer:
         return await asyncio.to_thread(self._export, version)
 
     def _save(self, path: Path) -> None:
-        self._write_model(path)
-        self.tokenizer.save_pretrained(path)
-        torch.save(self.opt.state_dict(), path / "optimizer.pt")
-        (path / "trainer_state.json").write_text(json.dumps(
-            {"steps": self.steps, "precision": self.precision}))
+        """A checkpoint directory, whole or not at all (``atomic_io.atomic_dir``)."""
+        with atomic_io.atomic_dir(path) as tmp:
+            self._write_model(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            torch_save(self.opt.state_dict(), tmp / "optimizer.pt")
+            atomic_io.write_text(tmp / "trainer_state.json", json.dumps(
+                {"steps": self.steps, "precision": self.precision}))
 
     def _load(self, path: Path) -> None:
         from safetensors.torch import load_file

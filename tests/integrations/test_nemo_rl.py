@@ -27,6 +27,7 @@ on every machine, loaded or not.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import uuid
 
@@ -259,3 +260,67 @@ def test_config_mismatch_and_bad_calls_are_refused():
     with pytest.raises(NemoSamplerError, match="whole batches"):
         asyncio.run(sampler.evict(current_train_weight=1))
     assert sampler.controller.version == 0
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_fail_safe_backs_off_then_escalates_to_units_older_than_the_previous_release():
+    """After the first step every group hangs until the fail-safe escalates: the head's
+    reservations are released and re-admitted (fruitless) at T, T, 2T, 4T; the fourth release
+    also aborts the reservations in flight since before the third (the next buffer's), whose
+    slots admission refills with groups that finish, and the run trains on. Driven directly on
+    a simulated clock (one poll per tick), so every time is exact."""
+    from reserve_occupy.integrations._shared import free_reservations
+    from tests.integrations.stuck_checks import check_backoff, check_escalation
+
+    b, steps, timeout, tick = 2, 6, 1.0, 0.05
+    clock, buf = _Clock(), SlotBuffer()
+    s = ReserveOccupySampler(buf, max_staleness=1, groups_per_step=b, stuck_timeout_s=timeout,
+                             clock=clock)
+    finish: dict[str, float] = {}  # group id -> when it commits
+    trained, release_times, staleness = 0, [], []
+
+    async def play():
+        nonlocal trained
+        version, got, prompt = 0, 0, 0
+        for n in range(4000):
+            clock.now = n * tick
+            for gid, t in list(finish.items()):
+                if t <= clock.now:
+                    await buf.commit(gid, gid, buf.start_weight_list[buf._group_ids.index(gid)],
+                                     version)
+                    del finish[gid]
+            await s.evict(current_train_weight=version)
+            released = len(s.released)
+            meta, k = await s.select(current_train_weight=version, min_prompt_groups=1,
+                                     max_prompt_groups=b - got)
+            if len(s.released) > released:
+                release_times.append(clock.now)
+            if meta is not None:
+                staleness.extend(version - w for w in meta.start_weights)
+                got += k
+                if got == b:  # the step trains at once
+                    trained, got, version = trained + 1, 0, version + 1
+                    if trained == steps:
+                        return
+            await s.evict(current_train_weight=version)  # publishes a trained step
+            while free_reservations(s.controller) >= b:  # the rollout pump's next batch
+                await s.admit(trainer_version_fn=lambda: version)
+                for _ in range(b):
+                    gid = buf.reserve(weight_version=version)
+                    hangs = version >= 1 and not s.escalated
+                    finish[gid] = math.inf if hangs else clock.now + 0.1 + 0.01 * (prompt % 3)
+                    prompt += 1
+
+    asyncio.run(play())
+    assert trained == steps and max(staleness) <= 1  # the livelock ended
+    assert len(release_times) == 4 and len(s.released) == 4 * b
+    check_backoff(release_times, timeout, tick)
+    assert check_escalation(s.controller.events, s.escalated) == ["r6", "r7"]
+    s.controller.check()

@@ -183,7 +183,7 @@ def test_input_gate_matches_areal_active_submit_and_wait():
     first_batch_at = sim.ledger.batches[0].t_consume
     assert sim_seconds[:4] == [0, 0, 1, 1]
     assert all(g.t_admit >= first_batch_at for g in sim.groups[4:])  # count bound until then
-    # without the gate, the old model admitted all four at once
+    # without the gate the model admits all four at once: the gate is what matches AReaL
     ungated = Simulator(Areal(1, max_concurrent_rollouts=8, input_gating=False),
                         generate(0, MathReasoningShape(groups=64)), preset("qwen3-8b-h20"),
                         batches=1, batch_size=2).run()

@@ -24,8 +24,9 @@ import pytest
 pytest.importorskip("transfer_queue", reason="verl extra not installed")
 rb_module = pytest.importorskip("verl.trainer.ppo.v1.replay_buffer",
                                 reason="verl is not installed (make install puts verl==0.9.1 in)")
+pytestmark = pytest.mark.verl
 
-from runtime.sim.model.core import Group, Simulator  # noqa: E402
+from runtime.sim.model.core import SimGroup, Simulator  # noqa: E402
 from runtime.sim.model.cost import preset  # noqa: E402
 from runtime.sim.model.filtering import RewardFilter  # noqa: E402
 from runtime.sim.model.policies.verl_drop import VerlDrop  # noqa: E402
@@ -80,7 +81,7 @@ class LockstepVerl(VerlDrop):
         """TransferQueue as verl would hold it now: every prompt's status, tag and rows."""
         train: dict[str, dict] = {}
         for g in self.sim.groups:
-            if g.state == Group.RUNNING:
+            if g.state == SimGroup.RUNNING:
                 train[f"g{g.gid}"] = {"is_prompt": True, "status": "running",
                                       "global_steps": g.tag}
         for g in self._finished:

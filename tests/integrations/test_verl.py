@@ -12,7 +12,12 @@ checkpoint manager are replaced by recorders (docs/porting/verl.md names them).
 
 from __future__ import annotations
 
+import math
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +26,8 @@ pytest.importorskip("verl.trainer.ppo.v1.replay_buffer", reason="verl is not ins
 
 from tests.integrations import verl_schedule as vs  # noqa: E402
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.verl]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +108,49 @@ def test_a_prompt_that_never_finishes_is_released_by_the_fail_safe(tq_on_loopbac
     sched = vs.durations(200, seed=5, tail=0.0)  # no stragglers: nothing else waits long
     sched[3] = 1e9  # the fourth prompt admitted never finishes
     rollout = vs.Rollout(sched)
-    buf = vs.protocol_buffer(1, 8, rollout.submit, stuck_timeout_s=1.0)
+    buf = vs.protocol_buffer(1, 8, rollout.submit, clock=rollout, stuck_timeout_s=2.0)
     r = vs.play("ours", buf, rollout, steps=3, batch_size=8, protocol=True)
     assert len(buf.released) == 1 and len(r.trained) == 24 and r.max_staleness <= 1
     never = next(uid for uid, (t, _, _) in rollout.running.items() if t >= 1e9)
     assert never in buf._discarded  # its results, should they come, are cleared, not trained
+    assert buf.escalated == []  # the release was followed by progress
+    vs.clear_partition()
+
+
+def test_fruitless_releases_back_off_then_escalate(tq_on_loopback):
+    """From the second step on every prompt hangs until the fail-safe escalates: the head's
+    reservations are released and re-admitted (fruitless) at T, T, 2T, 4T; the fourth release
+    also aborts the units in flight since before the third (the next buffer's), admission
+    refills their slots with prompts that finish, and the run trains on."""
+    from tests.integrations.stuck_checks import check_backoff, check_escalation
+
+    class Hanging(vs.Rollout):
+        def submit(self, k: int) -> int:
+            if self.global_steps >= 2 and not buf.escalated:
+                self.schedule[self.submitted:self.submitted + k] = [1e9] * k
+            return super().submit(k)
+
+    vs.clear_partition()
+    rollout = Hanging(vs.durations(200, seed=6, tail=0.0))
+    timeout = 2.0
+    buf = vs.protocol_buffer(1, 8, rollout.submit, clock=rollout, stuck_timeout_s=timeout)
+    release_times: list[float] = []
+    release = buf._maybe_release_stuck
+
+    def timed_release() -> None:
+        before = len(buf.released)
+        release()
+        if len(buf.released) > before:
+            release_times.append(rollout.now)
+
+    buf._maybe_release_stuck = timed_release
+    r = vs.play("ours", buf, rollout, steps=4, batch_size=8, protocol=True)
+    assert len(r.trained) == 32 and r.max_staleness <= 1  # the livelock ended
+    assert len(release_times) == 4 and len(buf.released) == 4 * 8
+    check_backoff(release_times, timeout, 0.05)
+    escalated = check_escalation(buf.controller.events, buf.escalated)
+    assert len(escalated) == 8  # the next buffer's hung units, admitted at step 3's start
+    assert {u for u, unit in buf._unit_of.items() if unit in escalated} == set()
     vs.clear_partition()
 
 
@@ -127,6 +171,91 @@ def test_verl_settings_that_would_drop_or_stall_are_refused():
     with pytest.raises(VerlIntegrationError, match="not divisible"):
         ReserveOccupyReplayBuffer(**{**base, "trainer_config": {"parameter_sync_step": 3}},
                                   max_off_policy_threshold=None, sampler_kwargs=good)
+
+
+_KW = "trainer.v1.sampler.sampler_kwargs"
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("max_staleness", 1.7, "integer"),  # was truncated to 1
+    ("max_staleness", True, "integer"),  # was read as 1
+    ("max_staleness", "1", "integer"),  # was a plain ValueError for other strings
+    ("max_staleness", -1, ">= 0"),
+    ("max_staleness", 5000, "<= 1,024"),  # the controller's own limit, under verl's key
+    ("batch_size", 8.0, "integer"),
+    ("batch_size", False, "integer"),
+    ("batch_size", 0, ">= 1"),
+    ("poll_interval", math.inf, "finite"),  # was accepted: a poll that never comes
+    ("poll_interval", math.nan, "finite"),
+    ("poll_interval", 0, "> 0"),
+    ("poll_interval", "0.5", "number of seconds"),
+    ("poll_interval", True, "number of seconds"),
+    ("stuck_timeout_s", math.inf, "finite"),  # off is null
+    ("stuck_timeout_s", "600", "number of seconds"),
+    ("stuck_timeout_s", -5, "> 0"),
+    ("filter_groups_metric", 3, "metric name"),
+    ("filter_groups_metric", " ", "metric name"),
+])
+def test_a_bad_sampler_setting_is_a_typed_error_naming_its_key(key, value, says):
+    from reserve_occupy.integrations.verl import ReserveOccupyReplayBuffer, VerlSettingError
+
+    with pytest.raises(VerlSettingError) as caught:
+        ReserveOccupyReplayBuffer(trainer_mode="separate_async", trainer_config={},
+                                  max_off_policy_threshold=None, max_off_policy_strategy="drop",
+                                  sampler_kwargs={"max_staleness": 1, "batch_size": 8, key: value},
+                                  refill_fn=lambda k: k)
+    err = caught.value
+    assert err.key == f"{_KW}.{key}"
+    assert err.value is value or err.value == value
+    assert str(err).startswith(f"{_KW}.{key}=") and says in str(err) and "\n" not in str(err)
+
+
+@pytest.mark.parametrize("trainer_config, sampler_kwargs, key", [
+    ({"parameter_sync_step": 2.5}, {"max_staleness": 1, "batch_size": 8},
+     "trainer.v1.separate_async.parameter_sync_step"),
+    ({"parameter_sync_step": True}, {"max_staleness": 1, "batch_size": 8},
+     "trainer.v1.separate_async.parameter_sync_step"),
+    ({}, ["max_staleness", 1], _KW),
+])
+def test_the_trainer_section_and_the_kwargs_block_are_checked_too(trainer_config,
+                                                                    sampler_kwargs, key):
+    from reserve_occupy.integrations.verl import ReserveOccupyReplayBuffer, VerlSettingError
+
+    with pytest.raises(VerlSettingError) as caught:
+        ReserveOccupyReplayBuffer(trainer_mode="separate_async", trainer_config=trainer_config,
+                                  max_off_policy_threshold=None, max_off_policy_strategy="drop",
+                                  sampler_kwargs=sampler_kwargs, refill_fn=lambda k: k)
+    assert caught.value.key == key
+
+
+def test_an_integration_error_from_verl_s_task_runner_is_found_behind_ray_s_wrapper():
+    from ray.exceptions import RayTaskError
+
+    from reserve_occupy.integrations.verl import VerlSettingError, integration_error
+
+    err = VerlSettingError(f"{_KW}.max_staleness", 1.7, "must be an integer >= 0")
+    wrapped = RayTaskError("run", "Traceback (most recent call last):\n  ...", err)
+    assert integration_error(wrapped.as_instanceof_cause()) is err
+    try:
+        raise RuntimeError("the job failed") from wrapped
+    except RuntimeError as exc:
+        assert integration_error(exc) is err
+    assert integration_error(ValueError("not ours")) is None
+
+
+def test_the_entry_point_reports_its_own_error_in_one_line_and_exit_2(tmp_path):
+    """``python -m reserve_occupy.integrations.verl`` with verl's Hydra config: a trainer mode
+    that is not ours is one line on stderr and exit status 2, not a Hydra traceback (exit 1)."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = str(ROOT)
+    run = subprocess.run([sys.executable, "-m", "reserve_occupy.integrations.verl",
+                          "trainer.v1.trainer_mode=separate_async"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "Error executing job" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last == ("error: trainer.v1.trainer_mode=separate_async: use "
+                    "reserve_occupy_colocate_async or reserve_occupy_separate_async")
 
 
 # ---------------------------------------------------------------- the trainer subclass --------

@@ -191,15 +191,18 @@ def verl_buffer(strategy: Optional[str], threshold: Optional[int], refill) -> An
 
 
 def protocol_buffer(eta: int, batch_size: int, refill, parameter_sync_step: int = 1,
-                    **sampler_kwargs: Any) -> Any:
+                    clock: Optional[Rollout] = None, **sampler_kwargs: Any) -> Any:
+    """The Reserve–Occupy replay buffer; with ``clock``, its fail-safe times that rollout's
+    simulated seconds (else the wall clock, as under verl)."""
     from reserve_occupy.integrations.verl import ReserveOccupyReplayBuffer
 
+    timing = {} if clock is None else {"clock": lambda: clock.now}
     return ReserveOccupyReplayBuffer(
         trainer_mode="separate_async", trainer_config={"parameter_sync_step": parameter_sync_step},
         max_off_policy_threshold=None, max_off_policy_strategy="drop",
         sampler_kwargs={"max_staleness": eta, "batch_size": batch_size, "poll_interval": 0.05,
                         **sampler_kwargs},
-        refill_fn=refill)
+        refill_fn=refill, **timing)
 
 
 def compare(eta: int, *, seed: int = 0, steps: int = 8, batch_size: int = 8,

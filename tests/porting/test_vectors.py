@@ -31,6 +31,7 @@ def sample() -> list[dict]:
     return list(itertools.islice(load(), 0, None, 8))
 
 
+@pytest.mark.slow
 def test_committed_corpus_is_up_to_date(capsys) -> None:
     code = conformance.main(["--check"])
     err = capsys.readouterr().err
@@ -40,6 +41,7 @@ def test_committed_corpus_is_up_to_date(capsys) -> None:
 
 def test_stale_or_corrupt_corpus_is_reported(tmp_path: Path, capsys) -> None:
     shutil.copy(vectors.path_for("scenarios"), tmp_path)
+    shutil.copy(vectors.CORPUS_DIR / vectors.MANIFEST_NAME, tmp_path)  # a corpus holds it
     assert conformance.main(["--check", "--family", "scenarios", "--dir", str(tmp_path)]) == 0
     path = vectors.path_for("scenarios", tmp_path)
     lines = vectors.read_text(path).splitlines()
@@ -136,6 +138,7 @@ def test_spec_vectors_match_the_hand_written_scenarios() -> None:
     assert checked > 80
 
 
+@pytest.mark.slow
 def test_vectors_round_trip_through_check_trace(sample: list[dict], capsys) -> None:
     for v in sample[::40]:
         assert conformance.main(["--export", v["id"]]) == 0
@@ -148,6 +151,7 @@ def test_vectors_round_trip_through_check_trace(sample: list[dict], capsys) -> N
             assert check(lines, mode).ok, v["id"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["strict", "lenient"])
 def test_reference_core_passes(sample: list[dict], mode: str) -> None:
     result = run(ReferenceAdapter(), sample, mode)
@@ -173,6 +177,7 @@ def test_subprocess_adapter() -> None:
     assert adapter.proc is None  # closed at the end
 
 
+@pytest.mark.slow
 def test_different_but_legal_port(sample: list[dict]) -> None:
     """The toy port places differently: strict rejects it, lenient accepts it."""
     strict = run(ToyAdapter(), sample, "strict")

@@ -7,7 +7,7 @@ aborted or filtered with a reason (or still finished); nothing is in flight at t
 units the log had in flight at the kill were salvaged or aborted as lost and their prompts
 re-admitted; the units it had finished were trained after the restart; and every trained unit
 respects eta by the log and by each token's own weight version (read from the trajectory files,
-which a run with ``recovery.checkpoint_every: 0`` keeps).
+which a run with ``recovery.commit_every: 0`` keeps).
 """
 
 from __future__ import annotations

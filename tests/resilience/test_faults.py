@@ -19,6 +19,7 @@ CI_SCHEDULES = 1000
 
 
 @pytest.mark.slow
+@pytest.mark.faults
 def test_a_thousand_seeded_schedules_find_no_violation(tmp_path, capsys):
     code = cli.main(["--schedules", str(CI_SCHEDULES), "--json", str(tmp_path / "s.json"),
                      "--quiet"])
@@ -58,10 +59,11 @@ def test_schedules_are_deterministic(tmp_path):
 
 # The check each broken variant must trip (runtime/faults/variants.py says why).
 EXPECTED = {"restamp": "staleness", "forget_finished": "recovery",
-            "keep_in_flight": "recovery", "no_retrain": "lineage",
+            "blame_neighbour": "recovery", "keep_in_flight": "recovery", "no_retrain": "lineage",
             "accept_late": "staleness"}
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_broken_variant_is_caught(name):
     caught: Counter[str] = Counter()
@@ -79,6 +81,7 @@ def test_each_broken_variant_is_caught(name):
     assert not run_schedule(small, VARIANTS[name]).ok
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("name", sorted(SIM_VARIANTS))
 def test_each_broken_simulator_variant_is_caught(name):
     bad = sum(not run_sim_schedule(generate_sim(seed), SIM_VARIANTS[name]).ok
@@ -86,6 +89,7 @@ def test_each_broken_simulator_variant_is_caught(name):
     assert bad > 0
 
 
+@pytest.mark.faults
 def test_the_command_reports_a_violation_with_its_seed_and_minimal_schedule(capsys):
     assert cli.main(["--schedules", "40", "--variant", "keep_in_flight", "--quiet"]) == 0
     out = capsys.readouterr().out
@@ -93,3 +97,20 @@ def test_the_command_reports_a_violation_with_its_seed_and_minimal_schedule(caps
             "--seed" in out and "minimal schedule:" in out
             and "variant keep_in_flight: caught" in out)
     assert cli.main(["--schedules", "5", "--variant", "nope"]) == 2
+
+
+def test_a_file_lost_at_a_later_restart_is_judged_at_that_restart_not_an_earlier_one():
+    """Seed 1302336: unit g18 is FINISHED with its file at restart 1 and still FINISHED at
+    restart 2, where a fault removes its file and recovery rightly filters it as missing. The
+    check must judge restart 1 by its own window of the log (g18 was kept) and restart 2 by its
+    own (g18's file was gone), not restart 1 by the final state."""
+    schedule = generate(1302336)
+    out = run_schedule(schedule)
+    assert out.ok, out.violations
+    assert sum(f.kind == "lose_trajectory" for f in schedule.faults) == 2
+    assert out.recovery["finished units filtered (file lost)"] == 2
+    # The same schedule with recovery blaming the neighbour of each lost file is caught, at the
+    # restart where the wrong unit was filtered.
+    bad = run_schedule(schedule, VARIANTS["blame_neighbour"]).violations
+    assert any(v.startswith("recovery: restart 1: unit 'g18' was FINISHED at the crash, with "
+                            "its file on disk") for v in bad), bad

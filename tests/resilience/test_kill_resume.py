@@ -98,7 +98,8 @@ def _kill_and_resume(tmp_path: Path, seed: int, settings: dict[str, object], ste
                      eta: int, timeout: float, token_versions: bool) -> dict:
     rng = random.Random(seed)
     out = tmp_path / "run"
-    cmd = _cmd(out, {**settings, "run.steps": steps, "staleness.eta": eta, "run.seed": seed})
+    cmd = _cmd(out, {**settings, "run.steps": steps, "staleness.max_staleness": eta,
+                     "run.seed": seed})
     after, delay = rng.randint(2, steps - 4), rng.uniform(0.0, 0.02)
     ran = _kill_at(cmd, out, after, delay, timeout)
     shutil.copytree(out, tmp_path / "killed")  # the state the kill left, for a second resume
@@ -127,7 +128,7 @@ def _kill_and_resume(tmp_path: Path, seed: int, settings: dict[str, object], ste
 FAKE = {"rollout.backend": "fake", "rollout.fake_token_s": 0.003, "run.eval_prompts": 0,
         "run.plot": False, "staleness.batch_size": 8, "staleness.group_size": 4,
         "trainer.epochs": 2,
-        "reward.name": "tests.resilience.rewards:parity", "recovery.checkpoint_every": 0,
+        "reward.name": "tests.resilience.rewards:parity", "recovery.commit_every": 0,
         "recovery.fsync": False, "trainer.lr": 0.001}
 
 
@@ -145,7 +146,7 @@ def test_sigkill_and_resume_on_the_fake_engine(tmp_path):
     point = kill_point(killed)
     victim = min(point.finished, key=str)
     (killed / "trajectories" / unit_filename(victim)).unlink()
-    cmd = _cmd(killed, {**FAKE, "run.steps": 12, "staleness.eta": 2, "run.seed": 11})
+    cmd = _cmd(killed, {**FAKE, "run.steps": 12, "staleness.max_staleness": 2, "run.seed": 11})
     output = _resume(cmd, killed, 180)
     assert "WARNING 1 finished units had no trajectory file" in output and repr(victim) in output
     problems, _ = audit_run(killed, 2, 12, [point], token_versions=True)
@@ -153,7 +154,7 @@ def test_sigkill_and_resume_on_the_fake_engine(tmp_path):
 
 
 VLLM = {"run.eval_prompts": 0, "run.plot": False, "staleness.batch_size": 8,
-        "staleness.group_size": 4, "recovery.checkpoint_every": 2, "rollout.max_num_seqs": 32}
+        "staleness.group_size": 4, "recovery.commit_every": 2, "rollout.max_num_seqs": 32}
 
 
 @pytest.mark.slow

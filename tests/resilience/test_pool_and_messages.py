@@ -16,7 +16,7 @@ from runtime.faults.fakes import CrashableRollout, Weights
 from runtime.rollout.base import GenerationRequest, RolloutDead
 from runtime.rollout.fake import FakeTrainer, Plan, random_script
 from runtime.rollout.pool import EngineCrashed, EnginePool
-from runtime.units import DriverSettings
+from runtime.records import DriverSettings
 
 from ..runtime.helpers import PROMPTS, fixed_script, make, parity_reward, run
 
@@ -107,9 +107,9 @@ def test_a_pool_with_no_engine_left_and_no_restart_is_dead():
 
 def test_an_abort_reaches_a_request_still_waiting_for_an_engine():
     # The only engine is down and its replacement is starting; a request waits for it. The
-    # driver aborts that request (its group was dropped). Found by fault schedule 11728: the
-    # abort used to miss a request without an engine, which then started on the replacement,
-    # hung, and the run could never shut down.
+    # driver aborts that request (its group was dropped). Fault schedule 11728: an abort that
+    # misses a request without an engine lets it start on the replacement and hang, and the
+    # run can never shut down.
     clock = VirtualClock()
     started: list[str] = []
 
@@ -201,8 +201,8 @@ def test_completion_messages_are_judged_by_the_controller():
 
 @pytest.mark.timeout(20)
 def test_timeouts_fire_on_a_clock_that_does_not_start_at_zero():
-    # admitted at 0.32 with a 2.0 s timeout: (0.32 + 2.0) - 0.32 < 2.0 in floating point. The
-    # watchdog used to compare the difference, never fired, and slept 0 s forever.
+    # admitted at 0.32 with a 2.0 s timeout: (0.32 + 2.0) - 0.32 < 2.0 in floating point, so
+    # a watchdog comparing the difference never fires and sleeps 0 s for ever.
     hang = fixed_script(0.05, 2, special={"g0-c0": Plan(math.inf, [])})
     driver, _, _, clock = make(script=hang, unit_timeout_s=2.0, steps=3)
     clock._now = 0.32

@@ -162,7 +162,7 @@ def test_an_engine_actor_that_dies_is_replaced(ray_cluster, tmp_path):
 @pytest.mark.ray
 def test_a_run_that_asks_for_more_than_the_cluster_has_is_refused_before_any_actor(
         ray_cluster, tmp_path):
-    # Before: the actors were queued and Ray waited for ever, printing nothing. The cluster
+    # Ray queues actors it cannot place and waits for ever, printing nothing. The cluster
     # here has 4 CPUs; 4 engine actors and the trainer ask for 5.
     from runtime.ray_backend import RayBackend
     from runtime.ray_backend.preflight import ClusterTooSmall

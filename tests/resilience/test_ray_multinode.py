@@ -148,7 +148,7 @@ def test_no_node_left_for_the_engine_stops_the_run_and_resume_continues(tmp_path
            "--set", "ray.trainer_resources={num_cpus: 1, trainer_node: 1}",
            "--set", "rollout.engines=1", "--set", "rollout.backend=fake",
            "--set", "rollout.fake_token_s=0.02", "--set", "staleness.batch_size=4",
-           "--set", "staleness.group_size=4", "--set", "recovery.checkpoint_every=1",
+           "--set", "staleness.group_size=4", "--set", "recovery.commit_every=1",
            "--set", "run.eval_prompts=0", "--set", "run.plot=false",
            "--set", "run.progress=false"]
     proc = None

@@ -17,7 +17,7 @@ from runtime.faults.harness import Run, Variant
 from runtime.faults.schedule import Fault, Schedule
 
 BASE = Schedule(seed=3, eta=1, batch_size=2, group_size=2, candidates=2, capacity=2, engines=1,
-                steps=4, checkpoint_every=2)
+                steps=4, commit_every=2)
 
 
 def _run(tmp_path, schedule, name="run"):
@@ -43,10 +43,11 @@ def _crash(tmp_path, schedule, before, torn=None, name="crashed"):
     return run.reports[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", [
     BASE,
-    replace(BASE, checkpoint_every=1, eta=2),
-    replace(BASE, capacity=3, candidates=3, checkpoint_every=0),  # both oversamplings
+    replace(BASE, commit_every=1, eta=2),
+    replace(BASE, capacity=3, candidates=3, commit_every=0),  # both oversamplings
 ], ids=["every2", "every1-eta2", "oversampling-nockpt"])
 def test_a_crash_before_any_durable_write_recovers(tmp_path, schedule):
     kinds = _writes(tmp_path, schedule)
@@ -58,7 +59,7 @@ def test_a_crash_before_any_durable_write_recovers(tmp_path, schedule):
             assert out.ok, (k, kind, torn, out.violations)
             tried[kind] += 1
     print(f"\n{sum(tried.values())} crash points, by the write interrupted: {dict(tried)}")
-    assert tried["checkpoint-commit"] or not schedule.checkpoint_every
+    assert tried["checkpoint-commit"] or not schedule.commit_every
 
 
 def test_consumed_but_not_trained(tmp_path):
@@ -88,7 +89,7 @@ def test_checkpoint_saved_but_not_committed(tmp_path):
 
 
 def test_published_then_crashed_replays_from_the_checkpoint(tmp_path):
-    schedule = replace(BASE, checkpoint_every=2, steps=5)
+    schedule = replace(BASE, commit_every=2, steps=5)
     kinds = _writes(tmp_path, schedule)
     third = [i for i, k in enumerate(kinds) if k == "log:publish"][2]
     report = _crash(tmp_path, schedule, third + 1)  # version 3 published, checkpoint at 2

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from runtime.atomic_io import temp_path
 from runtime.recovery.store import Checkpoints, TrajectoryStore, unit_filename, unit_from_filename
 
 
@@ -20,10 +21,11 @@ def test_trajectories_are_written_whole_or_not_at_all(tmp_path):
     store = TrajectoryStore(tmp_path / "t", fsync=True)
     store.save("g1", {"x": 1})
     store.save(7, {"x": 2})
-    (tmp_path / "t" / (unit_filename("g2") + ".tmp")).write_text('{"x":')  # an interrupted save
+    temp_path(store.path("g2")).write_text('{"x":')  # an interrupted save
+    (tmp_path / "t" / (unit_filename("g3") + ".tmp")).write_text('{"x":')  # an older release's
     assert sorted(map(str, store.units())) == ["7", "g1"]
     assert store.load("g1") == {"x": 1} and store.load("g2") is None
-    assert store.remove_partial() == 1
+    assert store.remove_partial() == 2
     store.delete("g1")
     store.delete("g1")  # deleting twice is harmless (recovery may repeat a deletion)
     assert store.units() == [7]

@@ -20,11 +20,11 @@ from runtime.recovery.durable import RecoverySettings
 from runtime.recovery.journal import EventLog, JournaledController, read_log, rebuild
 from runtime.recovery.resume import Recovery, RecoveryError
 from runtime.rollout.fake import FakeRollout, FakeTrainer, random_script
-from runtime.units import DriverSettings
+from runtime.records import DriverSettings
 from tests.runtime.helpers import PROMPTS, parity_reward
 
 SETTINGS = DriverSettings(eta=1, batch_size=4, group_size=4, steps=6, max_tokens=6,
-                          check_invariants=True, streaming=True, min_chunk_units=1)
+                          check_invariants=True, streaming=True, chunk_groups=1)
 
 
 class TrainerDied(RuntimeError):

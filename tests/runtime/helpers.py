@@ -10,7 +10,7 @@ from runtime.driver import Driver
 from runtime.rollout.base import GenerationRequest
 from runtime.rollout.fake import CharTokenizer, FakeRollout, FakeTrainer, Plan, random_script
 from runtime.tasks.base import Prompt
-from runtime.units import DriverSettings
+from runtime.records import DriverSettings
 
 # How far vLLM's CPU log-probabilities and the trainer's may differ for the same weights: the
 # two sum in different orders, and the gap depends on the processor's kernels (under 1e-4 on

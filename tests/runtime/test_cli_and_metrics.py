@@ -15,17 +15,17 @@ import pytest
 from runtime.cli import main
 from runtime.clock import MonotonicClock, VirtualClock
 from runtime.metrics import plot, step_row, summarize, summary_table
-from runtime.units import StepRecord
+from runtime.records import StepRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_invalid_config_is_one_clear_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("staleness:\n  eta: -1\n")
+    bad.write_text("staleness:\n  max_staleness: -1\n")
     assert main(["train", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert f"{bad}: invalid configuration" in err and "staleness.eta" in err
+    assert f"{bad}: invalid configuration" in err and "staleness.max_staleness" in err
     assert "Traceback" not in err
     assert main(["train", "--set", "run.steps"]) == 2
     assert "--set expects KEY=VALUE" in capsys.readouterr().err

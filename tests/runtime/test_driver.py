@@ -265,7 +265,7 @@ def test_a_stuck_timeout_shorter_than_every_group_backs_off_and_the_run_trains()
     # Every request takes 3 s, the STUCK timeout is 1 s: each release re-admits groups that
     # cannot finish before the next. Before, release and re-admission repeated until the
     # progress detector stopped the run (500 groups dropped in a row); now a release with no
-    # placement since the previous one doubles the next wait (runtime.stuck).
+    # placement since the previous one doubles the next wait (reserve_occupy.stuck).
     driver, _, trainer, clock = make(script=fixed_script(3.0), eta=0, batch_size=2,
                                      group_size=2, steps=3, stuck_timeout_s=1.0)
     run(driver, clock)

@@ -13,7 +13,7 @@ from reserve_occupy import replay
 from runtime.clock import VirtualClock
 from runtime.driver import Driver
 from runtime.rollout.fake import FakeRollout, FakeTrainer, random_script
-from runtime.units import DriverSettings
+from runtime.records import DriverSettings
 
 from .helpers import PROMPTS, parity_reward, token_lag_violations
 
@@ -22,7 +22,7 @@ def _run(streaming: bool, min_chunk: int = 1, eta: int = 1, steps: int = 12, **k
     clock = VirtualClock()
     settings = DriverSettings(eta=eta, batch_size=4, group_size=4, steps=steps, max_tokens=6,
                               check_invariants=True, streaming=streaming,
-                              min_chunk_units=min_chunk, **kw)
+                              chunk_groups=min_chunk, **kw)
     rollout = FakeRollout(clock, random_script(2, per_token_s=0.2, long_tail=0.1))
     trainer = FakeTrainer(clock, train_s=1.0, step_s=0.02, batch_size=4)
     driver = Driver(settings, rollout, trainer, parity_reward, PROMPTS, clock)
@@ -69,7 +69,7 @@ def test_streaming_shortens_the_wait_after_the_last_unit():
     assert all(r.stream_s > 0 for r in on[2:] if r.streamed_units)
 
 
-def test_chunks_wait_for_min_chunk_units():
+def test_chunks_wait_for_chunk_groups():
     driver, trainer, records = _run(True, min_chunk=3)
     assert trainer.chunks and all(len(c) >= 3 for c in trainer.chunks)
     # The units handed below the minimum train with the rest at consume.
@@ -81,14 +81,14 @@ def test_the_yaml_option_is_off_by_default_and_checked():
 
     assert not load_config(None).trainer.streaming
     assert not load_config(None).driver_settings().controller_config().streaming
-    on = load_config(None, {"trainer.streaming": True, "trainer.min_chunk_units": 2})
+    on = load_config(None, {"trainer.streaming": True, "trainer.chunk_groups": 2})
     settings = on.driver_settings()
-    assert settings.streaming and settings.min_chunk_units == 2
+    assert settings.streaming and settings.chunk_groups == 2
     assert settings.controller_config().streaming
     with pytest.raises(ConfigFileError, match=r"trainer: streaming trains one pass.*epochs 2"):
         load_config(None, {"trainer.streaming": True, "trainer.epochs": 2})
-    with pytest.raises(ConfigFileError, match=r"min_chunk_units \(17\) must be <= "
+    with pytest.raises(ConfigFileError, match=r"chunk_groups \(17\) must be <= "
                                               r"staleness.batch_size \(16\)"):
-        load_config(None, {"trainer.streaming": True, "trainer.min_chunk_units": 17})
-    with pytest.raises(ConfigFileError, match="trainer.min_chunk_units"):
-        load_config(None, {"trainer.min_chunk_units": 0})
+        load_config(None, {"trainer.streaming": True, "trainer.chunk_groups": 17})
+    with pytest.raises(ConfigFileError, match="trainer.chunk_groups"):
+        load_config(None, {"trainer.chunk_groups": 0})

@@ -20,6 +20,7 @@ def _bench():
     return module
 
 
+@pytest.mark.slow
 def test_every_configuration_runs_tiny_on_cpu(tmp_path, capsys):
     bench = _bench()
     out = tmp_path / "gpu.json"

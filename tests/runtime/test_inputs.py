@@ -23,6 +23,59 @@ def test_the_demo_config_file_is_the_embedded_default():
     load_config(ROOT / "configs" / "example.yaml")  # the annotated example is valid
 
 
+# Every renamed key with its old name, and the same settings under the names now.
+OLD_KEYS = {"staleness": {"eta": 2, "batch_size": 4},
+            "trainer": {"streaming": True, "min_chunk_units": 3},
+            "run": {"checkpoint_every": 5}, "recovery": {"checkpoint_every": 7}}
+NEW_KEYS = {"staleness": {"max_staleness": 2, "batch_size": 4},
+            "trainer": {"streaming": True, "chunk_groups": 3},
+            "run": {"save_model_every": 5}, "recovery": {"commit_every": 7}}
+
+
+def test_old_key_names_load_to_the_same_config_with_one_line_each(tmp_path):
+    from runtime.config import RENAMED_KEYS
+
+    old_file, new_file = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old_file.write_text(yaml.safe_dump(OLD_KEYS))
+    new_file.write_text(yaml.safe_dump(NEW_KEYS))
+    lines: list[str] = []
+    now = load_config(new_file, warn=lines.append)
+    assert lines == [] and now.staleness.max_staleness == 2 and now.recovery.commit_every == 7
+    assert load_config(old_file, warn=lines.append) == now
+    assert len(lines) == len(RENAMED_KEYS) == 4
+    for line, (old, new) in zip(lines, RENAMED_KEYS.items(), strict=True):
+        assert line == f"{old_file}: {old} is deprecated, use {new} (the same setting)"
+    # as overrides (--set), one line each too; an old name overrides the file's new one
+    lines.clear()
+    dotted = {f"{section}.{key}": value for section, keys in OLD_KEYS.items()
+              for key, value in keys.items()}
+    assert load_config(None, dotted, warn=lines.append) == now
+    assert len(lines) == 4 and all(x.startswith("override: ") for x in lines)
+    assert load_config(new_file, {"staleness.eta": 0},
+                       warn=lambda _: None).staleness.max_staleness == 0
+    both = tmp_path / "both.yaml"
+    both.write_text(yaml.safe_dump({"staleness": {"eta": 1, "max_staleness": 2}}))
+    with pytest.raises(ConfigFileError, match=r"staleness.eta and staleness.max_staleness are "
+                                              r"one setting"):
+        load_config(both, warn=lines.append)
+
+
+def test_train_prints_one_line_per_old_key_and_takes_eta_for_max_staleness(tmp_path, capsys):
+    from runtime.cli import main
+
+    old_file = tmp_path / "old.yaml"
+    old_file.write_text(yaml.safe_dump(OLD_KEYS))
+    out = str(tmp_path / "run")
+    assert main(["train", "--config", str(old_file), "--check", "--output-dir", out]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 4 and "deprecated" in captured.err
+    assert '"max_staleness": 2' in captured.out and '"commit_every": 7' in captured.out
+    for flag in ("--eta", "--max-staleness"):
+        assert main(["train", flag, "3", "--check", "--output-dir", out]) == 0
+        captured = capsys.readouterr()
+        assert '"max_staleness": 3' in captured.out and captured.err == ""
+
+
 def _write(tmp_path, data) -> Path:
     path = tmp_path / "c.yaml"
     path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
@@ -32,7 +85,8 @@ def _write(tmp_path, data) -> Path:
 @pytest.mark.parametrize("data, expected", [
     ({"rollout": {"temperature": -1}},
      "rollout.temperature: Input should be greater than 0 (got -1)"),
-    ({"staleness": {"eta": "two"}}, "staleness.eta: Input should be a valid integer"),
+    ({"staleness": {"max_staleness": "two"}},
+     "staleness.max_staleness: Input should be a valid integer"),
     ({"staleness": {"group_size": 8, "candidates": 4}}, "candidates (4) must be >= group_size"),
     ({"staleness": {"batch_size": 8, "capacity": 4}}, "capacity (4) must be >= batch_size"),
     ({"trainer": {"lrate": 0.1}}, "trainer.lrate: unknown key"),
@@ -50,11 +104,11 @@ def test_invalid_configs_name_the_file_and_the_field(tmp_path, data, expected):
 
 
 def test_all_errors_are_reported_at_once_and_overrides_apply(tmp_path):
-    path = _write(tmp_path, {"rollout": {"temperature": 0}, "staleness": {"eta": -1}})
+    path = _write(tmp_path, {"rollout": {"temperature": 0}, "staleness": {"max_staleness": -1}})
     with pytest.raises(ConfigFileError) as exc:
         load_config(path)
-    assert "rollout.temperature" in str(exc.value) and "staleness.eta" in str(exc.value)
-    cfg = load_config(None, {"run.steps": 3, "staleness.eta": 0})
+    assert "rollout.temperature" in str(exc.value) and "staleness.max_staleness" in str(exc.value)
+    cfg = load_config(None, {"run.steps": 3, "staleness.max_staleness": 0})
     assert cfg.run.steps == 3 and cfg.driver_settings().eta == 0
     with pytest.raises(ConfigFileError, match="the embedded default"):
         load_config(None, {"run.steps": 0})

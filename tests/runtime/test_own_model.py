@@ -64,7 +64,7 @@ async def test_the_math_recipe_runs_a_few_steps_on_cpu(tiny_chat_model, tmp_path
     cfg = load_config(RECIPE, {
         "model.path": str(tiny_chat_model), "trainer.device": "cpu", "run.steps": 3,
         "run.output_dir": str(out), "run.progress": False, "run.plot": False,
-        "run.eval_prompts": 2, "run.eval_samples": 1, "run.checkpoint_every": 2,
+        "run.eval_prompts": 2, "run.eval_samples": 1, "run.save_model_every": 2,
         "staleness.batch_size": 2, "staleness.group_size": 4, "rollout.max_tokens": 12,
         "rollout.max_model_len": 512, "rollout.max_num_seqs": 16,
         # the tiny model rarely boxes a right answer: train on uniform groups too
@@ -121,9 +121,9 @@ def test_chunked_prefill_is_off_on_the_cpu_build_and_turning_it_on_is_refused(tm
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_the_math_recipe_as_shipped_trains_a_step(tmp_path):
-    # Before: its 110-160-token prompts got a chunked prefill, which the CPU build cannot do
-    # for seeded requests: "CPU Generator does not use offset", "vLLM engine died" after
-    # ~20 s. The other recipe test overrides it down to tiny prompts, so it never showed.
+    # Its 110-160-token prompts are long enough for a chunked prefill, which the CPU build
+    # cannot do for seeded requests ("CPU Generator does not use offset" kills the engine);
+    # a test that overrides the recipe down to tiny prompts would never meet it.
     # Here only --steps and --output-dir differ from the file (one step: the tiny model
     # rarely boxes an answer, so most groups are filtered and a step takes ~700 groups).
     import json

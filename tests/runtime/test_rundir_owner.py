@@ -169,9 +169,9 @@ def test_a_run_file_that_does_not_parse_is_named(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig,status,word", [(2, 130, "interrupted"), (15, 143, "terminated")])
 def test_a_signal_ends_train_with_one_line_and_frees_the_directory(tmp_path, sig, status, word):
-    # Before: Ctrl-C exited 1 (the status of a failed run) and SIGTERM killed the process
-    # without closing the engine. Now the run's task is cancelled, its finally blocks close
-    # the engine and release the directory, and the line says how to continue.
+    # Exit 1 would say the run failed, and a process killed outright leaves its engine open:
+    # the run's task is cancelled, its finally blocks close the engine and release the
+    # directory, and the line says how to continue.
     out = tmp_path / "run"
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-m", "runtime", "train", *FAKE, "--steps", "500",
@@ -184,7 +184,14 @@ def test_a_signal_ends_train_with_one_line_and_frees_the_directory(tmp_path, sig
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == status, err
     assert "Traceback" not in err and "Task was destroyed" not in err, err
-    assert f"{word}; continue the run with --resume {out}" in err
-    from runtime.recovery.rundir import lock_run_dir
+    from runtime.recovery.rundir import lock_run_dir, run_files
+
+    # A run stopped before its first step keeps nothing (the same command starts it again);
+    # one stopped later is continued with --resume. The line says which.
+    if run_files(out):
+        assert f"{word}; continue the run with --resume {out}" in err
+    else:
+        assert f"{word}; no step was trained and nothing kept; the same command starts the " \
+               f"run again" in err
 
     lock_run_dir(out).release()  # the directory is free again

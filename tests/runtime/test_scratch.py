@@ -43,8 +43,8 @@ def _child(root: Path, mode: str) -> tuple[subprocess.Popen, Path]:
 
 
 def test_a_folder_goes_with_its_process_on_every_exit_path(tmp_path):
-    # Before: the folder was named ro-engine-XXXX (no owner) and removed only by close();
-    # a killed actor left its weights in /dev/shm for good.
+    # The folder's name carries its owner's pid, so a folder whose process died (SIGKILL: a
+    # killed actor) is found and removed, not left in /dev/shm with its weights for good.
     proc, path = _child(tmp_path, "exit")  # waits on stdin until the folder was seen
     proc.communicate("go\n", timeout=60)
     assert proc.returncode == 0 and not path.exists()  # a normal exit

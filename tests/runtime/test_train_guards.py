@@ -120,11 +120,14 @@ def test_an_output_dir_that_cannot_be_one_is_refused_before_work(tmp_path, capsy
 
 # ----------------------------------------------------------------------- --check ------------
 
-def _model_dir(tmp_path, tiny_model, config: str | None, tokenizer: bool) -> Path:
+def _model_dir(tmp_path, tiny_model, config: str | None, tokenizer: bool,
+               weights: bool = True) -> Path:
     d = tmp_path / "model"
     d.mkdir(parents=True)
     if config is not None:
         (d / "config.json").write_text(config)
+    if weights:
+        shutil.copy(Path(tiny_model) / "model.safetensors", d / "model.safetensors")
     if tokenizer:
         for p in Path(tiny_model).iterdir():
             if "token" in p.name:
@@ -136,10 +139,11 @@ def _model_dir(tmp_path, tiny_model, config: str | None, tokenizer: bool) -> Pat
     ("trainer.device=cuda", "CUDA is not available"),
     ("trainer.device=quantum", "not a torch device"),
     ("staleness.batch_size=1000000000", "staleness.batch_size"),
-    ("staleness.eta=1000000000", "staleness.eta"),
-    # Above the core's limit, below the old runtime-only one: refused by the config's own
-    # check (naming the key, "less than or equal to 1024"), not by the core later.
-    ("staleness.eta=2000", "staleness.eta: Input should be less than or equal to 1024"),
+    ("staleness.max_staleness=1000000000", "staleness.max_staleness"),
+    # Above the core's limit: refused by the config's own check (naming the key, "less than
+    # or equal to 1024"), not by the core later.
+    ("staleness.max_staleness=2000",
+     "staleness.max_staleness: Input should be less than or equal to 1024"),
 ])
 def test_check_refuses_what_the_run_would_die_on(setting, needle, capsys, tmp_path):
     import torch
@@ -151,6 +155,7 @@ def test_check_refuses_what_the_run_would_die_on(setting, needle, capsys, tmp_pa
     assert needle in err and "Traceback" not in err and "OK" not in err
 
 
+@pytest.mark.slow
 def test_check_loads_the_model_directory(tmp_path, tiny_model, capsys):
     config = (Path(tiny_model) / "config.json").read_text()
     bad_json = _model_dir(tmp_path / "a", tiny_model, "{not json", tokenizer=True)
@@ -272,7 +277,7 @@ def test_resume_validates_the_whole_run_dir_before_any_engine(finished_run, tmp_
     _one_line_error(capsys, str(traj[0]), "not a readable trajectory record")
     out3 = _copy(finished_run, tmp_path / "c")
     assert main(["train", "--resume", str(out3), "--no-progress",
-                 "--set", "staleness.eta=3"]) == 2
+                 "--set", "staleness.max_staleness=3"]) == 2
     _one_line_error(capsys, "resume with the same staleness settings")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from runtime.cli import main
 
 
@@ -106,6 +108,7 @@ def test_regimes_tiny_writes_json_tables_and_heatmaps(tmp_path, capsys):
         assert (tmp_path / "i" / name).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_a_tiny_sweep_never_writes_into_docs(tmp_path, monkeypatch):
     # Run from a directory laid out like a checkout: the tiny sweep's defaults must not replace
     # the shipped results of the full sweep (docs/results, docs/img).

@@ -77,6 +77,7 @@ def test_scaled_cost_scales_training_only(cost):
     assert c.train.sync_s == cost.train.sync_s
 
 
+@pytest.mark.slow
 def test_tiny_sweep_is_complete_and_deterministic(cost):
     a = run_sweep(cost, TINY, progress=False)
     b = run_sweep(cost, TINY, progress=False)

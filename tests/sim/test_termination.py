@@ -8,9 +8,8 @@ import pytest
 
 from runtime.cli import main
 from runtime.sim.model import core
-from runtime.sim.model.core import SimulationStalled, Simulator
+from runtime.sim.model.core import Policy, SimulationStalled, Simulator
 from runtime.sim.model.cost import preset
-from runtime.sim.model.policies.base import Policy
 from runtime.sim.model.runner import RunSpec, simulate
 from runtime.sim.model.workload import MathReasoningShape, generate
 
@@ -18,10 +17,10 @@ from runtime.sim.model.workload import MathReasoningShape, generate
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("seconds", ["0.5", "0.01"])
 def test_a_stuck_timeout_shorter_than_any_group_backs_off_and_the_run_ends(seconds, capsys):
-    # Before: every expiry aborted the head's reservations and re-admitted fresh groups whose
-    # prefill alone outlasts the timeout; the run looped at 0/2 batches until the idle-timer
-    # detector stopped it (exit 1). A release followed by no placement now doubles the next
-    # wait (runtime.stuck), so re-admitted groups get the time they need.
+    # With a fixed timeout every expiry aborts the head's reservations and re-admits fresh
+    # groups whose prefill alone outlasts it: the run loops at 0/2 batches until the idle-timer
+    # detector stops it (exit 1). A release followed by no placement doubles the next wait
+    # (reserve_occupy.stuck), so re-admitted groups get the time they need.
     rc = main(["simulate", "--stuck-timeout", seconds, "--policy", "reserve_occupy", "--eta",
                "1", "--batches", "2", "--no-progress"])
     captured = capsys.readouterr()
@@ -55,7 +54,8 @@ class Discarder(Policy):
 
 @pytest.mark.timeout(60)
 def test_a_policy_that_never_forms_a_batch_stalls(monkeypatch):
-    # Before: admissions and completions went on forever (the workload is cyclic).
+    # The workload is cyclic: without the event limit, admissions and completions go on
+    # for ever.
     monkeypatch.setattr(core, "MAX_EVENTS_PER_BATCH", 2_000)
     sim = Simulator(Discarder(1), generate(0, MathReasoningShape(groups=64)), preset("toy"),
                     batches=1, batch_size=1)

@@ -60,15 +60,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, ClassVar
 
 from .cost import CostModel
 from .engine import INF, Instance, Request
 from .filtering import RewardFilter
 from .workload import GroupSpec, Workload
-
-if TYPE_CHECKING:
-    from .policies.base import Policy
 
 
 class SimulationError(RuntimeError):
@@ -89,7 +86,7 @@ class PolicyError(SimulationError):
     """A policy used the simulator's API wrongly (e.g. aborted a group that had finished)."""
 
 
-class Group:
+class SimGroup:
     """One admitted GRPO group: ``size`` requests, all admitted together."""
 
     __slots__ = ("gid", "spec", "requests", "v_tag", "v_gen", "t_admit", "t_done", "n_done",
@@ -105,7 +102,7 @@ class Group:
         self.t_admit = now
         self.t_done = INF
         self.n_done = 0
-        self.state = Group.RUNNING
+        self.state = SimGroup.RUNNING
         self.tag: object = None  # free for the policy (target step, cohort, ...)
         self.no_grad = False  # set when it finishes: all rewards equal, so no gradient
         self.requests: list[Request] = []
@@ -113,10 +110,87 @@ class Group:
 
     @property
     def done(self) -> bool:
-        return self.state == Group.DONE
+        return self.state == SimGroup.DONE
 
     def __repr__(self) -> str:
-        return f"Group({self.gid}, v_tag={self.v_tag}, {self.state}, {self.n_done} done)"
+        return f"SimGroup({self.gid}, v_tag={self.v_tag}, {self.state}, {self.n_done} done)"
+
+
+class Policy:
+    """The interface every staleness-control policy implements (the policy side of the "policy
+    API" above): subclasses set the class attributes and override the hooks they need.
+
+    A policy sees the simulator through a few calls and answers at three points, one per
+    control layer of the source: ``admit`` (L1: call ``sim.admit()`` for each group to start
+    now), what it does on ``on_group_done`` / ``on_publish`` (L2: ``sim.abort(group)``), and
+    ``take_batch`` (L3: return the trajectories of the next batch, ``None`` to keep the trainer
+    waiting, and ``sim.drop(...)`` for finished data it discards). Policies hold their own
+    queues; the simulator holds time, engines and the ledger.
+
+    With a streaming trainer (``cost.train.chunk_groups`` >= 1) the simulator calls
+    ``take_chunk`` instead of ``take_batch``: the next chunk of the open step (at least
+    ``least`` and at most ``most`` finished groups) or None. A policy whose framework streams
+    sets ``streams = True`` and overrides it; the default hands the whole batch as one chunk
+    once ``take_batch`` returns it (a whole-batch framework on a chunked trainer).
+
+    With reward filtering on, a finished group may carry no gradient (``group.no_grad``). A
+    policy whose source discards such groups calls ``sim.filter(group)`` and sets ``filters =
+    True``; one whose source has no such path trains them (zero advantage) and sets ``filters =
+    False``.
+    """
+
+    name: ClassVar[str] = ""  # registry and CLI name
+    label: ClassVar[str] = ""  # short name for tables and plots
+    source: ClassVar[str] = ""  # where the algorithm comes from (file @ commit)
+    bounded: ClassVar[bool] = True  # promises staleness <= eta for every trained trajectory
+    uses_eta: ClassVar[bool] = True  # False for the synchronous and unbounded references
+    filters: bool = True  # discards no-gradient groups (sim.filter) instead of training them
+    streams: ClassVar[bool] = False  # hands a streaming trainer chunks (take_chunk)
+
+    def __init__(self, eta: int) -> None:
+        if isinstance(eta, bool) or not isinstance(eta, int) or eta < 0:
+            raise ValueError(f"{self.name}: eta must be an int >= 0, got {eta!r}")
+        self.eta = eta  # the bound this policy enforces (subclasses may adjust it)
+        self.requested_eta = eta  # the comparison's eta this run belongs to
+        self.sim: Simulator = None  # type: ignore[assignment]
+
+    def attach(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.batch_size = sim.batch_size
+        self.group_size = sim.group_size
+
+    # ----------------------------------------------------------------- hooks ----------------
+
+    def admit(self) -> None:
+        """L1: admit groups (``self.sim.admit()``) while this policy allows."""
+
+    def on_group_done(self, group: SimGroup) -> None:
+        """Every trajectory of ``group`` finished."""
+
+    def take_batch(self) -> list[Request] | None:
+        """L3: the trainer is idle; return the next batch's trajectories or None to wait."""
+        raise NotImplementedError
+
+    def take_chunk(self, least: int, most: int) -> list[Request] | None:
+        """Streaming trainer: the next chunk of the open step, ``least`` to ``most`` groups'
+        trajectories, or None to keep the trainer waiting. Default: the whole batch."""
+        return self.take_batch()
+
+    def on_publish(self, version: int) -> None:
+        """The new version is live on the rollout instances (L2 actions go here)."""
+
+    def on_timer(self) -> None:
+        """The timer set with ``sim.set_timer`` expired."""
+
+    # ----------------------------------------------------------------- reporting ------------
+
+    def settings(self) -> dict:
+        """The parameters this run used, for the JSON output."""
+        return {"eta": self.eta}
+
+    def describe_state(self) -> str:
+        """One line of internal state for stall reports."""
+        return "-"
 
 
 @dataclass
@@ -171,7 +245,7 @@ class Simulator:
         self.now = 0.0
         self.version = 0
         self.paused = False  # a weight sync is in progress
-        self.groups: list[Group] = []
+        self.groups: list[SimGroup] = []
         self.ledger = Ledger()
         self._queue: deque[Request] = deque()
         self._urgent: deque[Request] = deque()  # priority admissions, served before _queue
@@ -215,14 +289,14 @@ class Simulator:
         return False
 
     def admit(self, v_tag: int | None = None, spec: int | None = None,
-              priority: bool = False) -> Group:
+              priority: bool = False) -> SimGroup:
         """L1: admit the next group of the workload (or workload group ``spec``, for a policy
         that picks prompts itself); its requests queue for slots, at the front of the queue
         with ``priority`` (behind earlier priority requests)."""
         gid = len(self.groups)
         index = gid if spec is None else spec
         group_spec = self.workload.groups[index % len(self.workload)]
-        group = Group(gid, group_spec, self.version if v_tag is None else v_tag, self.now)
+        group = SimGroup(gid, group_spec, self.version if v_tag is None else v_tag, self.now)
         size = self.candidates
         lengths = (group_spec.candidate_lens(size) if size > self.group_size
                    else group_spec.response_lens)
@@ -238,12 +312,12 @@ class Simulator:
         self._dispatch()
         return group
 
-    def abort(self, group: Group) -> None:
+    def abort(self, group: SimGroup) -> None:
         """L2: stop an in-flight group; all its tokens so far are wasted."""
-        if group.state != Group.RUNNING:
+        if group.state != SimGroup.RUNNING:
             raise PolicyError(f"{type(self.policy).__name__} aborted {group!r}: only running "
                               f"groups can be aborted (drop finished trajectories instead)")
-        group.state = Group.ABORTED
+        group.state = SimGroup.ABORTED
         for req in group.requests:
             if req.state == Request.QUEUED:
                 req.state = Request.ABORTED
@@ -256,12 +330,12 @@ class Simulator:
             else:  # a finished member of a group that will never complete
                 self.ledger.aborted.append((req.tid, req.tokens))
 
-    def filter(self, group: Group) -> None:
+    def filter(self, group: SimGroup) -> None:
         """Discard a finished group that carries no gradient; it is never trained."""
-        if group.state != Group.DONE:
+        if group.state != SimGroup.DONE:
             raise PolicyError(f"{type(self.policy).__name__} filtered {group!r}: only finished "
                               f"groups can be filtered")
-        group.state = Group.FILTERED
+        group.state = SimGroup.FILTERED
         self.ledger.filtered.extend(r.tid for r in group.requests)
 
     def set_timer(self, t: float) -> None:
@@ -379,18 +453,18 @@ class Simulator:
 
     def _finished(self, req: Request) -> None:
         req.t_end = self.now
-        group: Group = req.group  # type: ignore[assignment]
+        group: SimGroup = req.group  # type: ignore[assignment]
         group.n_done += 1
-        if group.n_done == self.group_size and group.state == Group.RUNNING:
+        if group.n_done == self.group_size and group.state == SimGroup.RUNNING:
             if self.candidates > self.group_size:
                 self._commit(group)
-            group.state = Group.DONE
+            group.state = SimGroup.DONE
             group.t_done = self.now
             if self.filtering is not None:
                 group.no_grad = self.filtering.no_gradient(group.gid)
             self.policy.on_group_done(group)
 
-    def _commit(self, group: Group) -> None:
+    def _commit(self, group: SimGroup) -> None:
         """Group-level oversampling: the first ``group_size`` finished candidates are the group;
         the others stop now (L2 waste)."""
         done = [r for r in group.requests if r.state == Request.FINISHED][: self.group_size]
@@ -508,7 +582,7 @@ class Simulator:
         gone = ({t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped)
                 | set(self.ledger.filtered))
         done = sum(1 for g in self.groups
-                   if g.state == Group.DONE and g.requests[0].tid not in gone)
+                   if g.state == SimGroup.DONE and g.requests[0].tid not in gone)
         running = sum(i.k for i in self.instances)
         return (f"{self.policy.name} (eta={self.policy.eta}) stalled at t={self.now:.1f}s, "
                 f"version {self.version}, after {self._published} of {self.n_batches} batches"

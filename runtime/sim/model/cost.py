@@ -29,10 +29,11 @@ of ``train.per_token_s`` below, so 0.2.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+from ...inputs import COST_FILE_BYTES, FileInputError, json_file
 
 
 class CostError(ValueError):
@@ -281,17 +282,13 @@ def cost_from_dict(data: object, base: CostModel | None = None) -> CostModel:
 
 
 def load_cost(path: str | Path) -> CostModel:
-    """Read a cost model from a JSON file (see ``cost_from_dict``); missing fields default to the
-    default preset's."""
+    """Read a cost model from a JSON file of at most ``COST_FILE_BYTES`` (see
+    ``cost_from_dict``); missing fields default to the default preset's."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise CostError("<file>", f"can't read {p}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CostError("<file>", f"{p} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        data = json_file(p, "--cost", COST_FILE_BYTES)
+    except FileInputError as exc:
+        raise CostError("<file>", f"{p}: {exc.reason}") from None
     return cost_from_dict(data, base=PRESETS[DEFAULT_PRESET])
 
 

@@ -16,7 +16,8 @@ Length bias (``runtime/lengthbias.py``): the response lengths of trained traject
 those of every *settled* admitted trajectory (trained, aborted, dropped or filtered; trajectories
 still live when the run ends are left out, since their fate is unknown and they are the long
 ones). An aborted trajectory counts with the full length it would have had: it is what the model
-produced that training never saw. ``length_ratio`` < 1 means training saw shorter answers.
+produced that training never saw. ``length_ratio`` < 1 means training saw shorter answers; below ``SHORT_BIAS`` the studies label a
+policy's gain "short answers" (it gains by training shorter answers than it admits).
 
 ``steady_throughput`` leaves out the start-up transient: effective tokens of batches after the
 first ``warmup`` (default: a fifth of the run) over the time between their publishes.
@@ -32,6 +33,8 @@ import numpy as np
 from ...lengthbias import length_bias
 from .core import Simulator
 from .engine import Request
+
+SHORT_BIAS = 0.97  # mean trained / admitted length below this: "gains by short answers"
 
 
 @dataclass

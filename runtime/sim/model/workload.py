@@ -26,6 +26,11 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from ... import atomic_io
+from reserve_occupy.trace import loads_bounded
+
+from ...inputs import DATA_LINE_BYTES, FileInputError, json_reason, text_lines
+
 
 class WorkloadError(ValueError):
     """A workload file line is malformed. ``line`` is 1-based (0: the file as a whole)."""
@@ -129,10 +134,9 @@ def parse_workload(lines: Iterable[str], path: str = "<workload>") -> Workload:
         if not text or text.startswith("#"):
             continue
         try:
-            record = json.loads(text)
+            record = loads_bounded(text)
         except json.JSONDecodeError as exc:
-            raise WorkloadError(
-                path, lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            raise WorkloadError(path, lineno, json_reason(exc)) from None
         if not isinstance(record, dict):
             raise WorkloadError(path, lineno, f"must be a JSON object, got {type(record).__name__}")
         for key in ("group", "prompt_len", "response_lens"):
@@ -170,18 +174,18 @@ def parse_workload(lines: Iterable[str], path: str = "<workload>") -> Workload:
 
 
 def load_workload(path: str | Path) -> Workload:
+    """A workload file, read line by line (a line longer than ``DATA_LINE_BYTES`` is refused
+    after that many bytes)."""
     p = Path(path)
     try:
-        with p.open() as fh:
-            return parse_workload(fh, str(p))
-    except OSError as exc:
-        raise WorkloadError(str(p), 0, f"can't read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(str(p), 0, "not a UTF-8 text file") from None
+        return parse_workload((text for _, text in text_lines(p, DATA_LINE_BYTES, "workload")),
+                              str(p))
+    except FileInputError as exc:
+        raise WorkloadError(str(p), exc.line, exc.reason) from None
 
 
 def write_workload(workload: Workload, path: str | Path) -> None:
-    with Path(path).open("w") as fh:
+    with atomic_io.atomic(path) as fh:
         for g in workload.groups:
             fh.write(json.dumps({"group": g.group, "prompt_len": g.prompt_len,
                                  "response_lens": list(g.response_lens)}) + "\n")

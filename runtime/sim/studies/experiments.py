@@ -30,7 +30,7 @@ from . import plots
 from ..model.core import SimulationStalled
 from ..model.cost import CostModel
 from ..model.metrics import RunResult
-from ... import outputs
+from ... import atomic_io
 from ..model.policies import POLICIES
 from . import pages
 from .report import comparison, markdown, merge_tables
@@ -50,7 +50,7 @@ EXP2_POLICIES = ("reserve_occupy", "nemo_in_order", "nemo_weight_fifo", "verl_dr
 
 def _dump(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    outputs.write_text(path, json.dumps(payload, indent=1, sort_keys=False) + "\n")
+    atomic_io.write_text(path, json.dumps(payload, indent=1, sort_keys=False) + "\n")
 
 
 def _context(workload: Workload, cost: CostModel) -> dict:

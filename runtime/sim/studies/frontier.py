@@ -33,14 +33,13 @@ import numpy as np
 
 from ... import inputs
 from ..model.cost import CostModel, preset
-from ... import outputs
-from ..model.metrics import RunResult
+from ... import atomic_io
+from ..model.metrics import SHORT_BIAS, RunResult
 from . import pages
 from .report import markdown
 from ..model.runner import RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
 
-SHORT_BIAS = 0.97  # mean trained / admitted length below this: "gains by short answers"
 BASELINE = "in_order"
 
 
@@ -223,7 +222,7 @@ def plot(payload: dict, path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    outputs.savefig(fig, path, dpi=110)
+    atomic_io.savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -246,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         payload = run()
     name = "frontier_tiny" if args.tiny else "frontier"
-    outputs.write_text(results / f"{name}.json", json.dumps(payload, indent=1) + "\n")
+    atomic_io.write_text(results / f"{name}.json", json.dumps(payload, indent=1) + "\n")
     plot(payload, img / f"sim_{name}.png")
     print(f"wrote {results / (name + '.json')} and {img / ('sim_' + name + '.png')}")
     for page in pages.update(pages.fed_by(f"{name}.json"), results):  # docs/results only

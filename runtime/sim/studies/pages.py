@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Union
 
+from ... import atomic_io
 from .report import markdown
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -153,7 +154,7 @@ def update(names=None, results_dir: Path = RESULTS, docs: Path = DOCS) -> list[P
         old = path.read_text(encoding="utf-8")
         new = rewrite(old, results_dir, names, str(path))
         if new != old:
-            path.write_text(new, encoding="utf-8")
+            atomic_io.write_text(path, new)
             changed.append(path)
     return changed
 
@@ -301,23 +302,6 @@ def regimes_workload_slice(payload: dict) -> str:
     return markdown(["η", "at the cap"] + [f"no-gradient {r:g}" for r in rates], rows)
 
 
-_TARGETS = (("in_order_eta1", "≥ 1.10× in_order at η = 1"),
-            ("unbounded_eta2", "≥ 0.95× unbounded at η = 2"),
-            ("areal", "faster than AReaL at AReaL's achieved maximum staleness s "
-                      "(RO at η = s ÷ AReaL at η = 1)"),
-            ("never_below", "never below a bounded baseline (in_order, weight_fifo, verl drop, "
-                            "at any η)"))
-
-
-def regimes_targets(payload: dict) -> str:
-    """How many points of the regime map meet each of the four targets (``targets_summary``)."""
-    from .regimes import targets_summary
-
-    got = targets_summary(payload)
-    return markdown(["target", "points met", "points"],
-                    [[what, got[key][0], got[key][1]] for key, what in _TARGETS])
-
-
 def frontier_table(payload: dict) -> str:
     """The table ``frontier.run`` printed, with its footer of bounds."""
     return payload["table"]
@@ -338,7 +322,8 @@ section("exp5_timeout", EXPERIMENTS)
 section("exp6_regimes", EXPERIMENTS)
 section("exp6_oversampling", EXPERIMENTS)
 from_json("exp6_workload", EXPERIMENTS, "regimes.json", regimes_workload_slice)
-from_json("exp6_targets", EXPERIMENTS, "regimes.json", regimes_targets)
+from_json("exp6_targets", EXPERIMENTS, "regimes.json",
+          "runtime.sim.studies.regimes:targets_count_table")
 from_json("frontier", "make sim-frontier", "frontier.json", frontier_table)
 section("bound", "make sim-bound")
 for _name, _func in (("streaming-table", "table"), ("streaming-bound", "bound_table"),

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from ... import outputs  # noqa: E402
+from ... import atomic_io  # noqa: E402
 from ..model.metrics import RunResult  # noqa: E402
 from ..model.workload import Workload  # noqa: E402
 
@@ -29,7 +29,7 @@ POLICY_COLORS = {
 def _save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    outputs.savefig(fig, path, dpi=130, bbox_inches="tight")
+    atomic_io.savefig(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 

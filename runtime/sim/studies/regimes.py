@@ -50,8 +50,7 @@ import numpy as np
 from ..model.core import SimulationStalled
 from ..model.cost import CostModel
 from ..model.filtering import RewardFilter
-from .frontier import SHORT_BIAS  # length ratio below it: "short answers", as in the frontier
-from ..model.metrics import RunResult
+from ..model.metrics import SHORT_BIAS, RunResult
 from ..model.runner import RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
 
@@ -496,3 +495,21 @@ def targets_summary(result: dict) -> dict:
             "unbounded_eta2": count("vs_unbounded_eta2", lambda v: _ok(v, TARGET_UNBOUNDED)),
             "areal": count("vs_areal_at_its_staleness", lambda v: _ok(v, 1.0, strict=True)),
             "never_below": count("lowest_vs_bounded", lambda v: _ok(v, 1.0))}
+
+
+_TARGETS = (("in_order_eta1", "≥ 1.10× in_order at η = 1"),
+            ("unbounded_eta2", "≥ 0.95× unbounded at η = 2"),
+            ("areal", "faster than AReaL at AReaL's achieved maximum staleness s "
+                      "(RO at η = s ÷ AReaL at η = 1)"),
+            ("never_below", "never below a bounded baseline (in_order, weight_fifo, verl drop, "
+                            "at any η)"))
+
+
+def targets_count_table(payload: dict) -> str:
+    """How many points of the regime map meet each of the four targets (``targets_summary``): the
+    ``exp6_targets`` block of docs/ (``pages``)."""
+    from .report import markdown
+
+    got = targets_summary(payload)
+    return markdown(["target", "points met", "points"],
+                    [[what, got[key][0], got[key][1]] for key, what in _TARGETS])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ... import atomic_io
 from ..model.metrics import RunResult
 
 RO = "reserve_occupy"
@@ -79,4 +80,4 @@ def merge_tables(path: Path, tables: dict[str, str]) -> None:
             merged[name.strip()] = body.strip()
     merged.update(tables)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join(f"## {k}\n\n{v}" for k, v in merged.items()) + "\n")
+    atomic_io.write_text(path, "\n\n".join(f"## {k}\n\n{v}" for k, v in merged.items()) + "\n")

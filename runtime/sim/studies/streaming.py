@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 from reserve_occupy.config import MAX_STALENESS
 
-from ... import inputs
+from ... import atomic_io, inputs
 from .bound import clairvoyant_bound
 from ..model.core import SimulationStalled
 from ..model.cost import CostModel, preset
@@ -387,7 +387,7 @@ def write_page(page: Path, blocks: dict[str, str]) -> None:
         if i < 0 or j < i:
             raise ValueError(f"{page}: no generated block {name!r}")
         text = text[: i + len(begin)] + "\n" + body + "\n" + text[j:]
-    page.write_text(text)
+    atomic_io.write_text(page, text)
 
 
 def figure(payload: dict, path: Path) -> None:
@@ -413,7 +413,7 @@ def figure(payload: dict, path: Path) -> None:
     ax.set_title("Frameworks as shipped; dashed: clairvoyant upper bound, streaming trainer")
     ax.legend(fontsize=7, ncol=4, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_io.savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     results, img = Path(args.results_dir), Path(args.img_dir)
     results.mkdir(parents=True, exist_ok=True)
     img.mkdir(parents=True, exist_ok=True)
-    (results / "streaming.json").write_text(json.dumps(payload, indent=1) + "\n")
+    atomic_io.write_text(results / "streaming.json", json.dumps(payload, indent=1) + "\n")
     figure(payload, img / "sim_streaming.png")
     for name, body in blocks.items():
         print(f"\n## {name}\n\n{body}")

@@ -1,13 +1,13 @@
 """The staleness-control policies the simulator compares, one module each.
 
-Every policy implements ``base.Policy``; none contains protocol logic of the controller (only
+Every policy implements ``..core.Policy``; none contains protocol logic of the controller (only
 ``reserve_occupy`` calls it). ``POLICIES`` maps CLI names to classes in the order tables use.
 """
 
 from __future__ import annotations
 
+from ..core import Policy
 from .areal import Areal
-from .base import Policy
 from .clairvoyant import Clairvoyant
 from .nemo_in_order import NemoInOrder
 from .nemo_weight_fifo import NemoWeightFifo

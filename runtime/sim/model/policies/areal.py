@@ -36,9 +36,9 @@ reported, not asserted.
 
 from __future__ import annotations
 
-from ..core import Group
+from ..core import Policy, SimGroup
 from ..engine import INF
-from .base import Policy, members
+from .base import members
 
 
 class Areal(Policy):
@@ -65,8 +65,8 @@ class Areal(Policy):
         self.rejected = 0
         self.pending = 0  # inputs enqueued, not yet submitted (the dispatcher's input queue)
         self.rounds = 0  # enqueue rounds of active_submit_and_wait
-        self._results: list[Group] = []  # finished, not yet returned by wait_results
-        self._collected: list[Group] = []  # accepted results of the batch being prepared
+        self._results: list[SimGroup] = []  # finished, not yet returned by wait_results
+        self._collected: list[SimGroup] = []  # accepted results of the batch being prepared
         self._waiting = False  # inside prepare_batch
         self._need = 0  # count of the current wait_results call
 
@@ -82,7 +82,7 @@ class Areal(Policy):
             if self.input_gating:
                 self.pending -= 1
 
-    def on_group_done(self, group: Group) -> None:
+    def on_group_done(self, group: SimGroup) -> None:
         self.running -= 1
         if group.no_grad:  # should_accept_fn rejected it: on_rollout_rejected frees its quota
             self.rejected += 1
@@ -122,7 +122,7 @@ class Areal(Policy):
             self._round()  # rejected results among them: the loop goes round again
         return None
 
-    def _wait_results(self, count: int) -> list[Group] | None:
+    def _wait_results(self, count: int) -> list[SimGroup] | None:
         """``wait_results(count)``: the ``count`` oldest finished results, or None (wait)."""
         if len(self._results) < count:
             return None

@@ -23,10 +23,10 @@ is the controller's:
   the returned groups in the engines (L2 waste); finished groups of later buffers move forward and
   admission refills. Aborted groups are lost work, and since the ones still running when the clock
   expires are the long ones, the timeout biases training toward short answers. With the timeout
-  on, the progress rule of ``runtime.stuck`` applies as in the driver: a release with no
+  on, the progress rule of ``reserve_occupy.stuck`` applies as in the driver: a release with no
   placement since the previous one doubles the next wait, and from the third such release in a
   row it also aborts the groups in flight since before the previous release, whatever their
-  buffer (``escalated``; docs/runtime.md, "Progress guarantees").
+  buffer (``escalated``; spec/PROTOCOL.md §6.2, docs/runtime.md "Progress guarantees").
 
 
 Streaming (``streaming=True``, the protocol's ``Config.streaming``; off by default): with a
@@ -67,11 +67,11 @@ from __future__ import annotations
 import math
 
 from reserve_occupy import BufferStatus, Config, SlotState, StalenessController, UnitState
+from reserve_occupy.stuck import StuckTimeouts
 
-from ....stuck import StuckTimeouts
-from ..core import Group
+from ..core import Policy, SimGroup
 from ..engine import INF
-from .base import Policy, members
+from .base import members
 
 
 class ReserveOccupy(Policy):
@@ -124,7 +124,7 @@ class ReserveOccupy(Policy):
         self.check_every = check_every  # run the controller's invariant check every N ops
         self.stuck_timeout = stuck_timeout_s
         self.controller: StalenessController = None  # type: ignore[assignment]
-        self._groups: dict[int, Group] = {}
+        self._groups: dict[int, SimGroup] = {}
         self._ops = 0
         self._stuck_since: float | None = None
         self.released: list[int] = []  # groups release_stuck aborted
@@ -226,19 +226,19 @@ class ReserveOccupy(Policy):
                     group = other
             self.sim.abort(group)
 
-    def _least_decoded(self, group: Group):
+    def _least_decoded(self, group: SimGroup):
         sim = self.sim
         mine = sum(sim.live_tokens(r) for r in group.requests)
         best, best_tokens = None, mine
         for unit, other in self._groups.items():
-            if other.state != Group.RUNNING or self._vtraj[unit] > group.v_gen:
+            if other.state != SimGroup.RUNNING or self._vtraj[unit] > group.v_gen:
                 continue
             tokens = sum(sim.live_tokens(r) for r in other.requests)
             if tokens < best_tokens:
                 best, best_tokens = (unit, other), tokens
         return best
 
-    def on_group_done(self, group: Group) -> None:
+    def on_group_done(self, group: SimGroup) -> None:
         unit = self._unit[group.gid]
         placement = self.controller.occupy(unit)
         self._flying.pop(unit, None)
@@ -328,13 +328,13 @@ class ReserveOccupy(Policy):
                 self._escalate(cutoff)
 
     def _escalate(self, cutoff: float) -> None:
-        """Abort the groups in flight since before ``cutoff`` (``runtime.stuck``)."""
+        """Abort the groups in flight since before ``cutoff`` (``reserve_occupy.stuck``)."""
         for unit, t0 in list(self._flying.items()):
             if t0 >= cutoff:
                 break  # admission order: the rest are younger
             del self._flying[unit]
             group = self._groups.get(unit)
-            if group is None or group.state != Group.RUNNING \
+            if group is None or group.state != SimGroup.RUNNING \
                     or self.controller.unit_state(unit) is not UnitState.IN_FLIGHT:
                 continue  # ended by a path that does not pass here (a crash)
             removal = self.controller.abort(unit)

@@ -45,9 +45,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..core import Group
+from ..core import Policy, SimGroup
 from ..engine import Request
-from .base import Policy
 
 
 class Trl(Policy):
@@ -90,7 +89,7 @@ class Trl(Policy):
             sim.admit()  # model_version stamped when the group's first completion is created
             self._inflight += self.group_size
 
-    def on_group_done(self, group: Group) -> None:
+    def on_group_done(self, group: SimGroup) -> None:
         self._inflight -= self.group_size
         self._queue.extend(group.requests)
 

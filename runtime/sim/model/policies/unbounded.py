@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..core import Group
-from .base import Policy, chunk_of, members
+from ..core import Policy, SimGroup
+from .base import chunk_of, members
 
 
 class Unbounded(Policy):
@@ -25,13 +25,13 @@ class Unbounded(Policy):
 
     def attach(self, sim) -> None:
         super().attach(sim)
-        self._finished: deque[Group] = deque()
+        self._finished: deque[SimGroup] = deque()
 
     def admit(self) -> None:
         while self.sim.rollout_has_room():
             self.sim.admit()
 
-    def on_group_done(self, group: Group) -> None:
+    def on_group_done(self, group: SimGroup) -> None:
         if group.no_grad:
             self.sim.filter(group)
             return

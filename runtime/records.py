@@ -39,10 +39,10 @@ class DriverSettings:
     # keep the run admitting forever without a batch.
     max_dropped_in_a_row: int = 500
     # Streaming training: while waiting for the head buffer, train its finished units in
-    # chunks of at least min_chunk_units (Config.streaming; the trainer needs accumulate and
-    # finish_step); the optimiser still steps once per batch.
+    # chunks of at least chunk_groups groups (Config.streaming; the trainer needs accumulate
+    # and finish_step); the optimiser still steps once per batch.
     streaming: bool = False
-    min_chunk_units: int = 1
+    chunk_groups: int = 1
 
     def controller_config(self) -> Config:
         return Config(max_staleness=self.eta, batch_size=self.batch_size,

@@ -1,11 +1,12 @@
-"""The progress rule of the STUCK timeout, shared by the driver and the simulator's
-Reserve–Occupy policy (docs/runtime.md, "Progress guarantees").
+"""When the STUCK timeout releases, and what a release escalates to: the progress rule of
+``release_stuck`` (spec/PROTOCOL.md §6.2, "Progress of the timeout"), one rule for the runtime's
+driver, the simulator's Reserve–Occupy policy and the framework plugins.
 
-The protocol's STUCK timeout (spec/PROTOCOL.md §6.2) releases the reservations of a STUCK head
-buffer after the trainer has waited ``T`` on it. Alone it can livelock: units that never finish in a *later*
-buffer keep their engine slots, the re-admitted head units cannot finish (or even start) before
-the next release, and release and re-admission repeat forever. Two rules close that, both
-pure bookkeeping around operations the core already has (``release_stuck`` and ``abort``):
+The protocol's STUCK timeout releases the reservations of a STUCK head buffer after the trainer
+has waited ``T`` on it. Alone it can livelock: units that never finish in a *later* buffer keep
+their engine slots, the re-admitted head units cannot finish (or even start) before the next
+release, and release and re-admission repeat forever. Two rules close that, both bookkeeping
+around operations the controller already has (``release_stuck`` and ``abort``):
 
 * **back-off**: ``T_eff = T * 2**r``, where ``r`` counts the releases in a row that were
   followed by no progress: no unit placed (``occupy``) and no batch consumed since the previous
@@ -26,13 +27,17 @@ In a run where every release is followed by a placement neither rule ever acts, 
 source protocol's behaviour (and every result measured with it) is unchanged there.
 
 Progress is read from the controller's counts (``progress_mark``): an abort or a release never
-changes them, an ``occupy`` or a ``consume`` always does. Nothing here reads a clock; the caller
-passes the times.
+changes them, an ``occupy`` or a ``consume`` always does. Nothing here reads a clock: the caller
+passes the times (the driver its clock, the simulator its simulated time, a plugin
+``time.monotonic`` or the clock it was given).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from .types import BufferStatus, UnitId, UnitState
 
 MAX_BACKOFF = 40  # T * 2**40: longer than any run, and still a finite float
 ESCALATE_AFTER = 3  # fruitless releases in a row before a release escalates (see above)
@@ -47,11 +52,18 @@ def progress_mark(controller: Any) -> tuple[int, int]:
 
 class StuckTimeouts:
     """The STUCK timeout in force, and which units a release escalates to. ``base``: the
-    configured STUCK timeout in seconds (``math.inf``: off)."""
+    configured STUCK timeout in seconds (``math.inf``: off).
+
+    A caller with its own notion of "the trainer waits" (the driver, the simulator) runs the
+    STUCK clock itself and calls ``refresh`` when it starts; a caller that polls (the plugins)
+    asks ``due`` at each poll and ``reset``s after a consume or a release. Either way it calls
+    ``released`` after every ``release_stuck`` that released something and aborts what the
+    returned cut-off names (``escalation``)."""
 
     def __init__(self, base: float) -> None:
         self.base = base
         self.fruitless = 0  # releases in a row followed by no progress
+        self.since: float | None = None  # ``due``: when the head was first seen STUCK
         self._mark: tuple[int, int] | None = None  # progress_mark at the last release
         self._last: float | None = None  # time of the last release
 
@@ -76,3 +88,31 @@ class StuckTimeouts:
         self.fruitless = self.fruitless + 1 if cutoff is not None else 0
         self._mark, self._last = mark, now
         return cutoff if self.fruitless >= ESCALATE_AFTER else None
+
+    # ---------------------------------------------------------------- for a polling caller ---
+
+    def due(self, controller: Any, now: float) -> bool:
+        """The STUCK clock for a caller that polls while the trainer waits: it starts at the
+        first ``now`` the head buffer is seen STUCK (``refresh``) and stops when it is not;
+        true once the head has been STUCK for the timeout in force."""
+        if controller.head_status is not BufferStatus.STUCK:
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = now
+            self.refresh(controller)
+            return False
+        return now >= self.since + self.timeout  # a sum, as a deadline: no float drift at it
+
+    def reset(self) -> None:
+        """A consume or a release happened: the next STUCK wait starts from scratch."""
+        self.since = None
+
+
+def escalation(controller: Any, admitted_at: Mapping[UnitId, float],
+               cutoff: float) -> list[UnitId]:
+    """The units a release with this cut-off aborts: in flight and admitted before ``cutoff``
+    (``admitted_at``: each unit's admission time, on the clock ``released`` was given; units
+    the controller no longer knows as in flight are left out), in admission-time order."""
+    return [u for u, t in sorted(admitted_at.items(), key=lambda kv: kv[1])
+            if t < cutoff and controller.unit_state(u) is UnitState.IN_FLIGHT]

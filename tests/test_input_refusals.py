@@ -1,0 +1,97 @@
+"""Inputs that passed a check and should not (issue 25, classes 6 and 7): a whole-file reader
+that read the whole file before its size check, a lone surrogate in a prompt, a data.path that
+is a device or a fifo. Each is one line naming the file, exit status 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from runtime import inputs
+from runtime.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _exit_2(capsys, argv: list[str], *expected: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    for text in expected:
+        assert text in err, err
+    return err
+
+
+def test_text_file_reads_at_most_its_limit(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b"x" * 1000)
+    with pytest.raises(inputs.InputError, match="larger than 100 bytes"):
+        inputs.text_file(big, "--cost", 100)
+    assert inputs.text_file(big, "--cost", 1000) == "x" * 1000
+    with pytest.raises(inputs.InputError, match="larger than 1,000 bytes"):
+        inputs.text_file("/dev/zero", "--page", 1000)  # never ends: read whole, it never returns
+
+
+def test_simulate_cost_dev_zero_is_refused_in_bounded_memory():
+    # The child runs under a 1.5 GB address-space limit: reading /dev/zero whole ends in
+    # MemoryError (a traceback, exit 1) there, not on the host.
+    code = textwrap.dedent("""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
+        from runtime.cli import main
+        sys.exit(main(["simulate", "--cost", "/dev/zero", "--no-progress"]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--cost /dev/zero: larger than 1 MiB" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["prompt", "content", "answer"])
+def test_a_lone_surrogate_in_a_prompt_is_refused_at_load(tmp_path, capsys, where):
+    data = tmp_path / "d.jsonl"
+    bad = '"a \\ud800 b"'
+    prompt = {"prompt": bad, "content": '[{"role": "user", "content": ' + bad + '}]'}.get(
+        where, '"1+1="')
+    answer = bad if where == "answer" else '"2"'
+    data.write_text('{"prompt": "1+1=", "answer": "2"}\n'
+                    '{"prompt": ' + prompt + ', "answer": ' + answer + '}\n')
+    _exit_2(capsys, ["train", "--set", f"data.path={data}", "--check"],
+            f"{data}:2: ", "lone surrogate")
+
+
+def test_data_path_that_is_not_a_regular_file_says_so(tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opening it for reading would block until a writer came: never opened
+    for path in ("/dev/null", str(fifo)):
+        _exit_2(capsys, ["train", "--set", f"data.path={path}", "--check"],
+                f"{path}: not a regular file")
+    _exit_2(capsys, ["train", "--set", f"data.path={tmp_path / 'missing'}", "--check"],
+            "missing: no such file")
+
+
+@pytest.mark.parametrize("setting, reason", [
+    ("trainer.lr=true", "trainer.lr: must be a number, not a boolean"),
+    ("trainer.clip_high=yes", "trainer.clip_high: must be a number, not a boolean"),
+    ("rollout.temperature=true", "rollout.temperature: must be a number, not a boolean"),
+    ("staleness.max_staleness=true", "staleness.max_staleness: must be a number, not a boolean"),
+    ("trainer.betas=[true, 0.9]", "trainer.betas: must be a number, not a boolean"),
+    ("staleness.batch_size=16.0", "staleness.batch_size: must be a whole number, not a float"),
+    ("run.seed=0.0", "run.seed: must be a whole number, not a float"),
+])
+def test_a_boolean_or_a_float_is_no_number_of_the_config(capsys, setting, reason):
+    assert main(["train", "--set", setting, "--check"]) == 2
+    assert reason in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", ["trainer.lr=1e-3", "trainer.lr=1", "run.steps=5",
+                                     "trainer.max_grad_norm=null", "trainer.streaming=true",
+                                     "staleness.max_staleness=0"])
+def test_numbers_the_config_still_takes(capsys, setting):
+    assert main(["train", "--set", setting, "--check"]) == 0, capsys.readouterr().err
