@@ -52,21 +52,28 @@ def _some_finished(out: Path) -> bool:
 def _kill_at(cmd: list[str], out: Path, after_publishes: int, delay: float,
              timeout: float) -> float:
     """Start the run, SIGKILL it ``delay`` s after its log shows ``after_publishes``
-    publishes and some finished unit waiting to be trained; returns when it is dead (seconds
-    it ran)."""
+    publishes and some finished unit waiting to be trained (still so when it is stopped for
+    the kill); returns when it is dead (seconds it ran)."""
     t0 = time.monotonic()
     tree: list[psutil.Process] = []
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     try:
-        while publishes(out / "events.jsonl") < after_publishes or not _some_finished(out):
-            if proc.poll() is not None:
-                raise AssertionError(f"the run ended before the kill point:\n"
-                                     f"{proc.stdout.read().decode()[-3000:]}")  # type: ignore
-            if time.monotonic() - t0 > timeout:
-                raise AssertionError("the run never reached the kill point")
-            time.sleep(0.02)
-        time.sleep(delay)
+        while True:
+            while publishes(out / "events.jsonl") < after_publishes or not _some_finished(out):
+                if proc.poll() is not None:
+                    raise AssertionError(f"the run ended before the kill point:\n"
+                                         f"{proc.stdout.read().decode()[-3000:]}")  # type: ignore
+                if time.monotonic() - t0 > timeout:
+                    raise AssertionError("the run never reached the kill point")
+                time.sleep(0.02)
+            time.sleep(delay)
+            # Frozen, the run cannot change its log between this look and the kill: the kill
+            # point has a finished unit by construction, not by winning a race with the trainer.
+            proc.send_signal(signal.SIGSTOP)
+            if _some_finished(out):
+                break
+            proc.send_signal(signal.SIGCONT)  # it trained them meanwhile: wait for more
         tree = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
