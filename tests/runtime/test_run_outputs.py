@@ -51,9 +51,9 @@ def test_a_resumed_run_reports_time_and_tokens_over_the_whole_run(tmp_path, tiny
     for key in ("time_s", "tokens_generated", "tokens_trained"):
         values = [r[key] for r in rows]
         assert values == sorted(values) and values[3] > values[2], (key, values)
-    for r in rows:
-        assert r["tokens_per_s_total"] == pytest.approx(r["tokens_generated"] / r["time_s"],
-                                                        rel=1e-3)
+    for r in rows:  # time_s is rounded to 1 ms; the rate is of the unrounded time
+        t, n = r["time_s"], r["tokens_generated"]
+        assert n / (t + 5.1e-4) <= r["tokens_per_s_total"] <= n / (t - 5.1e-4), r
         assert 0 <= r["trainer_idle"] <= 1 and 0 <= r["rollout_idle"] <= 1
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tokens_trained"] == rows[-1]["tokens_trained"] > first[-1]["tokens_trained"]
