@@ -16,7 +16,8 @@ Per-step fields (``metrics.jsonl``):
   ``time_s``, ``tokens_generated``, ``tokens_trained``, ``tokens_per_s_total`` and the idle
   fractions are cumulative over the whole run, across ``--resume`` (``Carried``): a resumed
   run goes on from the last row its earlier incarnations wrote (the time between a crash and
-  the resume, and what a crash lost after that row, are not counted).
+  the resume, and the tokens generated after that row, are not counted). A step the crash
+  cut short before its row gets a ``recovered`` row with recovery's retraining figures.
 * ``trainer_idle`` / ``rollout_idle`` -- fractions of wall time so far in which the trainer waited
   for a batch / no request was running in the engine (weight syncs count as rollout idle).
 * ``tail_s`` -- seconds from the batch's last unit becoming final (the head buffer turned
@@ -42,7 +43,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -156,6 +157,36 @@ class MetricsSink:
                 raise RuntimeError("run.tensorboard needs the tensorboard package "
                                    "(pip install tensorboard)") from None
             self._tb = SummaryWriter(str(out_dir / "tensorboard"))
+
+    def recovered(self, step: int, figures: dict[int, tuple[int, dict[str, Any]]]) -> None:
+        """A resumed run that recovery brought to ``step`` steps: write a row (``recovered``:
+        true) for each trained step whose row the crash cut short (the process died between
+        the step's consume and its row). Its ``tokens_trained`` and ``train/*`` are those of
+        recovery's retraining (``figures``: step -> (tokens, metrics)); what only the dead
+        process measured (rewards, timings, staleness) is not known, and the cumulative
+        figures go on from the previous row."""
+        last = self.rows[-1] if self.rows and isinstance(self.rows[-1], dict) else {}
+        done = last.get("step", -1)
+        for k in range(done + 1 if isinstance(done, int) else step, step):
+            tokens, metrics = figures.get(k, (0, {}))
+            row = {key: v for key, v in last.items()
+                   if not key.startswith(("train/", "reward/"))}
+            row.update({
+                "step": k, "version": k, "recovered": True, "reward": None,
+                "reward_trained": None, "samples_completed": 0, "staleness": {},
+                "staleness_mean": 0.0, "token_lag_max": 0, "tokens_per_s": 0.0,
+                "tokens_trained": self.carried.tokens_trained + tokens,
+                **dict.fromkeys(("step_s", "train_s", "sync_s", "wait_s", "tail_s",
+                                 "stream_s"), 0.0),
+                "streamed_units": 0, **{f"train/{key}": v for key, v in metrics.items()}})
+            self.carried = replace(self.carried,
+                                   tokens_trained=self.carried.tokens_trained + tokens)
+            self.rows.append(row)
+            self._file.write(json.dumps(row) + "\n")
+            last = row
+            if self._bar is not None:
+                self._bar.update(1)
+        self._file.flush()
 
     def __call__(self, record: StepRecord) -> None:
         row = step_row(record, self._prev)

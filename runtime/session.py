@@ -290,6 +290,7 @@ class RunState:
     resume_point: Any
     start_weights: Any
     continuing: bool
+    retrained: dict[int, Any] = field(default_factory=dict)  # recovery's retrained batches
 
 
 def _check_run_dir(out_dir: Path, resume: Path | None) -> bool:
@@ -347,7 +348,8 @@ async def _open_run_state(cfg: TrainConfig, model_path: Path, out_dir: Path, tra
                             train_prompts, log=log)
         return RunState(rec.store, rec.controller, rec.resume,
                         rec.weights if rec.weights is not None else model_path,
-                        continuing=not rec.report.fresh)  # no header: nothing to continue
+                        continuing=not rec.report.fresh,  # no header: nothing to continue
+                        retrained=rec.report.retrained_figures)
     persist = controller = None
     start_weights: Any = model_path
     if resume is not None:
@@ -387,6 +389,8 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
             f"(greedy {at_resume['greedy_reward']:.3f})")
     sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
                        append=continuing, counters=getattr(reward_fn, "metrics", None))
+    if state.resume_point is not None:  # steps a crash trained without writing their rows
+        sink.recovered(state.resume_point.step, state.retrained)
     if continuing and sink.rows:  # keep what only the driver counts cumulative
         driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
     else:
