@@ -22,7 +22,7 @@ from .driver import Driver
 from .inputs import InputError
 from .metrics import MetricsSink, plot, summarize
 from .rollout.base import GenerationRequest, Rollout
-from .tasks.base import Prompt, RewardFn
+from .tasks.base import Prompt, RewardAborted, RewardFn, call_reward
 
 
 @dataclass
@@ -68,7 +68,9 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
         ids = (seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id
                else seg.token_ids)
         try:
-            return float(reward_fn(p, tok.decode(ids)))
+            return call_reward(reward_fn, p, tok.decode(ids))
+        except RewardAborted:
+            raise  # the run fails
         except Exception:  # evaluation only reports: a completion it cannot score earns 0
             return 0.0
 

@@ -303,3 +303,35 @@ def test_simulate_overwrite_of_the_current_directory_is_one_line_exit_2(out, tmp
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert f"--out {out}" in err and "current directory" in err
     assert (tmp_path / "results.json").read_text() == "{}"
+
+
+# ------------------------------------------- class 8: a reward that tries to exit ----------
+
+class _Stop(BaseException):
+    """Not an Exception, not KeyboardInterrupt: a custom BaseException."""
+
+
+def exits_zero(prompt, completion):  # used by name: tests.runtime.test_run_outputs:exits_zero
+    raise SystemExit(0)
+
+
+def raises_base(prompt, completion):
+    raise _Stop("stop")
+
+
+@pytest.mark.parametrize("reward, shown", [("exits_zero", "SystemExit(0)"),
+                                           ("raises_base", "_Stop('stop')")])
+def test_a_reward_that_raises_a_base_exception_fails_the_run(tmp_path, tiny_model, reward,
+                                                             shown):
+    """Before: SystemExit(0) from the reward ended `train` with exit 0, no summary and
+    "Task exception was never retrieved"."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime", "train", *FAKE, "--steps", "2", "--output-dir",
+         str(out), "--set", f"reward.name=tests.runtime.test_run_outputs:{reward}"],
+        env=env, cwd=ROOT, text=True, capture_output=True, timeout=600)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and "never retrieved" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"reserve-occupy train: the run failed: the reward raised {shown}")
