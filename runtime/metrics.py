@@ -51,7 +51,7 @@ from typing import Any
 from reserve_occupy.trace import loads_bounded
 
 from . import atomic_io
-from .inputs import TRACE_LINE_BYTES, file_lines
+from .inputs import TRACE_LINE_BYTES, FileInputError, file_lines, json_reason
 from .records import StepRecord
 
 
@@ -116,6 +116,28 @@ class Carried:
         })
 
 
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` a resumed run continues. A last line that is not a
+    JSON object is the row a crash tore and is dropped (docs/recovery.md, "The torn last
+    line"); any other such line raises ``FileInputError`` (``PATH:LINE: why``; exit 2)."""
+    rows: list[dict[str, Any]] = []
+    for number, line, last in file_lines(path, TRACE_LINE_BYTES):
+        try:
+            row = loads_bounded(line)
+            why = ("" if isinstance(row, dict) and isinstance(row.get("step"), int)
+                   and not isinstance(row["step"], bool)
+                   else "not an object with an integer step")
+        except ValueError as exc:
+            why = json_reason(exc)
+        if why and last:
+            break
+        if why:
+            raise FileInputError(path, number, f"not a metrics row ({why}); move the file "
+                                 f"aside to resume without the earlier rows") from None
+        rows.append(row)
+    return rows
+
 class MetricsSink:
     """The driver's ``on_step`` callback: writes each step and advances the progress bar.
     A resumed run (``append``) reports its time, tokens and idle fractions cumulatively over
@@ -133,14 +155,9 @@ class MetricsSink:
         self.path = out_dir / "metrics.jsonl"
         self.rows: list[dict[str, Any]] = []
         if append and self.path.exists():
-            for _, line, _ in file_lines(self.path, TRACE_LINE_BYTES):
-                try:
-                    self.rows.append(loads_bounded(line))
-                except ValueError:  # a row the crash cut short
-                    continue
+            self.rows = read_rows(self.path)
             atomic_io.write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
-        self.carried = (Carried.from_row(self.rows[-1]) if self.rows and isinstance(
-            self.rows[-1], dict) else Carried())
+        self.carried = Carried.from_row(self.rows[-1]) if self.rows else Carried()
         self._file = self.path.open("a" if append else "w")
         self._prev: StepRecord | None = None
         self._bar = None

@@ -298,12 +298,14 @@ class RunState:
 def _check_run_dir(out_dir: Path, resume: Path | None) -> bool:
     """Whether ``resume`` continues the run in ``out_dir``; refuses a new run in a directory
     that holds one (``RunDirError``) before anything is written."""
-    from .recovery.rundir import RunDirError, run_files
+    from .recovery.rundir import RunDirError, check_reports, run_files
 
     continuing = resume is not None and is_run_dir(resume)
     if continuing and resume.resolve() != out_dir.resolve():  # type: ignore[union-attr]
         raise InputError(f"--resume {resume}: a run directory is continued in place; set "
                          f"run.output_dir to it (or leave --output-dir out)")
+    if continuing:  # a bad report line refuses the resume before anything starts
+        check_reports(out_dir)
     held = [] if continuing else run_files(out_dir)
     if held:
         raise RunDirError(f"{out_dir} holds a run ({', '.join(held)}): continue it with "

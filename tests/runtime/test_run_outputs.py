@@ -335,3 +335,36 @@ def test_a_reward_that_raises_a_base_exception_fails_the_run(tmp_path, tiny_mode
     assert "Traceback" not in proc.stderr and "never retrieved" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"reserve-occupy train: the run failed: the reward raised {shown}")
+
+
+# ------------------------------------- class 6/8: the run's own files on --resume ----------
+
+DEEP = "[" * 1000 + "]" * 1000
+
+
+@pytest.mark.parametrize("name, what", [("lengths.jsonl", "not a length record"),
+                                        ("metrics.jsonl", "not a metrics row")])
+@pytest.mark.parametrize("bad", [DEEP, '{"torn', "[]"])
+def test_a_bad_line_of_a_report_refuses_the_resume_unless_it_is_the_last(
+        tmp_path, tiny_model, capsys, name, what, bad):
+    """docs/recovery.md's torn-last-line rule for lengths.jsonl and metrics.jsonl: a bad
+    line that is not the last is corruption (exit 2, PATH:LINE, nothing changed); the last
+    one is a torn write, dropped. Before: a deep line in lengths.jsonl was an internal error
+    (exit 70) and metrics.jsonl dropped bad lines anywhere."""
+    out = tmp_path / "run"
+    assert _train(out, steps=2) == 0
+    path = out / name
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(lines) >= 2
+    path.write_text("".join([lines[0], bad + "\n", *lines[1:]]))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--no-progress", "--steps", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{path}:2: {what}" in err[0], err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    # The same line last: torn by a crash, dropped, and the resume goes on.
+    path.write_text("".join(lines) + bad)
+    assert main(["train", "--resume", str(out), "--no-progress", "--steps", "3"]) == 0
+    assert bad not in path.read_text().splitlines()
+    assert [r["step"] for r in _rows(out)] == [0, 1, 2]
