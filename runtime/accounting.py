@@ -15,7 +15,7 @@ from reserve_occupy.trace import loads_bounded
 
 from . import atomic_io
 from .clock import Clock
-from .inputs import TRACE_LINE_BYTES, file_lines, json_reason
+from .inputs import TRACE_LINE_BYTES, FileInputError, file_lines, json_reason
 from .lengthbias import length_bias
 from .trainer.base import TrainBatch
 from .records import StepRecord
@@ -266,12 +266,7 @@ class LengthLog:
         """A log streamed to ``path``. ``append`` (a resumed run) keeps the records already
         there, of units in ``known`` only (a unit id the recovered event log never reserved
         belongs to lines a crash cut from the log; the new run may reuse the id)."""
-        try:
-            log = cls.read(path) if append and path.exists() else cls()
-        except ValueError as exc:
-            raise ValueError(
-                f"{exc}; move the file aside to resume without the earlier "
-                f"lengths (the length bias then covers the resumed part only)") from None
+        log = cls.check(path) if append and path.exists() else cls()
         if known is not None:
             keep = set(known)
             log.records = {u: r for u, r in log.records.items() if u in keep}
@@ -281,9 +276,21 @@ class LengthLog:
         return log
 
     @classmethod
+    def check(cls, path: Path) -> LengthLog:
+        """``read`` for a resumed run: a bad line says how to resume without the file."""
+        try:
+            return cls.read(path)
+        except FileInputError as exc:
+            raise FileInputError(
+                exc.path, exc.line, f"{exc.reason}; move the file aside to resume without the "
+                f"earlier lengths (the length bias then covers the resumed part only)") from None
+
+    @classmethod
     def read(cls, path: Path) -> LengthLog:
-        """The records of a ``lengths.jsonl`` file. Raises ``ValueError`` naming a bad line
-        other than a torn last one."""
+        """The records of a ``lengths.jsonl`` file. A last line that is not a length record
+        (not JSON, too deep, not an object with lengths and roles) is the one a crash tore and
+        is dropped (docs/recovery.md, "The torn last line"); any other bad line raises
+        ``FileInputError`` (``PATH:LINE: why``; exit 2)."""
         log = cls()
         for number, line, last in file_lines(path, TRACE_LINE_BYTES):
             try:
@@ -291,13 +298,14 @@ class LengthLog:
             except ValueError as exc:  # not JSON, too deep, not UTF-8
                 if last:
                     break
-                raise ValueError(f"{path}: line {number} is not a length record "
-                                 f"({json_reason(exc)})") from None
+                raise FileInputError(path, number, f"not a length record "
+                                     f"({json_reason(exc)})") from None
             try:
                 log._store(record)
             except ValueError as exc:
-                raise ValueError(
-                    f"{path}: line {number} is not a length record ({exc})") from None
+                if last:
+                    break
+                raise FileInputError(path, number, f"not a length record ({exc})") from None
         return log
 
     def _store(self, record: Any) -> None:

@@ -60,7 +60,7 @@ from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
-from .tasks.base import Prompt, RewardFn
+from .tasks.base import Prompt, RewardAborted, RewardFn, call_reward
 from .trainer.base import TrainBatch, Trainer, assemble
 from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
 
@@ -305,9 +305,11 @@ class Driver:
         eos = self.rollout.tokenizer.eos_token_id
         ids = c.token_ids[:-1] if c.token_ids and c.token_ids[-1] == eos else c.token_ids
         try:
-            c.reward = float(self.reward_fn(g.prompt, self.rollout.tokenizer.decode(ids)))
+            c.reward = call_reward(self.reward_fn, g.prompt, self.rollout.tokenizer.decode(ids))
             if math.isnan(c.reward):
                 raise ValueError("reward is NaN")
+        except RewardAborted:
+            raise  # stops the run (its task fails): no group is scored by a broken reward
         except Exception as exc:  # a group that cannot be scored fairly is dropped whole
             self._note("reward_error", g, c, error=repr(exc))
             self._last_error = f"reward function: {exc!r}"

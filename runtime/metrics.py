@@ -16,7 +16,8 @@ Per-step fields (``metrics.jsonl``):
   ``time_s``, ``tokens_generated``, ``tokens_trained``, ``tokens_per_s_total`` and the idle
   fractions are cumulative over the whole run, across ``--resume`` (``Carried``): a resumed
   run goes on from the last row its earlier incarnations wrote (the time between a crash and
-  the resume, and what a crash lost after that row, are not counted).
+  the resume, and the tokens generated after that row, are not counted). A step the crash
+  cut short before its row gets a ``recovered`` row with recovery's retraining figures.
 * ``trainer_idle`` / ``rollout_idle`` -- fractions of wall time so far in which the trainer waited
   for a batch / no request was running in the engine (weight syncs count as rollout idle).
 * ``tail_s`` -- seconds from the batch's last unit becoming final (the head buffer turned
@@ -42,7 +43,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -50,7 +51,7 @@ from typing import Any
 from reserve_occupy.trace import loads_bounded
 
 from . import atomic_io
-from .inputs import TRACE_LINE_BYTES, file_lines
+from .inputs import TRACE_LINE_BYTES, FileInputError, file_lines, json_reason
 from .records import StepRecord
 
 
@@ -115,6 +116,28 @@ class Carried:
         })
 
 
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` a resumed run continues. A last line that is not a
+    JSON object is the row a crash tore and is dropped (docs/recovery.md, "The torn last
+    line"); any other such line raises ``FileInputError`` (``PATH:LINE: why``; exit 2)."""
+    rows: list[dict[str, Any]] = []
+    for number, line, last in file_lines(path, TRACE_LINE_BYTES):
+        try:
+            row = loads_bounded(line)
+            why = ("" if isinstance(row, dict) and isinstance(row.get("step"), int)
+                   and not isinstance(row["step"], bool)
+                   else "not an object with an integer step")
+        except ValueError as exc:
+            why = json_reason(exc)
+        if why and last:
+            break
+        if why:
+            raise FileInputError(path, number, f"not a metrics row ({why}); move the file "
+                                 f"aside to resume without the earlier rows") from None
+        rows.append(row)
+    return rows
+
 class MetricsSink:
     """The driver's ``on_step`` callback: writes each step and advances the progress bar.
     A resumed run (``append``) reports its time, tokens and idle fractions cumulatively over
@@ -132,14 +155,9 @@ class MetricsSink:
         self.path = out_dir / "metrics.jsonl"
         self.rows: list[dict[str, Any]] = []
         if append and self.path.exists():
-            for _, line, _ in file_lines(self.path, TRACE_LINE_BYTES):
-                try:
-                    self.rows.append(loads_bounded(line))
-                except ValueError:  # a row the crash cut short
-                    continue
+            self.rows = read_rows(self.path)
             atomic_io.write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
-        self.carried = (Carried.from_row(self.rows[-1]) if self.rows and isinstance(
-            self.rows[-1], dict) else Carried())
+        self.carried = Carried.from_row(self.rows[-1]) if self.rows else Carried()
         self._file = self.path.open("a" if append else "w")
         self._prev: StepRecord | None = None
         self._bar = None
@@ -156,6 +174,36 @@ class MetricsSink:
                 raise RuntimeError("run.tensorboard needs the tensorboard package "
                                    "(pip install tensorboard)") from None
             self._tb = SummaryWriter(str(out_dir / "tensorboard"))
+
+    def recovered(self, step: int, figures: dict[int, tuple[int, dict[str, Any]]]) -> None:
+        """A resumed run that recovery brought to ``step`` steps: write a row (``recovered``:
+        true) for each trained step whose row the crash cut short (the process died between
+        the step's consume and its row). Its ``tokens_trained`` and ``train/*`` are those of
+        recovery's retraining (``figures``: step -> (tokens, metrics)); what only the dead
+        process measured (rewards, timings, staleness) is not known, and the cumulative
+        figures go on from the previous row."""
+        last = self.rows[-1] if self.rows and isinstance(self.rows[-1], dict) else {}
+        done = last.get("step", -1)
+        for k in range(done + 1 if isinstance(done, int) else step, step):
+            tokens, metrics = figures.get(k, (0, {}))
+            row = {key: v for key, v in last.items()
+                   if not key.startswith(("train/", "reward/"))}
+            row.update({
+                "step": k, "version": k, "recovered": True, "reward": None,
+                "reward_trained": None, "samples_completed": 0, "staleness": {},
+                "staleness_mean": 0.0, "token_lag_max": 0, "tokens_per_s": 0.0,
+                "tokens_trained": self.carried.tokens_trained + tokens,
+                **dict.fromkeys(("step_s", "train_s", "sync_s", "wait_s", "tail_s",
+                                 "stream_s"), 0.0),
+                "streamed_units": 0, **{f"train/{key}": v for key, v in metrics.items()}})
+            self.carried = replace(self.carried,
+                                   tokens_trained=self.carried.tokens_trained + tokens)
+            self.rows.append(row)
+            self._file.write(json.dumps(row) + "\n")
+            last = row
+            if self._bar is not None:
+                self._bar.update(1)
+        self._file.flush()
 
     def __call__(self, record: StepRecord) -> None:
         row = step_row(record, self._prev)

@@ -22,7 +22,7 @@ from .driver import Driver
 from .inputs import InputError
 from .metrics import MetricsSink, plot, summarize
 from .rollout.base import GenerationRequest, Rollout
-from .tasks.base import Prompt, RewardFn
+from .tasks.base import Prompt, RewardAborted, RewardFn, call_reward
 
 
 @dataclass
@@ -68,7 +68,9 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
         ids = (seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id
                else seg.token_ids)
         try:
-            return float(reward_fn(p, tok.decode(ids)))
+            return call_reward(reward_fn, p, tok.decode(ids))
+        except RewardAborted:
+            raise  # the run fails
         except Exception:  # evaluation only reports: a completion it cannot score earns 0
             return 0.0
 
@@ -290,17 +292,20 @@ class RunState:
     resume_point: Any
     start_weights: Any
     continuing: bool
+    retrained: dict[int, Any] = field(default_factory=dict)  # recovery's retrained batches
 
 
 def _check_run_dir(out_dir: Path, resume: Path | None) -> bool:
     """Whether ``resume`` continues the run in ``out_dir``; refuses a new run in a directory
     that holds one (``RunDirError``) before anything is written."""
-    from .recovery.rundir import RunDirError, run_files
+    from .recovery.rundir import RunDirError, check_reports, run_files
 
     continuing = resume is not None and is_run_dir(resume)
     if continuing and resume.resolve() != out_dir.resolve():  # type: ignore[union-attr]
         raise InputError(f"--resume {resume}: a run directory is continued in place; set "
                          f"run.output_dir to it (or leave --output-dir out)")
+    if continuing:  # a bad report line refuses the resume before anything starts
+        check_reports(out_dir)
     held = [] if continuing else run_files(out_dir)
     if held:
         raise RunDirError(f"{out_dir} holds a run ({', '.join(held)}): continue it with "
@@ -350,7 +355,8 @@ async def _open_run_state(cfg: TrainConfig, model_path: Path, out_dir: Path, tra
                             train_prompts, log=log)
         return RunState(rec.store, rec.controller, rec.resume,
                         rec.weights if rec.weights is not None else model_path,
-                        continuing=not rec.report.fresh)  # no header: nothing to continue
+                        continuing=not rec.report.fresh,  # no header: nothing to continue
+                        retrained=rec.report.retrained_figures)
     persist = controller = None
     start_weights: Any = model_path
     if resume is not None:
@@ -390,6 +396,8 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
             f"(greedy {at_resume['greedy_reward']:.3f})")
     sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
                        append=continuing, counters=getattr(reward_fn, "metrics", None))
+    if state.resume_point is not None:  # steps a crash trained without writing their rows
+        sink.recovered(state.resume_point.step, state.retrained)
     if continuing and sink.rows:  # keep what only the driver counts cumulative
         driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
     else:

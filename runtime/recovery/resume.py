@@ -63,6 +63,9 @@ class RecoveryReport:
     torn: str | None = None
     checkpoint: int | None = None  # step of the checkpoint loaded
     retrained: list[int] = field(default_factory=list)  # batch versions trained again
+    # batch version -> (response tokens trained, the trainer's metrics) of each retrained
+    # batch: the metrics row of a step the crash cut short is written from these
+    retrained_figures: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     published: bool = False  # recovery published the batch that was training
     salvaged: list[UnitId] = field(default_factory=list)  # IN_FLIGHT, data complete: occupied
     lost: list[UnitId] = field(default_factory=list)  # IN_FLIGHT: aborted, prompt re-admitted
@@ -240,8 +243,12 @@ class Recovery:
             if not present:
                 raise RecoveryError(f"batch {k} cannot be retrained: none of its units' "
                                     f"trajectories is on disk")
-            await self.trainer.train_step(assemble(Batch(batch.version, present), self.groups))
+            train_batch = assemble(Batch(batch.version, present), self.groups)
+            metrics = await self.trainer.train_step(train_batch)
             self.report.retrained.append(k)
+            self.report.retrained_figures[k] = (
+                sum(len(s.token_ids) for _, s in train_batch.samples),
+                dict(metrics) if isinstance(metrics, dict) else {})
             if k < published:
                 self.store.uncheckpointed.extend(batch.unit_ids)
 

@@ -144,6 +144,19 @@ def check_not_in_use(path: Path) -> None:
         os.close(fd)
 
 
+
+def check_reports(path: Path) -> None:
+    """Before a resume starts anything: the run's ``metrics.jsonl`` and ``lengths.jsonl``
+    read under the torn-last-line rule (docs/recovery.md); a bad line elsewhere raises
+    ``FileInputError`` (``PATH:LINE: why``, exit 2) with the run directory unchanged."""
+    from ..accounting import LENGTHS_NAME, LengthLog
+    from ..metrics import read_rows
+
+    if (path / "metrics.jsonl").is_file():
+        read_rows(path / "metrics.jsonl")
+    if (path / LENGTHS_NAME).is_file():
+        LengthLog.check(path / LENGTHS_NAME)
+
 def run_files(path: Path) -> list[str]:
     """The names in ``path`` that a run wrote (empty: no run there, or no directory)."""
     if not path.is_dir():

@@ -11,6 +11,7 @@ reward's reasons), which ``metrics.jsonl`` reports per step as the increase sinc
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import math
 from dataclasses import dataclass, field
@@ -87,6 +88,24 @@ def check_answers(reward: Any, name: str, prompts: list[Prompt],
             raise RewardError(f"{where}: reward {name!r} cannot score against this answer "
                               f"({exc})") from None
 
+
+
+class RewardAborted(RuntimeError):
+    """The reward raised a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
+    ``GeneratorExit``, a custom one): not a completion it cannot score but a reward that
+    tried to end the process. The run fails with it (exit 1), never exits 0 half done."""
+
+
+def call_reward(reward_fn: RewardFn, prompt: Any, completion: str) -> float:
+    """``reward_fn(prompt, completion)`` as a float. An ``Exception`` propagates as is (the
+    caller decides: drop the group, score 0); a ``BaseException`` other than
+    ``KeyboardInterrupt`` and ``CancelledError`` becomes ``RewardAborted``."""
+    try:
+        return float(reward_fn(prompt, completion))
+    except (Exception, KeyboardInterrupt, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        raise RewardAborted(f"the reward raised {exc!r}") from None
 
 def load_reward(name: str, **kwargs: Any) -> RewardFn:
     """Build a reward from a built-in name or ``package.module:attribute``.

@@ -133,7 +133,7 @@ def test_the_length_file_survives_a_torn_line_and_a_resume(tmp_path):
         "g0": {"unit": "g0", "lengths": [3], "roles": ["committed"]},
         "g1": {"unit": "g1", "lengths": [5], "roles": ["committed"]}}
     path.write_text('{"unit": "g0"}\n{"unit": "g1", "lengths": [1], "roles": ["committed"]}\n')
-    with pytest.raises(ValueError, match="line 1"):
+    with pytest.raises(ValueError, match=r"lengths.jsonl:1: not a length record"):
         LengthLog.read(path)
 
 

@@ -182,6 +182,37 @@ def test_a_run_that_trained_a_step_is_kept_when_it_fails(tmp_path, tiny_model, m
 
 # ----------------------------------------------------------------- class 8: a full disk ----
 
+
+def test_a_step_trained_before_a_crash_but_without_its_row_gets_one_on_resume(
+        tmp_path, tiny_model, monkeypatch):
+    """The process dies after step 2's consume (its batch trained, weights exported) and
+    before its metrics row: recovery retrains and publishes the batch. Before: the resumed
+    run wrote rows 0, 1, 3, 4 and its tokens_trained lacked step 2's tokens."""
+    from runtime import metrics
+
+    out = tmp_path / "run"
+    write = metrics.MetricsSink.__call__
+
+    def dies_at_step_2(self, record):
+        if record.step == 2:
+            raise RuntimeError("the process died here")
+        write(self, record)
+
+    monkeypatch.setattr(metrics.MetricsSink, "__call__", dies_at_step_2)
+    assert _train(out, steps=5) != 0
+    assert [r["step"] for r in _rows(out)] == [0, 1]
+    monkeypatch.setattr(metrics.MetricsSink, "__call__", write)
+    assert main(["train", "--resume", str(out), "--no-progress"]) == 0
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert [r.get("recovered", False) for r in rows] == [False, False, True, False, False]
+    per_step = [r["train/tokens"] for r in rows]
+    assert all(t > 0 for t in per_step)
+    assert [r["tokens_trained"] for r in rows] == [
+        sum(per_step[:i + 1]) for i in range(5)]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tokens_trained"] == sum(per_step) and summary["steps_with_metrics"] == 5
+
 def _limited(nbytes: int):
     def set_limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
@@ -272,3 +303,68 @@ def test_simulate_overwrite_of_the_current_directory_is_one_line_exit_2(out, tmp
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert f"--out {out}" in err and "current directory" in err
     assert (tmp_path / "results.json").read_text() == "{}"
+
+
+# ------------------------------------------- class 8: a reward that tries to exit ----------
+
+class _Stop(BaseException):
+    """Not an Exception, not KeyboardInterrupt: a custom BaseException."""
+
+
+def exits_zero(prompt, completion):  # used by name: tests.runtime.test_run_outputs:exits_zero
+    raise SystemExit(0)
+
+
+def raises_base(prompt, completion):
+    raise _Stop("stop")
+
+
+@pytest.mark.parametrize("reward, shown", [("exits_zero", "SystemExit(0)"),
+                                           ("raises_base", "_Stop('stop')")])
+def test_a_reward_that_raises_a_base_exception_fails_the_run(tmp_path, tiny_model, reward,
+                                                             shown):
+    """Before: SystemExit(0) from the reward ended `train` with exit 0, no summary and
+    "Task exception was never retrieved"."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime", "train", *FAKE, "--steps", "2", "--output-dir",
+         str(out), "--set", f"reward.name=tests.runtime.test_run_outputs:{reward}"],
+        env=env, cwd=ROOT, text=True, capture_output=True, timeout=600)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and "never retrieved" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"reserve-occupy train: the run failed: the reward raised {shown}")
+
+
+# ------------------------------------- class 6/8: the run's own files on --resume ----------
+
+DEEP = "[" * 1000 + "]" * 1000
+
+
+@pytest.mark.parametrize("name, what", [("lengths.jsonl", "not a length record"),
+                                        ("metrics.jsonl", "not a metrics row")])
+@pytest.mark.parametrize("bad", [DEEP, '{"torn', "[]"])
+def test_a_bad_line_of_a_report_refuses_the_resume_unless_it_is_the_last(
+        tmp_path, tiny_model, capsys, name, what, bad):
+    """docs/recovery.md's torn-last-line rule for lengths.jsonl and metrics.jsonl: a bad
+    line that is not the last is corruption (exit 2, PATH:LINE, nothing changed); the last
+    one is a torn write, dropped. Before: a deep line in lengths.jsonl was an internal error
+    (exit 70) and metrics.jsonl dropped bad lines anywhere."""
+    out = tmp_path / "run"
+    assert _train(out, steps=2) == 0
+    path = out / name
+    lines = path.read_text().splitlines(keepends=True)
+    assert len(lines) >= 2
+    path.write_text("".join([lines[0], bad + "\n", *lines[1:]]))
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--no-progress", "--steps", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{path}:2: {what}" in err[0], err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    # The same line last: torn by a crash, dropped, and the resume goes on.
+    path.write_text("".join(lines) + bad)
+    assert main(["train", "--resume", str(out), "--no-progress", "--steps", "3"]) == 0
+    assert bad not in path.read_text().splitlines()
+    assert [r["step"] for r in _rows(out)] == [0, 1, 2]

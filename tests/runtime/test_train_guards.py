@@ -354,4 +354,8 @@ def test_after_a_crash_and_resume_the_summary_counts_every_trained_batch(finishe
     assert main(["train", "--resume", str(out), "--no-progress", "--steps", "4"]) == 0
     summary = _check_summary(out, resumed=True)
     assert summary["steps"] == 4  # 4 batches trained: 2 before the crash, 2 after
-    assert summary["steps_with_metrics"] == 3  # batch 1's row was lost with the crash
+    # batch 1's row, lost with the crash, is written from recovery's retraining of it
+    assert summary["steps_with_metrics"] == 4
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and rows[1]["recovered"] is True
+    assert derive_lengths(out)["trained_tokens"] == summary["tokens_trained"]
