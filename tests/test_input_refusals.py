@@ -95,3 +95,18 @@ def test_a_boolean_or_a_float_is_no_number_of_the_config(capsys, setting, reason
                                      "staleness.max_staleness=0"])
 def test_numbers_the_config_still_takes(capsys, setting):
     assert main(["train", "--set", setting, "--check"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out", ["/proc/x", "/proc", "/sys/x"])
+def test_check_refuses_an_output_dir_the_run_would_refuse(capsys, out):
+    # As root os.access says every directory is writable; /proc and /sys refuse all the same,
+    # and --check said OK to a run that then failed on its first write.
+    _exit_2(capsys, ["train", "--check", "--output-dir", out], f"run.output_dir {out}: ")
+
+
+def test_check_of_an_output_dir_leaves_no_trace(tmp_path, capsys):
+    existing = tmp_path / "run"
+    existing.mkdir()
+    for out in (existing, tmp_path / "new" / "deeper"):
+        assert main(["train", "--check", "--output-dir", str(out)]) == 0, capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["run"]
