@@ -110,3 +110,17 @@ def test_check_of_an_output_dir_leaves_no_trace(tmp_path, capsys):
     for out in (existing, tmp_path / "new" / "deeper"):
         assert main(["train", "--check", "--output-dir", str(out)]) == 0, capsys.readouterr()
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["run"]
+
+
+@pytest.mark.parametrize("option", ["--workload", "--cost"])
+def test_a_fifo_given_to_simulate_never_blocks_its_check(tmp_path, option):
+    # Opening a fifo for reading waits for a writer: the check hung for ever on old code (the
+    # subprocess timeout turns that into a failure here). Now it is read as the empty file
+    # it is without a writer, and refused as such.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "runtime", "simulate", option, str(fifo),
+                           "--no-progress"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert str(fifo) in proc.stderr and "Traceback" not in proc.stderr
