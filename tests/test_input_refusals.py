@@ -4,6 +4,7 @@ is a device or a fifo. Each is one line naming the file, exit status 2."""
 
 from __future__ import annotations
 
+import lzma
 import os
 import subprocess
 import sys
@@ -124,3 +125,16 @@ def test_a_fifo_given_to_simulate_never_blocks_its_check(tmp_path, option):
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert str(fifo) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_conformance_family_file_is_read_only_up_to_its_limit(tmp_path, monkeypatch):
+    # The compressed family was read whole before the decompressed size was checked.
+    from runtime.porting import vectors as vec
+
+    monkeypatch.setattr(vec, "MAX_FAMILY_BYTES", 1000)
+    path = tmp_path / "basic.jsonl.xz"
+    path.write_bytes(lzma.compress(os.urandom(5000), preset=0))
+    with pytest.raises(vec.CorpusError, match="larger than"):
+        vec.read_text(path)
+    with pytest.raises(vec.CorpusError, match="larger than"):
+        vec.read_text(Path("/dev/zero"))
