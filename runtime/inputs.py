@@ -116,13 +116,27 @@ def text_file(path: str | os.PathLike[str], what: str, limit: int | None = None)
         raise InputError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
 
 
+def open_read(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``open(path, "rb")`` that never blocks in ``open``: a fifo with no writer would wait
+    for one forever, so it is opened non-blocking, then read as usual (no writer: it is empty).
+    ``OSError`` propagates."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def readable_file(path: str | os.PathLike[str], what: str) -> None:
     """The file exists, is a file, and can be opened for reading."""
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{what} {path}: is a directory, not a file")
     try:
-        with open(p, "rb"):
+        with open_read(p):
             pass
     except OSError as exc:
         raise InputError(f"{what} {path}: can't read: {exc.strerror or exc}") from None
@@ -236,7 +250,7 @@ def text_lines(path: str | os.PathLike[str], limit: int, what: str
     if p.is_dir():
         raise FileInputError(path, 0, "is a directory, not a file", what)
     try:
-        stream = open(p, "rb")  # noqa: SIM115 -- closed by the `with` below
+        stream = open_read(p)  # closed by the `with` below
     except OSError as exc:
         raise FileInputError(path, 0, f"can't read: {exc.strerror or exc}", what) from None
     with stream:
@@ -258,7 +272,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
     if p.is_dir():
         raise FileInputError(path, 0, "is a directory, not a file", what)
     try:
-        with open(p, "rb") as f:
+        with open_read(p) as f:
             data = f.read(limit + 1)
     except OSError as exc:
         raise FileInputError(path, 0, f"can't read: {exc.strerror or exc}", what) from None

@@ -4,6 +4,7 @@ is a device or a fifo. Each is one line naming the file, exit status 2."""
 
 from __future__ import annotations
 
+import lzma
 import os
 import subprocess
 import sys
@@ -95,3 +96,45 @@ def test_a_boolean_or_a_float_is_no_number_of_the_config(capsys, setting, reason
                                      "staleness.max_staleness=0"])
 def test_numbers_the_config_still_takes(capsys, setting):
     assert main(["train", "--set", setting, "--check"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out", ["/proc/x", "/proc", "/sys/x"])
+def test_check_refuses_an_output_dir_the_run_would_refuse(capsys, out):
+    # As root os.access says every directory is writable; /proc and /sys refuse all the same,
+    # and --check said OK to a run that then failed on its first write.
+    _exit_2(capsys, ["train", "--check", "--output-dir", out], f"run.output_dir {out}: ")
+
+
+def test_check_of_an_output_dir_leaves_no_trace(tmp_path, capsys):
+    existing = tmp_path / "run"
+    existing.mkdir()
+    for out in (existing, tmp_path / "new" / "deeper"):
+        assert main(["train", "--check", "--output-dir", str(out)]) == 0, capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["run"]
+
+
+@pytest.mark.parametrize("option", ["--workload", "--cost"])
+def test_a_fifo_given_to_simulate_never_blocks_its_check(tmp_path, option):
+    # Opening a fifo for reading waits for a writer: the check hung for ever on old code (the
+    # subprocess timeout turns that into a failure here). Now it is read as the empty file
+    # it is without a writer, and refused as such.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "runtime", "simulate", option, str(fifo),
+                           "--no-progress"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert str(fifo) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_conformance_family_file_is_read_only_up_to_its_limit(tmp_path, monkeypatch):
+    # The compressed family was read whole before the decompressed size was checked.
+    from runtime.porting import vectors as vec
+
+    monkeypatch.setattr(vec, "MAX_FAMILY_BYTES", 1000)
+    path = tmp_path / "basic.jsonl.xz"
+    path.write_bytes(lzma.compress(os.urandom(5000), preset=0))
+    with pytest.raises(vec.CorpusError, match="larger than"):
+        vec.read_text(path)
+    with pytest.raises(vec.CorpusError, match="larger than"):
+        vec.read_text(Path("/dev/zero"))

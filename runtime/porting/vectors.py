@@ -245,8 +245,12 @@ class CorpusError(ValueError):
 
 def read_text(path: Path) -> bytes:
     """A family file, decompressed; at most ``MAX_FAMILY_BYTES`` (an xz bomb is refused)."""
+    with inputs.open_read(path) as f:  # xz never grows its input: larger is no family
+        packed = f.read(MAX_FAMILY_BYTES + 1)
+    if len(packed) > MAX_FAMILY_BYTES:
+        raise CorpusError(f"{path}: larger than {MAX_FAMILY_BYTES >> 20} MB")
     decompressor = lzma.LZMADecompressor()
-    text = decompressor.decompress(path.read_bytes(), max_length=MAX_FAMILY_BYTES + 1)
+    text = decompressor.decompress(packed, max_length=MAX_FAMILY_BYTES + 1)
     if len(text) > MAX_FAMILY_BYTES:
         raise CorpusError(f"{path}: decompresses to more than {MAX_FAMILY_BYTES >> 20} MB")
     if not decompressor.eof:

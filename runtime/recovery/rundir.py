@@ -27,6 +27,7 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,12 +223,17 @@ def move_aside(path: Path) -> Path:
 
 def check_output_dir(path: Path) -> None:
     """``path`` is a directory, or one that can be created (its nearest existing ancestor is
-    a writable directory). Nothing is created: ``--check`` must leave no trace."""
+    a writable directory). ``--check`` must leave no trace, so nothing stays: a probe file (or
+    directory) is made and removed at once, because ``os.access`` trusts permissions and root,
+    ``/proc`` and read-only mounts do not (``--check`` said OK, then the run refused)."""
     if path.exists():
         if not path.is_dir():
             raise RunDirError(f"run.output_dir {path}: exists and is not a directory")
         if not os.access(path, os.W_OK | os.X_OK):
             raise RunDirError(f"run.output_dir {path}: the directory is not writable")
+        why = _probe(path, directory=False)
+        if why:
+            raise RunDirError(f"run.output_dir {path}: the directory is not writable ({why})")
         return
     parent = path.absolute().parent
     while not parent.exists():
@@ -235,9 +241,25 @@ def check_output_dir(path: Path) -> None:
     if not parent.is_dir():
         raise RunDirError(f"run.output_dir {path}: cannot be created ({parent} is not a "
                           f"directory)")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise RunDirError(f"run.output_dir {path}: cannot be created ({parent} is not "
-                          f"writable)")
+    why = "" if os.access(parent, os.W_OK | os.X_OK) else "not writable"
+    why = why or _probe(parent, directory=True)
+    if why:
+        raise RunDirError(f"run.output_dir {path}: cannot be created ({parent}: {why})")
+
+
+def _probe(where: Path, directory: bool) -> str:
+    """Why a file (``directory``: a directory) cannot be made in ``where``; "" if it can.
+    What it makes is removed at once."""
+    try:
+        if directory:
+            os.rmdir(tempfile.mkdtemp(prefix=".check-", dir=where))
+        else:
+            fd, name = tempfile.mkstemp(prefix=".check-", dir=where)
+            os.close(fd)
+            os.unlink(name)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
 
 
 @dataclass(frozen=True)
