@@ -155,6 +155,9 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0)
     ignore_eos: bool = False
     partial_rollout: bool = True
+    # a weight sync's pause: "abort" ends running requests (resumed as partial rollouts),
+    # "keep" freezes them and continues them on their KV cache (in-flight refit)
+    refit: Literal["abort", "keep"] = "abort"
     max_model_len: int = Field(128, ge=8, le=10_000_000)
     max_num_seqs: int = Field(64, ge=1, le=1_000_000)
     dtype: str = "auto"  # auto: float32 on CPU, the model's own on GPU
@@ -306,7 +309,7 @@ class TrainConfig(_Section):
             candidates=s.candidates, capacity=s.capacity, max_concurrency=s.max_concurrency,
             steps=self.run.steps,
             max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
-            partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
+            partial_rollout=r.partial_rollout, refit=r.refit, filter_zero_variance=s.filter_zero_variance,
             unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
             seed=self.run.seed, check_invariants=self.run.check_invariants,
             streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups)

@@ -19,9 +19,12 @@ and acts on the answers. Its own job is the I/O around them. Four tasks share on
 * watchdog: the unit timeout and the STUCK timeout (``release_stuck``), measured by ``clock``.
 
 A weight sync pauses the engine, which ends every running request; each candidate keeps its
-tokens (partial rollout) and resumes with them as prompt under the new weights. Its unit's
-``v_traj`` is the controller's, never restamped, and every token records the version that
-generated it, so the trainer can correct staleness per token. All time goes through ``clock``
+tokens (partial rollout) and resumes with them as prompt under the new weights. With
+``refit == "keep"`` (in-flight refit) the pause freezes the running requests instead and they
+continue under the new weights, the engine saying at which token each refit took effect
+(``Segment.refits``). Either way a unit's ``v_traj`` is the controller's, never restamped, and
+every token records the version that generated it, so the trainer can correct staleness per
+token. All time goes through ``clock``
 so a virtual clock replays a run exactly (see ``runtime.clock``).
 
 Durability and recovery (docs/recovery.md) reach the driver through three seams, none of which
@@ -59,7 +62,7 @@ from reserve_occupy.stuck import StuckTimeouts
 from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
 from .recovery.journal import JournaledController
-from .rollout.base import GenerationRequest, Rollout, RolloutDead
+from .rollout.base import GenerationRequest, Rollout, RolloutDead, token_versions
 from .tasks.base import Prompt, RewardAborted, RewardFn, call_reward
 from .trainer.base import TrainBatch, Trainer, assemble
 from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
@@ -282,7 +285,7 @@ class Driver:
             self._request_ended(request.request_id)
             c.token_ids += segment.token_ids
             c.logprobs += segment.logprobs
-            c.versions += [version] * len(segment.token_ids)
+            c.versions += token_versions(version, segment)
             self.accounting.tokens_generated += len(segment.token_ids)
             if segment.finish_reason == "abort":
                 if c.stop is not None:
@@ -524,18 +527,26 @@ class Driver:
         return train_batch
 
     async def _sync_weights(self, weights: Any) -> None:
-        """Pause (ending every running request), load, publish, resume. Between the pause and
-        the resume nothing generates, so each segment ran under exactly one version."""
+        """Pause, load, publish, resume. Between the pause and the resume nothing generates.
+        ``refit == "abort"``: the pause ends every running request, so each segment ran under
+        exactly one version. ``"keep"``: running requests stay frozen in the engine and
+        continue after the resume; their segments carry the refit points (``Segment.refits``).
+        A request of either mode that returns ``abort`` because of the pause is resumed with
+        its tokens (partial rollout)."""
         self._open.clear()
         for c in self._running.values():
             c.paused = True
-        await self.rollout.pause()
-        while self._running:  # every paused request has returned its partial segment
+        await self.rollout.pause(self.s.refit)
+        while self.s.refit == "abort" and self._running:  # every paused request has returned
             change = self._change
             await change.wait()
-        await self.rollout.load_weights(weights)
+        version = self.controller.version + 1  # what publish makes public
+        await self.rollout.load_weights(weights, version)
         self.controller.publish()
         self.engine_version = self.controller.version
+        if self.engine_version != version:
+            raise RuntimeError(f"publish made version {self.engine_version}, the engine was "
+                               f"told {version}")
         self._check()
         await self.rollout.resume()
         self._open.set()

@@ -10,6 +10,7 @@ from typing import Any
 
 from reserve_occupy import Config, Group, UnitId
 
+from .rollout.base import check_refit_mode
 from .tasks.base import Prompt
 
 
@@ -29,6 +30,9 @@ class DriverSettings:
     temperature: float = 1.0
     ignore_eos: bool = False
     partial_rollout: bool = True  # keep the tokens of requests interrupted by a weight update
+    # "abort": a weight sync ends running requests (resumed as partial rollouts); "keep":
+    # in-flight refit, they continue on their KV cache under the new weights
+    refit: str = "abort"
     filter_zero_variance: bool = True  # occupied filtering of groups whose rewards are all equal
     unit_timeout_s: float = math.inf  # abort a group still generating after this long
     stuck_timeout_s: float = math.inf  # release_stuck after the trainer waited this long
@@ -43,6 +47,9 @@ class DriverSettings:
     # and finish_step); the optimiser still steps once per batch.
     streaming: bool = False
     chunk_groups: int = 1
+
+    def __post_init__(self) -> None:
+        check_refit_mode(self.refit)
 
     def controller_config(self) -> Config:
         return Config(max_staleness=self.eta, batch_size=self.batch_size,

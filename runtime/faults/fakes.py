@@ -69,7 +69,8 @@ class CrashableRollout(FakeRollout):
         for act in self._active.values():
             act.aborted.set()
 
-    async def load_weights(self, weights: Any) -> None:  # type: ignore[override]
+    async def load_weights(self, weights: Any,  # type: ignore[override]
+                           version: int | None = None) -> None:
         if not self.paused:
             raise RuntimeError("load_weights outside pause")
         if self.dead:

@@ -66,18 +66,19 @@ class EngineActor:
     async def abort(self, request_ids: list[str]) -> None:
         await self.engine.abort(request_ids)
 
-    async def pause(self) -> None:
-        await self.engine.pause()
+    async def pause(self, mode: str = "abort") -> None:
+        await self.engine.pause(mode)  # "keep": its running requests continue after resume
 
     async def resume(self) -> None:
         await self.engine.resume()
 
-    async def load_weights(self, version: int, blob: bytes) -> str:
-        """Load the safetensors ``blob`` (resolved by Ray from the driver's reference)."""
+    async def load_weights(self, version: int, blob: bytes, label: int | None = None) -> str:
+        """Load the safetensors ``blob`` (resolved by Ray from the driver's reference);
+        ``label``: the version the driver publishes them as (``Segment.refits``)."""
         path = self.dir / f"v{version}"
         with atomic_io.atomic_dir(path) as tmp:
             (tmp / "model.safetensors").write_bytes(blob)
-        await self.engine.load_weights(path)
+        await self.engine.load_weights(path, label)
         for old in self.dir.iterdir():  # keep only what is loaded
             if old != path:
                 shutil.rmtree(old, ignore_errors=True)

@@ -84,14 +84,14 @@ class ActorEngine:
     async def abort(self, request_ids: Any) -> None:
         await self._call("abort", list(request_ids))
 
-    async def pause(self) -> None:
-        await self._call("pause")
+    async def pause(self, mode: str = "abort") -> None:
+        await self._call("pause", mode)
 
     async def resume(self) -> None:
         await self._call("resume")
 
-    async def load_weights(self, weights: RayWeights) -> None:
-        await self._call("load_weights", weights.version, weights.ref)
+    async def load_weights(self, weights: RayWeights, version: int | None = None) -> None:
+        await self._call("load_weights", weights.version, weights.ref, version)
 
     async def close(self) -> None:
         try:
@@ -104,13 +104,13 @@ class ActorEngine:
 class RayRollout(EnginePool):
     """The engine actors as one pool; directories of weights are put in the store once."""
 
-    async def load_weights(self, weights: Any) -> None:
+    async def load_weights(self, weights: Any, version: int | None = None) -> None:
         if not isinstance(weights, RayWeights):
             blob = (Path(weights) / "model.safetensors").read_bytes()
             import hashlib
 
             weights = RayWeights(-1, ray.put(blob), hashlib.sha256(blob).hexdigest()[:16])
-        await super().load_weights(weights)
+        await super().load_weights(weights, version)
 
 
 class RayTrainer:

@@ -3,7 +3,10 @@
 Each request's fate comes from ``script(request, version)``: how long it takes, which tokens it
 returns and how it ends, or an exception to raise, or ``math.inf`` to hang until aborted. Tokens
 arrive evenly over the request's duration, so an abort (or a pause) part-way returns the tokens
-"generated" so far, as a real engine does. Everything it saw is recorded for assertions.
+"generated" so far, as a real engine does. A ``"keep"`` pause freezes a request's clock instead:
+it continues after the resume, its later tokens attributed to the weights loaded meanwhile
+(``Segment.refits``; their logprobs are the new version's). Everything it saw is recorded for
+assertions.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import Clock
-from .base import GenerationRequest, Segment
+from .base import GenerationRequest, Segment, check_refit_mode, token_versions
 
 DIGITS = "0123456789"
 
@@ -67,6 +70,17 @@ class _Active:
     plan: Plan
     started: float
     aborted: asyncio.Event = field(default_factory=asyncio.Event)
+    ran: float = 0.0  # seconds generated before the current run (keep pauses freeze it)
+    run_start: float = 0.0  # when the current run began
+    frozen: asyncio.Event = field(default_factory=asyncio.Event)  # a keep pause reached it
+    frozen_version: int = 0  # the weights it ran with when frozen
+
+    def produced(self, elapsed: float) -> int:
+        """Tokens made after ``elapsed`` seconds of generating."""
+        n, d = len(self.plan.token_ids), self.plan.duration
+        if math.isinf(d):
+            return 0
+        return min(n, int(n * elapsed / d)) if d > 0 else n
 
 
 class FakeRollout:
@@ -80,6 +94,9 @@ class FakeRollout:
         self.aborted: list[tuple[float, str]] = []
         self.loaded: list[tuple[float, Path]] = []
         self.pauses = 0
+        self.pause_modes: list[str] = []
+        self.kept: list[tuple[float, str, int]] = []  # (t, request, tokens) frozen by a keep
+        self._resumed = asyncio.Event()
 
     @property
     def active(self) -> list[str]:
@@ -92,27 +109,52 @@ class FakeRollout:
         plan = self.script(request, self.version)
         act = _Active(request, plan, self.clock.now())
         self._active[request.request_id] = act
-        sleeper = asyncio.ensure_future(self.clock.sleep(plan.duration))
-        waiter = asyncio.ensure_future(act.aborted.wait())
+        start_version = self.version
+        refits: list[tuple[int, int]] = []
         try:
-            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                act.run_start = self.clock.now()
+                sleeper = asyncio.ensure_future(self.clock.sleep(plan.duration - act.ran))
+                waiter = asyncio.ensure_future(act.aborted.wait())
+                freezer = asyncio.ensure_future(act.frozen.wait())
+                try:
+                    await asyncio.wait({sleeper, waiter, freezer},
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for t in (sleeper, waiter, freezer):
+                        t.cancel()
+                if not act.frozen.is_set():  # (a keep pause added its part of the run)
+                    act.ran += self.clock.now() - act.run_start
+                if act.aborted.is_set() or not act.frozen.is_set():
+                    break
+                # a keep pause: frozen until the resume, then on the weights loaded meanwhile
+                resumed = asyncio.ensure_future(self._resumed.wait())
+                try:
+                    await asyncio.wait({resumed, waiter := asyncio.ensure_future(
+                        act.aborted.wait())}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    resumed.cancel()
+                    waiter.cancel()
+                act.frozen.clear()
+                if self.version != act.frozen_version and not act.aborted.is_set():
+                    refits.append((act.produced(act.ran), self.version))
+                if act.aborted.is_set():
+                    break
         finally:
-            sleeper.cancel()
-            waiter.cancel()
             del self._active[request.request_id]
         n = len(plan.token_ids)
         if act.aborted.is_set():
-            elapsed = self.clock.now() - act.started
-            n = (0 if math.isinf(plan.duration) else int(n * elapsed / plan.duration)
-                 if plan.duration > 0 else n)
-            n = min(n, len(plan.token_ids))
+            n = act.produced(act.ran)
             finish = "abort"
         elif plan.error is not None:
             raise plan.error
         else:
             finish = plan.finish_reason
         tokens = plan.token_ids[:n]
-        return Segment(tokens, [-0.5 - 0.1 * self.version] * len(tokens), finish)
+        refits = [(i, v) for i, v in refits if i <= n]
+        seg = Segment(tokens, [], finish, refits)
+        seg.logprobs = [-0.5 - 0.1 * v for v in token_versions(start_version, seg)]
+        return seg
 
     async def abort(self, request_ids: Sequence[str]) -> None:
         for rid in request_ids:
@@ -121,20 +163,31 @@ class FakeRollout:
                 self.aborted.append((self.clock.now(), rid))
                 act.aborted.set()
 
-    async def pause(self) -> None:
+    async def pause(self, mode: str = "abort") -> None:
+        check_refit_mode(mode)
         self.paused = True
         self.pauses += 1
+        self.pause_modes.append(mode)
+        self._resumed.clear()
+        now = self.clock.now()
         for act in self._active.values():
-            act.aborted.set()
+            if mode != "keep":
+                act.aborted.set()
+            elif not act.frozen.is_set():  # frozen where it is now
+                act.ran += now - act.run_start
+                act.frozen_version = self.version
+                act.frozen.set()
+                self.kept.append((now, act.request.request_id, act.produced(act.ran)))
 
-    async def load_weights(self, path: Path) -> None:
+    async def load_weights(self, path: Path, version: int | None = None) -> None:
         if not self.paused:
             raise RuntimeError("load_weights outside pause")
         self.loaded.append((self.clock.now(), path))
-        self.version += 1
+        self.version = self.version + 1 if version is None else version
 
     async def resume(self) -> None:
         self.paused = False
+        self._resumed.set()
 
     async def close(self) -> None:
         pass

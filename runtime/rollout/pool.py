@@ -9,8 +9,10 @@ weights (again, if a weight sync happened meanwhile) and only then put back into
 no live engine, requests wait for a restart; with no live engine and no way to restart, the pool
 raises ``RolloutDead`` and the run stops.
 
-Pausing and weight loading apply to every live engine; nothing generates between ``pause`` and
-``resume`` on any of them, so the driver's per-token versions stay exact across engines.
+Pausing (in either refit mode, ``"abort"`` or ``"keep"``) and weight loading apply to every
+live engine; nothing generates between ``pause`` and ``resume`` on any of them, and each engine
+reports the refits inside its own requests' segments, so the driver's per-token versions stay
+exact across engines.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .base import GenerationRequest, Rollout, RolloutDead, Segment
+from .base import GenerationRequest, Rollout, RolloutDead, Segment, check_refit_mode
 
 
 class EngineCrashed(RuntimeError):
@@ -36,6 +38,7 @@ class EnginePool:
         self.tokenizer = engines[0].tokenizer
         self._restart = restart
         self._weights = weights  # what a replacement must load before it serves
+        self._version: int | None = None  # ... and the version it is
         self._paused = False
         self._load = [0] * len(engines)
         self._where: dict[str, int] = {}
@@ -118,7 +121,7 @@ class EnginePool:
         loaded = None
         while self._weights is not None and loaded is not self._weights:
             loaded = self._weights
-            await engine.load_weights(loaded)
+            await engine.load_weights(loaded, self._version)
         if self.closed:
             await engine.close()
             return
@@ -161,14 +164,15 @@ class EnginePool:
 
         await asyncio.gather(*(one(i, self.engines[i]) for i in self.live))  # type: ignore
 
-    async def pause(self) -> None:
+    async def pause(self, mode: str = "abort") -> None:
+        check_refit_mode(mode)
         self._paused = True
         self._wake()  # requests waiting for an engine return empty
-        await self._each("pause")
+        await self._each("pause", mode)
 
-    async def load_weights(self, weights: Any) -> None:
-        self._weights = weights
-        await self._each("load_weights", weights)
+    async def load_weights(self, weights: Any, version: int | None = None) -> None:
+        self._weights, self._version = weights, version
+        await self._each("load_weights", weights, version)
 
     async def resume(self) -> None:
         self._paused = False

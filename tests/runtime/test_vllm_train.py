@@ -181,11 +181,11 @@ class HangingRollout:
             self._released.set()
         await self.inner.abort(request_ids)
 
-    async def pause(self):
-        await self.inner.pause()
+    async def pause(self, mode="abort"):
+        await self.inner.pause(mode)
 
-    async def load_weights(self, path):
-        await self.inner.load_weights(path)
+    async def load_weights(self, path, version=None):
+        await self.inner.load_weights(path, version)
 
     async def resume(self):
         await self.inner.resume()

@@ -1,0 +1,108 @@
+"""In-flight refit (``rollout.refit: keep``) on the real vLLM CPU engine: a weight load while
+requests decode aborts none of them, they finish, each token records the weights that made it,
+and the tokens after the refit really come from the new weights.
+
+The check of the last point is exact by construction: the new weights differ from the old ones
+only in the final norm (``model.norm.weight``), which acts after the last layer, so the KV cache
+the requests keep is the one the new weights would compute too (no approximation is involved);
+every token before the refit must then score as the old model scores it and every token after
+it as the new model does, up to the engine/trainer float noise (``LOGPROB_TOL``). A refit point
+off by one token, or a keep that aborts (or restarts) the requests, fails it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from runtime.config import TrainerConfig
+from runtime.rollout.base import GenerationRequest, token_versions
+
+from .helpers import LOGPROB_TOL
+
+pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
+
+PROMPTS = ["3+4=", "9+9=", "1+0=", "7+8="]
+N = 100  # tokens per request
+
+
+async def _reset(engine, path):
+    await engine.pause()
+    await engine.load_weights(path)
+    await engine.resume()
+
+
+async def _decoding(engine, since, tasks):
+    """Until every request has sent tokens beyond the engine's count ``since``: decoding has
+    started for all of them (never a guess of how long that takes)."""
+    async def started():
+        while engine.tokens_so_far < since + len(tasks) and not any(t.done() for t in tasks):
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(started(), 120)
+
+
+def _norm_only_trainer(tiny_model, tmp_path):
+    """A trainer whose weights differ from the base model only in the final norm."""
+    import torch
+
+    from runtime.trainer.grpo import GRPOTrainer
+
+    trainer = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path, 1.0)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        norm = dict(trainer.model.named_parameters())["model.norm.weight"]
+        norm.mul_(1 + torch.randn(norm.shape, generator=g))
+    return trainer
+
+
+async def test_keep_refit_continues_requests_on_the_new_weights(engine, tokenizer, tiny_model,
+                                                                tmp_path):
+    from runtime.trainer.grpo import GRPOTrainer
+
+    await _reset(engine, tiny_model)
+    old = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path / "old", 1.0)
+    new = _norm_only_trainer(tiny_model, tmp_path / "new")
+    weights = await new.export_weights(7)
+    prompts = [tokenizer.encode(p) for p in PROMPTS]
+    for attempt in range(5):
+        since = engine.tokens_so_far
+        tasks = [asyncio.ensure_future(engine.generate(GenerationRequest(
+            f"keep{attempt}-{i}", p, N, 0.0, ignore_eos=True))) for i, p in enumerate(prompts)]
+        await _decoding(engine, since, tasks)
+        await engine.pause("keep")
+        await engine.load_weights(weights, 7)
+        await engine.resume()
+        segs = await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        if all(s.refits and 0 < s.refits[0][0] < N for s in segs):
+            break
+        # a request finished (or had not started) before the pause reached the engine: again
+        await _reset(engine, tiny_model)
+    # Nothing was aborted: every request ran to its length.
+    assert [s.finish_reason for s in segs] == ["length"] * len(PROMPTS)
+    assert all(len(s.token_ids) == N == len(s.logprobs) for s in segs)
+    assert engine._active == set()
+    for s in segs:  # one refit each, to version 7, part-way
+        assert len(s.refits) == 1 and s.refits[0][1] == 7 and 0 < s.refits[0][0] < N, s.refits
+    # Tokens before the refit record version 0, those after it version 7.
+    for s in segs:
+        k = s.refits[0][0]
+        assert token_versions(0, s) == [0] * k + [7] * (N - k)
+    # Each token scores as the weights it is attributed to score it (old before, new after).
+    before = old.score(prompts, [s.token_ids for s in segs])
+    after = new.score(prompts, [s.token_ids for s in segs])
+    for s, b, a in zip(segs, before, after):
+        k = s.refits[0][0]
+        assert max(abs(x - y) for x, y in zip(s.logprobs[:k], b[:k])) < LOGPROB_TOL
+        assert max(abs(x - y) for x, y in zip(s.logprobs[k:], a[k:])) < LOGPROB_TOL
+        # the check has teeth: old and new weights score the tokens after the refit apart
+        assert max(abs(x - y) for x, y in zip(a[k:], b[k:])) > 10 * LOGPROB_TOL
+    # ... and greedy decoding changed at the refit: the old weights continue differently.
+    await _reset(engine, tiny_model)
+    base = await asyncio.gather(*(engine.generate(GenerationRequest(
+        f"keep-base-{i}", p, N, 0.0, ignore_eos=True)) for i, p in enumerate(prompts)))
+    for s, b in zip(segs, base):
+        k = s.refits[0][0]
+        assert s.token_ids[:k] == b.token_ids[:k]  # before the refit: the old weights' greedy
+    assert any(s.token_ids[s.refits[0][0]:] != b.token_ids[s.refits[0][0]:]
+               for s, b in zip(segs, base))  # after it: not the old weights' continuation
