@@ -1,0 +1,137 @@
+"""In-flight refit (``rollout.refit: keep``) in the driver, on the scripted engine and the
+virtual clock: a weight sync freezes running requests instead of ending them, they continue
+under the new weights, every token records the version that made it (split at the refit),
+``v_traj`` is never restamped so the staleness bound holds by token versions, and aborts, the
+unit timeout and the STUCK timeout work as they do with ``abort``."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from reserve_occupy import UnitState
+from runtime.clock import VirtualClock
+from runtime.rollout.base import GenerationRequest
+from runtime.rollout.fake import FakeRollout, Plan, random_script
+from runtime.records import DriverSettings
+
+from .helpers import fixed_script, make, run, token_lag_violations
+
+
+def _samples(trainer):
+    return [(b, g, s) for b in trainer.batches for g in b.groups for s in g.samples]
+
+
+@pytest.mark.parametrize("eta", [1, 2])
+def test_keep_continues_requests_and_each_token_records_its_version(eta):
+    # Requests take 0.2-1.6 s, training 0.05 s: weight syncs land while requests decode.
+    driver, rollout, trainer, clock = make(script=random_script(4, per_token_s=0.2, max_len=7),
+                                           eta=eta, steps=8, max_tokens=8, refit="keep")
+    run(driver, clock)
+    assert set(rollout.pause_modes) == {"keep"} and rollout.kept
+    assert driver.counts["resumed"] == 0  # no request was ended by a sync ...
+    assert all(s.segments == 1 for _, _, s in _samples(trainer))  # ... each ran in one piece
+    mixed = [(b, g, s) for b, g, s in _samples(trainer) if len(set(s.versions)) > 1]
+    assert mixed  # some requests ran across a refit
+    frozen_at: dict[str, set[int]] = {}
+    for _, rid, n in rollout.kept:
+        frozen_at.setdefault(rid, set()).add(n)  # token counts where each request froze
+    for batch, g, s in mixed:
+        assert list(s.versions) == sorted(s.versions) and s.versions[0] >= g.v_traj
+        # each split is where the engine froze the request, and the logprobs agree with it
+        changes = {i for i in range(1, len(s.versions)) if s.versions[i] != s.versions[i - 1]}
+        assert changes and changes <= frozen_at[f"{g.unit_id}-c{s.candidate}-s0"]
+        assert list(s.logprobs) == [pytest.approx(-0.5 - 0.1 * v) for v in s.versions]
+        assert batch.version - g.v_traj == g.staleness <= eta  # v_traj never restamped
+    assert token_lag_violations(trainer, eta) == []
+
+
+def test_abort_mode_ends_requests_at_a_sync():
+    # The same run with refit "abort": the sync ends requests, which resume as new segments.
+    # (The test above would fail on this behaviour: resumed > 0, segments > 1.)
+    driver, rollout, trainer, clock = make(script=random_script(4, per_token_s=0.2, max_len=7),
+                                           eta=2, steps=8, max_tokens=8)
+    run(driver, clock)
+    assert set(rollout.pause_modes) == {"abort"} and not rollout.kept
+    assert driver.counts["resumed"] > 0
+    assert any(s.segments > 1 for _, _, s in _samples(trainer))
+
+
+def _hang_g1() -> dict[str, Plan]:
+    return {"g1-c0-s0": Plan(math.inf, [1, 2, 3])}
+
+
+def test_keep_hung_request_is_released_by_the_stuck_timeout():
+    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=_hang_g1()), eta=0,
+                                           batch_size=2, group_size=2, steps=4,
+                                           stuck_timeout_s=2.0, refit="keep")
+    run(driver, clock)
+    released = [e for e in driver.notes if e["event"] == "release_stuck"]
+    assert [e["units"] for e in released] == [["g1"]]
+    assert released[0]["t"] == pytest.approx(2.0)
+    assert any(rid == "g1-c0-s0" for _, rid in rollout.aborted)
+    assert driver.controller.unit_state("g1") is UnitState.ABORTED
+    assert len(trainer.batches) == 4 and rollout.active == []
+
+
+def test_keep_unit_timeout_aborts_a_slow_group_across_refits():
+    special = {"g2-": Plan(50.0, [1, 2, 3])}  # every candidate of g2 takes 50 s
+    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special), eta=1,
+                                           steps=6, unit_timeout_s=5.0, refit="keep")
+    run(driver, clock)
+    aborts = [e for e in driver.notes if e["event"] == "abort" and e["unit"] == "g2"]
+    assert aborts and aborts[0]["reason"] == "timeout"
+    assert aborts[0]["t"] == pytest.approx(5.0)
+    # g2's requests ran through the refits (frozen, never restarted) and the abort stopped them
+    assert {rid for _, rid in rollout.aborted} >= {f"g2-c{i}-s0" for i in range(4)}
+    assert any(rid.startswith("g2-") for _, rid, _ in rollout.kept)
+    assert not any(r.request_id.startswith("g2-") and not r.request_id.endswith("-s0")
+                   for _, _, r in rollout.requests)
+    assert all("g2" not in [g.unit_id for g in b.groups] for b in trainer.batches)
+    assert rollout.active == []
+
+
+def test_a_request_aborted_while_frozen_returns_its_tokens():
+    clock = VirtualClock()
+    rollout = FakeRollout(clock, lambda req, v: Plan(1.0, [1, 2, 3, 4], "length"))
+
+    async def scenario():
+        task = asyncio.ensure_future(rollout.generate(GenerationRequest("r", [0], 4)))
+        await clock.sleep(0.5)  # two of four tokens
+        await rollout.pause("keep")
+        assert rollout.kept == [(0.5, "r", 2)] and not task.done()
+        await rollout.load_weights("w", 3)
+        await rollout.abort(["r"])
+        return await task
+
+    seg = clock.run(scenario())
+    assert seg.finish_reason == "abort" and seg.token_ids == [1, 2] and seg.refits == []
+
+
+def test_refit_settings_are_checked():
+    with pytest.raises(ValueError, match="refit mode must be one of abort, keep"):
+        DriverSettings(refit="bogus")
+
+
+def test_keep_through_an_engine_pool():
+    from runtime.driver import Driver
+    from runtime.rollout.fake import FakeTrainer
+    from runtime.rollout.pool import EnginePool
+
+    from .helpers import PROMPTS, parity_reward
+
+    clock = VirtualClock()
+    engines = [FakeRollout(clock, random_script(4, per_token_s=0.2, max_len=7))
+               for _ in range(2)]
+    trainer = FakeTrainer(clock, 0.05)
+    settings = DriverSettings(eta=2, batch_size=4, group_size=4, steps=6, max_tokens=8,
+                              check_invariants=True, refit="keep")
+    driver = Driver(settings, EnginePool(engines), trainer, parity_reward, PROMPTS, clock)
+    run(driver, clock)
+    assert all(set(e.pause_modes) == {"keep"} and e.kept for e in engines)
+    assert all(e.version == trainer.version for e in engines)  # loaded as the version published
+    assert driver.counts["resumed"] == 0
+    assert any(len(set(s.versions)) > 1 for _, _, s in _samples(trainer))
+    assert token_lag_violations(trainer, 2) == []
