@@ -160,6 +160,22 @@ def test_sigkill_and_resume_on_the_fake_engine(tmp_path):
     assert any(repr(victim) in p and "FILTERED" in p for p in problems), problems
 
 
+@pytest.mark.slow
+def test_sigkill_and_resume_with_keep_refit_on_the_fake_engine(tmp_path):
+    # In-flight refit: requests run across weight syncs in one segment; the kill and the
+    # resume keep every token's version (the audit checks them) and the bound.
+    t0 = time.monotonic()
+    # Slower tokens than FAKE's, so that syncs find requests decoding.
+    settings = {**FAKE, "rollout.refit": "keep", "rollout.fake_token_s": 0.03}
+    _kill_and_resume(tmp_path, seed=11, settings=settings, steps=12,
+                     eta=2, timeout=180, token_versions=True)
+    print(f"kill-and-resume (fake engine, refit keep): {time.monotonic() - t0:.1f} s")
+    samples = [smp for path in (tmp_path / "run" / "trajectories").iterdir()
+               for smp in json.loads(path.read_text())["samples"]]
+    assert all(smp["segments"] == 1 for smp in samples)  # no sync ended a request
+    assert any(len(set(smp["versions"])) > 1 for smp in samples)  # some ran across one
+
+
 VLLM = {"run.eval_prompts": 0, "run.plot": False, "staleness.batch_size": 8,
         "staleness.group_size": 4, "recovery.commit_every": 2, "rollout.max_num_seqs": 32}
 

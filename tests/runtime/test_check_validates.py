@@ -239,3 +239,12 @@ def test_replay_of_things_that_are_not_events_is_a_typed_error():
             replay(Config(1, 2), events)
         assert isinstance(exc.value, ProtocolError) and isinstance(exc.value, TypeError)
     assert replay(Config(1, 2), c.events).events == c.events
+
+
+def test_an_unknown_refit_mode_is_refused_naming_the_key(tmp_path, capsys):
+    _refused(capsys, tmp_path, ["--set", "rollout.refit=bogus"],
+             "rollout.refit: Input should be 'abort' or 'keep' (got 'bogus')")
+    for mode in ("abort", "keep"):
+        assert main(["train", *FAKE, "--set", f"rollout.refit={mode}", "--output-dir",
+                     str(tmp_path / mode), "--check"]) == 0
+    capsys.readouterr()
