@@ -309,7 +309,8 @@ class TrainConfig(_Section):
             candidates=s.candidates, capacity=s.capacity, max_concurrency=s.max_concurrency,
             steps=self.run.steps,
             max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
-            partial_rollout=r.partial_rollout, refit=r.refit, filter_zero_variance=s.filter_zero_variance,
+            partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
+            refit=r.refit,
             unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
             seed=self.run.seed, check_invariants=self.run.check_invariants,
             streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups)

@@ -173,3 +173,48 @@ def test_a_run_that_asks_for_more_than_the_cluster_has_is_refused_before_any_act
                                               r"cluster has 4 CPU"):
         asyncio.run(RayBackend.start(cfg, Path("unused"), tmp_path))
     assert ray_cluster.is_initialized()  # a cluster it did not start is left running
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_keep_refit_on_ray_engine_actors(ray_cluster, tmp_path):
+    # rollout.refit keep through the Ray engine actors (fake engines): syncs freeze requests in
+    # the actors, which continue them; tokens after a refit record the new version.
+    from runtime.models.tiny import ensure_tiny_model
+    from runtime.ray_backend import RayBackend
+    from runtime.session import run_training
+    from runtime.tasks.base import Prompt
+
+    from .rewards import parity
+
+    model = ensure_tiny_model(log=None)
+    cfg = _cfg(tmp_path, **{"rollout.backend": "fake", "rollout.fake_token_s": 0.03,
+                            "run.steps": 6, "rollout.refit": "keep",
+                            "staleness.max_staleness": 2})
+    prompts = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(50)]
+    seen = []
+
+    def hook(driver):
+        train_step = driver.trainer.train_step
+
+        async def spy(batch):
+            seen.append(batch)
+            return await train_step(batch)
+
+        driver.trainer.train_step = spy
+
+    async def main():
+        cluster = await RayBackend.start(cfg, model, tmp_path)
+        try:
+            return await run_training(cfg, model, prompts, parity, tmp_path,
+                                      log=lambda _: None, driver_hook=hook, cluster=cluster)
+        finally:
+            await cluster.close()
+
+    result = asyncio.run(main())
+    assert len(result.rows) == 6 and result.driver.counts["resumed"] == 0
+    samples = [(b, g, s) for b in seen for g in b.groups for s in g.samples]
+    assert all(s.segments == 1 for _, _, s in samples)
+    assert any(len(set(s.versions)) > 1 for _, _, s in samples)  # some ran across a refit
+    assert all(b.version - min(s.versions) <= 2 for b, _, s in samples)
+    assert _trace_ok(tmp_path / "events.jsonl")

@@ -177,7 +177,8 @@ async def test_requests_after_a_keep_refit_never_reuse_the_old_weights_prefix_kv
     engine = VLLMRollout(tiny_model, max_model_len=128, seed=0, extra={"block_size": 32})
     try:
         assert engine.engine.vllm_config.cache_config.block_size == 32
-        prompt = engine.tokenizer.encode("1+2=3 4+5=9 7+1=8 2+2=4 3+3=6 9+0=9 8+1=9 5+4=9 6+2=8 ")[:40]
+        text = "1+2=3 4+5=9 7+1=8 2+2=4 3+3=6 9+0=9 8+1=9 5+4=9 6+2=8 "
+        prompt = engine.tokenizer.encode(text)[:40]
         assert len(prompt) == 40
         new = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path, 1.0)
         g = torch.Generator().manual_seed(0)
