@@ -202,3 +202,21 @@ async def test_requests_after_a_keep_refit_never_reuse_the_old_weights_prefix_kv
         assert max(abs(a - b) for a, b in zip(scored, later.logprobs)) < LOGPROB_TOL
     finally:
         await engine.close()
+
+
+async def test_a_request_frozen_by_a_keep_pause_can_be_aborted(engine, tokenizer, tiny_model):
+    # The driver's unit timeout or STUCK release can fire during a keep sync: the abort must
+    # end the frozen request (with the tokens it has) without waiting for the resume.
+    await _reset(engine, tiny_model)
+    since = engine.tokens_so_far
+    task = asyncio.ensure_future(engine.generate(GenerationRequest(
+        "frozen", tokenizer.encode("12+7="), N, 0.0, ignore_eos=True)))
+    await _decoding(engine, since, [task])
+    await engine.pause("keep")
+    try:
+        await engine.abort(["frozen"])
+        seg = await asyncio.wait_for(task, 60)  # returns while the engine is still paused
+        assert seg.finish_reason == "abort" and 0 < len(seg.token_ids) < N
+        assert seg.refits == [] and engine._active == set()
+    finally:
+        await engine.resume()

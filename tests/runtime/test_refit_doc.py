@@ -1,0 +1,34 @@
+"""The in-flight refit table in docs/runtime.md is what ``bench/refit_compare.py --write`` last
+measured: the benchmark writes docs/results/refit_compare.json and the table from it, and this
+test renders the table from the file again (a hand edit, or a results file without its table,
+fails)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("refit_compare",
+                                                  ROOT / "bench" / "refit_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_the_docs_table_is_rendered_from_the_results_file():
+    bench = _bench()
+    results = json.loads(bench.RESULTS.read_text())
+    assert bench.doc_block(bench.DOC.read_text()) == bench.render(results)
+    assert [r["mode"] for r in results["runs"]] == ["abort", "keep"] * (len(results["runs"]) // 2)
+
+
+def test_a_changed_number_is_caught():
+    bench = _bench()
+    results = json.loads(bench.RESULTS.read_text())
+    results["runs"][1]["onpolicy_logprob_err_mean"] += 0.5
+    assert bench.doc_block(bench.DOC.read_text()) != bench.render(results)
