@@ -537,6 +537,9 @@ class Driver:
         for c in self._running.values():
             c.paused = True
         await self.rollout.pause(self.s.refit)
+        if self.s.refit == "keep":  # the requests carried across this refit, for the record
+            self.notes.append({"t": self.accounting.elapsed(), "event": "refit_kept",
+                               "requests": len(self._running)})
         while self.s.refit == "abort" and self._running:  # every paused request has returned
             change = self._change
             await change.wait()

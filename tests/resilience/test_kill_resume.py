@@ -187,3 +187,21 @@ def test_sigkill_and_resume_on_vllm(tmp_path):
     _kill_and_resume(tmp_path, seed=5, settings=VLLM, steps=8, eta=1, timeout=300,
                      token_versions=False)
     print(f"kill-and-resume (vLLM, GRPO trainer): {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_sigkill_and_resume_with_keep_refit_on_vllm(tmp_path):
+    # Longer answers than VLLM's, so that syncs find requests decoding (refit keep); the
+    # parity reward keeps variance in the groups whatever the tiny model writes.
+    t0 = time.monotonic()
+    settings = {**VLLM, "rollout.refit": "keep", "rollout.max_tokens": 24,
+                "reward.name": "tests.resilience.rewards:parity"}
+    _kill_and_resume(tmp_path, seed=5, settings=settings, steps=8, eta=1, timeout=300,
+                     token_versions=False)
+    print(f"kill-and-resume (vLLM, refit keep): {time.monotonic() - t0:.1f} s")
+    run = tmp_path / "run"
+    notes = [json.loads(x) for x in (run / "driver_notes.jsonl").read_text().splitlines()]
+    kept = [n["requests"] for n in notes if n.get("event") == "refit_kept"]
+    assert kept and sum(kept) > 0  # the resumed run's syncs carried decoding requests
+    assert not any(n.get("event") == "resume" for n in notes)  # none was ended by a sync

@@ -31,6 +31,8 @@ def test_keep_continues_requests_and_each_token_records_its_version(eta):
                                            eta=eta, steps=8, max_tokens=8, refit="keep")
     run(driver, clock)
     assert set(rollout.pause_modes) == {"keep"} and rollout.kept
+    refits = [n for n in driver.notes if n["event"] == "refit_kept"]
+    assert len(refits) == 8 and sum(n["requests"] for n in refits) > 0  # one note per sync
     assert driver.counts["resumed"] == 0  # no request was ended by a sync ...
     assert all(s.segments == 1 for _, _, s in _samples(trainer))  # ... each ran in one piece
     mixed = [(b, g, s) for b, g, s in _samples(trainer) if len(set(s.versions)) > 1]
