@@ -58,6 +58,7 @@ from reserve_occupy.stuck import StuckTimeouts
 
 from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
+from .peers import REFERENCE, PeerController
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead
 from .tasks.base import Prompt, RewardAborted, RewardFn, call_reward
@@ -95,8 +96,12 @@ class Driver:
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
-        self.controller = controller if controller is not None else JournaledController(
-            settings.controller_config())
+        if controller is None:  # staleness.policy: Reserve–Occupy, or a peer's rule
+            controller = (JournaledController(settings.controller_config())
+                          if settings.policy == REFERENCE else
+                          PeerController(settings.policy, settings.controller_config(),
+                                         settings.group_size))
+        self.controller = controller
         self.persist = persist
         resume = resume or ResumePoint()
         self.rollout, self.trainer, self.reward_fn = rollout, trainer, reward_fn
@@ -447,6 +452,7 @@ class Driver:
             while True:
                 change = self._change
                 batch = self.controller.consume()
+                self._forget_dropped()
                 if batch is not None:
                     break
                 if self.s.streaming:
@@ -516,6 +522,19 @@ class Driver:
         self.notes.append({"t": self.accounting.elapsed(), "event": "train_chunk",
                            "units": [u.unit_id for u in chunk]})
         return self.clock.now() - t0
+
+    def _forget_dropped(self) -> None:
+        """A peer's rule (``runtime.peers``) may drop finished units at ``consume`` (verl's
+        stale evictions): forget their data, and wake admission (the rule may refill)."""
+        take = getattr(self.controller, "take_dropped", None)
+        dropped = take() if take is not None else ()
+        for unit_id in dropped:
+            g = self.groups.pop(unit_id, None)
+            if g is not None:
+                g.fate = "dropped:stale"
+                self._note("drop", g, reason="stale")
+        if dropped:
+            self._notify()
 
     def _assemble(self, batch: Batch) -> TrainBatch:
         train_batch = assemble(batch, self.groups)

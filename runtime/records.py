@@ -43,6 +43,9 @@ class DriverSettings:
     # and finish_step); the optimiser still steps once per batch.
     streaming: bool = False
     chunk_groups: int = 1
+    # The staleness rule (runtime.peers.POLICY_CHOICES): reserve_occupy, or a peer's rule run
+    # through the simulator's policy to be measured against it
+    policy: str = "reserve_occupy"
 
     def controller_config(self) -> Config:
         return Config(max_staleness=self.eta, batch_size=self.batch_size,
