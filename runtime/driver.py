@@ -452,7 +452,7 @@ class Driver:
             while True:
                 change = self._change
                 batch = self.controller.consume()
-                self._forget_dropped()
+                self._after_peer_consume(batch)
                 if batch is not None:
                     break
                 if self.s.streaming:
@@ -523,17 +523,21 @@ class Driver:
                            "units": [u.unit_id for u in chunk]})
         return self.clock.now() - t0
 
-    def _forget_dropped(self) -> None:
-        """A peer's rule (``runtime.peers``) may drop finished units at ``consume`` (verl's
-        stale evictions): forget their data, and wake admission (the rule may refill)."""
+    def _after_peer_consume(self, batch: Batch | None) -> None:
+        """A peer's rule (``runtime.peers``; Reserve–Occupy's controller has no
+        ``take_dropped``) may drop finished units at ``consume`` (verl's stale evictions):
+        forget their data. Its admission may open at a consume (NeMo-RL's buffer permits, verl's
+        refills), as the simulator asks the rule to admit after it: wake admission."""
         take = getattr(self.controller, "take_dropped", None)
-        dropped = take() if take is not None else ()
+        if take is None:
+            return
+        dropped = take()
         for unit_id in dropped:
             g = self.groups.pop(unit_id, None)
             if g is not None:
                 g.fate = "dropped:stale"
                 self._note("drop", g, reason="stale")
-        if dropped:
+        if dropped or batch is not None:
             self._notify()
 
     def _assemble(self, batch: Batch) -> TrainBatch:

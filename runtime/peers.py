@@ -78,11 +78,12 @@ from reserve_occupy import (
 from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, InvalidUnitId, UnknownUnit
 from reserve_occupy.types import BatchUnit, SlotRef
 
+from .accounting import STALE  # meta.reason of a finished unit the rule dropped untrained
+
 REFERENCE = "reserve_occupy"
 # The simulator's policies the runtime can drive, in the order tables use.
 PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "unbounded")
 POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
-STALE = "stale"  # meta.reason of a finished unit the rule dropped instead of training
 
 
 class UnsupportedByRuntime(RuntimeError):

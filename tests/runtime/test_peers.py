@@ -216,3 +216,15 @@ def test_train_with_a_peer_writes_a_log_check_trace_accepts(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "CONFORMING (peer)" in text and "policy nemo_in_order" in text
     assert json.loads((out / "config.json").read_text())["staleness"]["policy"] == "nemo_in_order"
+
+
+def test_stale_drops_count_as_aborted_stale_not_filtered():
+    from runtime.accounting import ControllerCounts
+
+    driver, _, _, clock = make(script=random_script(5), eta=0, steps=6, policy="verl_drop",
+                               reward=index_reward, filter_zero_variance=False)
+    run(driver, clock)
+    drops = len(_events(driver, "filter"))
+    summary = ControllerCounts(driver.controller).summary()
+    assert drops and summary["aborted_by_reason"].get("stale") == drops
+    assert summary["filtered"] == 0 and summary["trained"] == 6 * 4
