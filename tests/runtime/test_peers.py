@@ -228,3 +228,41 @@ def test_stale_drops_count_as_aborted_stale_not_filtered():
     summary = ControllerCounts(driver.controller).summary()
     assert drops and summary["aborted_by_reason"].get("stale") == drops
     assert summary["filtered"] == 0 and summary["trained"] == 6 * 4
+
+
+# ------------------------------------------------------------------ real vLLM ----------------
+
+@pytest.mark.vllm
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_peer_rule_trains_with_real_vllm(engine, tiny_model, tmp_path):
+    # nemo_in_order on the CPU engine and the torch trainer: every token of a trained group is
+    # within eta of the batch (measured on the tokens' own versions), and the log checks.
+    from runtime.config import load_config
+    from runtime.data import load_prompts
+    from runtime.session import run_training
+    from runtime.tasks.arithmetic import ExactAnswerReward
+
+    cfg = load_config(None, {
+        "run.progress": False, "run.plot": False, "run.eval_prompts": 0,
+        "run.check_invariants": True, "run.output_dir": str(tmp_path), "run.steps": 4,
+        "staleness.batch_size": 4, "staleness.group_size": 4, "staleness.max_staleness": 1,
+        "staleness.policy": "nemo_in_order", "recovery.enabled": False})
+    seen = []
+
+    def spy(driver):
+        train_step = driver.trainer.train_step
+
+        async def record(batch):
+            seen.append(batch)
+            return await train_step(batch)
+
+        driver.trainer.train_step = record
+
+    result = await run_training(cfg, tiny_model, load_prompts(), ExactAnswerReward(), tmp_path,
+                                rollout=engine, log=lambda _: None, driver_hook=spy)
+    assert isinstance(result.driver.controller, PeerController) and len(seen) == 4
+    for batch in seen:
+        for g in batch.groups:
+            assert batch.version - min(min(s.versions) for s in g.samples) <= 1
+    report = check((tmp_path / "events.jsonl").read_text().splitlines())
+    assert report.ok and report.policy == "nemo_in_order" and report.batches == 4
