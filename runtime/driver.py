@@ -96,17 +96,17 @@ class Driver:
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
+        self.clock = clock or MonotonicClock()
         if controller is None:  # staleness.policy: Reserve–Occupy, or a peer's rule
             controller = (JournaledController(settings.controller_config())
                           if settings.policy == REFERENCE else
                           PeerController(settings.policy, settings.controller_config(),
-                                         settings.group_size))
+                                         settings.group_size, now=self.clock.now))
         self.controller = controller
         self.persist = persist
         resume = resume or ResumePoint()
         self.rollout, self.trainer, self.reward_fn = rollout, trainer, reward_fn
         self.prompts = list(prompts)
-        self.clock = clock or MonotonicClock()
         self.on_step, self.after_step = on_step, after_step
         # the weights the engine runs (publish moves both together)
         self.engine_version = self.controller.version
@@ -589,7 +589,7 @@ class Driver:
         return rule
 
     def _next_deadline(self) -> float:
-        deadline = math.inf
+        deadline = getattr(self.controller, "timer", math.inf)  # a peer's rule's timer
         if self._stuck_since is not None:
             deadline = self._stuck_since + self.stuck_rule.timeout
         if self.s.unit_timeout_s < math.inf:
@@ -601,6 +601,9 @@ class Driver:
 
     def _release_overdue(self) -> None:
         now = self.clock.now()
+        if now >= getattr(self.controller, "timer", math.inf):  # a peer's rule's timer
+            self.controller.fire_timer()
+            self._notify()  # the rule may admit now
         for g in list(self.groups.values()):
             # Compared as in _next_deadline (a sum, not a difference): with floats,
             # now - t0 >= d can be false at now == t0 + d, and the watchdog would spin.

@@ -8,7 +8,8 @@ is written once, as the simulator's policy in ``runtime.sim.model.policies`` aga
 ``Policy`` API of ``runtime.sim.model.core``. The runtime does not copy it: ``PeerController``
 instantiates that very policy class and *drives* it, standing in for the simulator behind the
 few calls a policy makes (``sim.admit``, ``sim.version``, ``sim.paused``,
-``sim.rollout_has_room``, ``sim.drop``, ``sim.filter``). The simulator's code is not edited at
+``sim.rollout_has_room``, ``sim.drop``, ``sim.filter``, ``sim.now``/``sim.set_timer``). The
+simulator's code is not edited at
 all, so every simulator result stays identical by construction (tests/runtime/test_peers.py
 pins a fingerprint of the moved-behind policies' simulated runs as well). The alternative, a
 third module holding the rules that both the simulator's policy and a runtime controller adapt
@@ -51,16 +52,20 @@ log with the peer checker (``runtime.porting.checker``): unit lifecycles, versio
 and each trained unit's staleness; it fails a bounded rule's batch staler than eta but only
 reports the trained staleness of an unbounded rule (the rule breaks the bound by design).
 
+* a rule's timer (AReaL's ``wait_timeout_s``): ``sim.set_timer`` sets ``timer``; the driver's
+  watchdog calls ``fire_timer`` when its clock reaches it (the rule then may admit).
+
 Which rules run here: ``PEER_POLICIES``. The others of the simulator need what the runtime's
-driver does not give a policy yet: a timer (AReaL's wait timeout), aborting an in-flight group of
-its own choice (ROLL), trajectory-level selection (TRL), the trainer's idle state
-(synchronous), the future (clairvoyant).
+driver does not give a policy yet: aborting an in-flight group of its own choice (ROLL),
+trajectory-level selection (TRL), the trainer's idle state (synchronous), the future
+(clairvoyant).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from reserve_occupy import (
@@ -82,7 +87,7 @@ from .accounting import STALE  # meta.reason of a finished unit the rule dropped
 
 REFERENCE = "reserve_occupy"
 # The simulator's policies the runtime can drive, in the order tables use.
-PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "unbounded")
+PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "areal", "unbounded")
 POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
 
 
@@ -164,9 +169,21 @@ class _SimView:
         raise UnsupportedByRuntime(f"{self._ctl.policy_name}: a policy's own abort of an "
                                    f"in-flight group is not supported by the runtime")
 
+    @property
+    def now(self) -> float:
+        return self._ctl.now()
+
     def set_timer(self, t: float) -> None:
-        raise UnsupportedByRuntime(f"{self._ctl.policy_name}: policy timers are not supported "
-                                   f"by the runtime")
+        """The rule's one timer (AReaL's wait timeout): the driver's watchdog calls
+        ``PeerController.fire_timer`` once its clock reaches ``timer``."""
+        if t < self._ctl.now():
+            raise UnsupportedByRuntime(f"{self._ctl.policy_name} set a timer in the past")
+        self._ctl.timer = t
+
+
+def _no_clock() -> float:
+    raise UnsupportedByRuntime("this PeerController has no clock (pass now=): its rule sets a "
+                               "timer")
 
 
 def make_rule(name: str, eta: int) -> Any:
@@ -187,8 +204,12 @@ class PeerController:
     free slot (``unbounded``)."""
 
     def __init__(self, policy: str, config: Config, group_size: int,
-                 max_in_flight: int | None = None) -> None:
+                 max_in_flight: int | None = None,
+                 now: Callable[[], float] | None = None) -> None:
         self.policy_name = policy
+        # the driver's clock, read only by a rule that sets a timer (``timer``, ``fire_timer``)
+        self.now = now if now is not None else _no_clock
+        self.timer = math.inf
         self.config = config
         self.rule = make_rule(policy, config.max_staleness)
         self.bounded = bool(self.rule.bounded)
@@ -229,6 +250,11 @@ class PeerController:
         if unit_id not in self._states:
             raise UnknownUnit("unit_state", unit_id)
         return self._states[unit_id]
+
+    def fire_timer(self) -> None:
+        """The rule's timer expired (the driver's watchdog calls this at ``timer``)."""
+        self.timer = math.inf
+        self.rule.on_timer()
 
     def take_dropped(self) -> list[Any]:
         """The finished units the rule dropped since the last call (the driver forgets them)."""

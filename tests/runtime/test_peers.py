@@ -41,6 +41,7 @@ SIM_FINGERPRINTS = {
     ("nemo_in_order", 1): "6d45c2850e88abef", ("nemo_in_order", 3): "3a22141e7323f4cd",
     ("nemo_weight_fifo", 1): "4097c0e4a65c90af", ("nemo_weight_fifo", 3): "36027ca0dd3ae72a",
     ("verl_drop", 1): "5b867cc932856de2", ("verl_drop", 3): "0734d006a5c94476",
+    ("areal", 1): "e504e593250ee9da", ("areal", 3): "4755ee62564f7262",
     ("unbounded", 1): "d4cf6ca8c842a4a6", ("unbounded", 3): "d4cf6ca8c842a4a6",
 }
 
@@ -153,6 +154,17 @@ def test_unbounded_reports_its_trained_staleness_and_is_not_failed_for_it():
     head["x_bounded"] = True
     strict = check([json.dumps(head), *lines[1:]])
     assert not strict.ok and strict.problem.violation.invariant == "staleness-bound"
+
+
+def test_areal_runs_on_its_timer():
+    # AReaL's prepare_batch goes round again when wait_results times out (1 s): with
+    # stragglers the rule's timer fires in the driver and opens further rounds.
+    driver, _, trainer, clock = make(script=random_script(3, per_token_s=0.1, long_tail=0.2),
+                                     eta=1, steps=6, policy="areal", train_s=0.2)
+    run(driver, clock)
+    rule = driver.controller.rule
+    assert len(trainer.batches) == 6 and rule.rounds > 6  # more rounds than batches
+    assert check(_log(driver)).ok
 
 
 def test_a_peer_log_breaking_a_lifecycle_is_caught():
