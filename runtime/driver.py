@@ -1,5 +1,9 @@
 """The asyncio driver: binds the Reserve–Occupy controller to a rollout engine and a trainer.
 
+(``staleness.policy`` other than ``reserve_occupy`` puts a peer's rule in the controller's place,
+``runtime.peers.PeerController``, with the same interface; the driver's few peer-only steps are
+marked as such.)
+
 Theory of operation
 -------------------
 The driver decides nothing about placement, admission or batching: it asks the controller
