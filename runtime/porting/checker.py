@@ -13,7 +13,6 @@ that into exit code 2.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from reserve_occupy import (
     apply,
     replay,
 )
-from reserve_occupy.trace import TraceEntry, TraceFormatError, parse_lines
+from reserve_occupy.trace import TraceEntry, TraceFormatError, loads_bounded, parse_lines
 
 from .compare import Difference, differences, rule_for
 from .peer_safety import PeerTracker
@@ -196,9 +195,9 @@ def _peer_of(lines: Iterable[str]) -> tuple[Iterable[str], tuple[str, bool] | No
             break
     rest = itertools.chain(before, it)
     try:
-        h = json.loads(before[-1]) if before else None
-    except ValueError:
-        return rest, None  # parse_lines reports it
+        h = loads_bounded(before[-1]) if before else None
+    except (ValueError, TypeError):
+        return rest, None  # parse_lines reports it (not JSON, nested too deep)
     if not isinstance(h, dict) or h.get("x_policy", "reserve_occupy") == "reserve_occupy":
         return rest, None
     policy, bounded = h["x_policy"], h.get("x_bounded", True)

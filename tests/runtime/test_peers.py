@@ -278,3 +278,27 @@ async def test_a_peer_rule_trains_with_real_vllm(engine, tiny_model, tmp_path):
             assert batch.version - min(min(s.versions) for s in g.samples) <= 1
     report = check((tmp_path / "events.jsonl").read_text().splitlines())
     assert report.ok and report.policy == "nemo_in_order" and report.batches == 4
+
+
+def test_the_controller_refuses_bad_calls_with_typed_errors_and_changes_nothing():
+    from reserve_occupy import Config, IllegalOperation
+    from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, InvalidUnitId, UnknownUnit
+
+    ctl = PeerController("nemo_in_order", Config(max_staleness=1, batch_size=2), group_size=4)
+    assert ctl.reserve("a") is not None
+    before = (list(ctl.events), ctl.in_flight, ctl.version)
+    for call, error in [(lambda: ctl.reserve("a"), DuplicateUnit),
+                        (lambda: ctl.reserve(1.5), InvalidUnitId),
+                        (lambda: ctl.occupy("zz"), UnknownUnit),
+                        (lambda: ctl.publish(), IllegalOperation),
+                        (lambda: ctl.stream(), IllegalOperation)]:
+        with pytest.raises(error) as info:
+            call()
+        assert (list(ctl.events), ctl.in_flight, ctl.version) == before, info.value
+    ctl.occupy("a")
+    with pytest.raises(IllegalUnitState, match="'a' in state FINISHED"):
+        ctl.occupy("a")
+    with pytest.raises(IllegalUnitState):
+        ctl.abort("a")
+    with pytest.raises(ValueError, match="unknown peer policy 'roll'"):
+        PeerController("roll", Config(max_staleness=1, batch_size=2), group_size=4)
