@@ -302,3 +302,16 @@ def test_the_controller_refuses_bad_calls_with_typed_errors_and_changes_nothing(
         ctl.abort("a")
     with pytest.raises(ValueError, match="unknown peer policy 'roll'"):
         PeerController("roll", Config(max_staleness=1, batch_size=2), group_size=4)
+
+
+@pytest.mark.parametrize("field, value", [("x_policy", 3), ("x_bounded", "yes")])
+def test_a_bad_peer_header_is_a_format_error(field, value):
+    from reserve_occupy.trace import TraceFormatError
+
+    driver, _, _, clock = make(steps=1, policy="unbounded")
+    run(driver, clock)
+    lines = _log(driver)
+    head = json.loads(lines[0])
+    head[field] = value
+    with pytest.raises(TraceFormatError, match=field):
+        check([json.dumps(head), *lines[1:]])
