@@ -8,14 +8,14 @@ is written once, as the simulator's policy in ``runtime.sim.model.policies`` aga
 ``Policy`` API of ``runtime.sim.model.core``. The runtime does not copy it: ``PeerController``
 instantiates that very policy class and *drives* it, standing in for the simulator behind the
 few calls a policy makes (``sim.admit``, ``sim.version``, ``sim.paused``,
-``sim.rollout_has_room``, ``sim.drop``, ``sim.filter``, ``sim.now``/``sim.set_timer``). The
-simulator's code is not edited at
-all, so every simulator result stays identical by construction (tests/runtime/test_peers.py
-pins a fingerprint of the moved-behind policies' simulated runs as well). The alternative, a
-third module holding the rules that both the simulator's policy and a runtime controller adapt
-to, would have meant rewriting every policy and re-proving that the tables do not move; the
-policies are already sans-I/O (no clock, threads or engines: they only ask their ``sim``), so
-driving them as they are gives the same single copy with no rewrite.
+``sim.rollout_has_room``, ``sim.drop``, ``sim.filter``, ``sim.now``, ``sim.set_timer``). The
+simulator's code is not edited at all, so every simulator result stays identical by
+construction (tests/runtime/test_peers.py pins a fingerprint of the simulated runs of the rules
+the runtime drives, so a later edit to one of them shows). The alternative, a third module
+holding the rules that both the simulator's policy and a runtime controller adapt to, would
+have meant rewriting every policy and re-showing that the tables do not move; the policies are
+already sans-I/O (no clock, threads or engines: they only ask their ``sim``), so driving them as
+they are gives the same single copy with no rewrite.
 
 The peers live here, in ``runtime/``, not in the core ``reserve_occupy/``: they are not
 verified and not part of the protocol; the core stays the one verified controller. Reserve–
@@ -44,6 +44,8 @@ Reserve–Occupy controller, with the same types and typed errors:
 * ``publish()``: the version moves; the policy hears ``on_publish``.
 * ``stream``/``release_stuck``: no peer streams or has a STUCK state here (the head status is
   always PENDING); ``train --check`` refuses ``trainer.streaming`` with a peer.
+* a rule's timer (AReaL's ``wait_timeout_s``): ``sim.set_timer`` sets ``timer``; the driver's
+  watchdog calls ``fire_timer`` when its clock reaches it (the rule then may admit).
 
 **The event log** is the core's trace format (``reserve_occupy.trace``): the same ``Event``
 records, without slots (a peer has none), and a header naming the rule in ``x_policy`` (and
@@ -52,8 +54,14 @@ log with the peer checker (``runtime.porting.checker``): unit lifecycles, versio
 and each trained unit's staleness; it fails a bounded rule's batch staler than eta but only
 reports the trained staleness of an unbounded rule (the rule breaks the bound by design).
 
-* a rule's timer (AReaL's ``wait_timeout_s``): ``sim.set_timer`` sets ``timer``; the driver's
-  watchdog calls ``fire_timer`` when its clock reaches it (the rule then may admit).
+Where a runtime run differs from a simulated one (the rule is the same; its surroundings are
+the runtime's): a unit's ``v_traj`` is the version at ``reserve`` (the simulator's ``v_gen`` is
+the version its first request started under, after any queueing); the zero-variance filter is
+the runtime's (``staleness.filter_zero_variance``, before ``occupy``), so a rule never sees a
+no-gradient group and its own filter path is not exercised; ``unbounded``'s free slot is fewer
+than ``max_in_flight`` groups in flight (``staleness.max_concurrency``, default
+(eta + 1) x batch_size, the most Reserve–Occupy keeps in flight), not the engines' sequence
+slots; verl runs with ``parameter_sync_step=1`` (colocate_async, as the runtime is).
 
 Which rules run here: ``PEER_POLICIES``. The others of the simulator need what the runtime's
 driver does not give a policy yet: aborting an in-flight group of its own choice (ROLL),
