@@ -595,7 +595,7 @@ class Driver:
     def _next_deadline(self) -> float:
         deadline = getattr(self.controller, "timer", math.inf)  # a peer's rule's timer
         if self._stuck_since is not None:
-            deadline = self._stuck_since + self.stuck_rule.timeout
+            deadline = min(deadline, self._stuck_since + self.stuck_rule.timeout)
         if self.s.unit_timeout_s < math.inf:
             for g in self.groups.values():
                 if not g.closed:  # admission order = deadline order: the first open one
