@@ -529,8 +529,9 @@ class Driver:
 
     def _after_peer_consume(self, batch: Batch | None) -> None:
         """A peer's rule (``runtime.peers``; Reserve–Occupy's controller has no
-        ``take_dropped``) may drop finished units at ``consume`` (verl's stale evictions):
-        forget their data. Its admission may open at a consume (NeMo-RL's buffer permits, verl's
+        ``take_dropped``) may drop finished units at ``consume`` or ``publish`` (verl's stale
+        evictions, ROLL's old cohorts): forget their data; and abort in-flight ones (ROLL):
+        stop them. Its admission may open at a consume (NeMo-RL's buffer permits, verl's
         refills), as the simulator asks the rule to admit after it: wake admission."""
         take = getattr(self.controller, "take_dropped", None)
         if take is None:
@@ -541,7 +542,9 @@ class Driver:
             if g is not None:
                 g.fate = "dropped:stale"
                 self._note("drop", g, reason="stale")
-        if dropped or batch is not None:
+        aborted = self.controller.take_aborted()  # in flight, stopped by the rule (ROLL)
+        self._dropped_by_controller(aborted)
+        if dropped or aborted or batch is not None:
             self._notify()
 
     def _assemble(self, batch: Batch) -> TrainBatch:
@@ -562,6 +565,7 @@ class Driver:
             await change.wait()
         await self.rollout.load_weights(weights)
         self.controller.publish()
+        self._after_peer_consume(None)  # a peer's rule may drop or abort units at publish
         self.engine_version = self.controller.version
         self._check()
         await self.rollout.resume()

@@ -7,8 +7,9 @@ Design
 is written once, as the simulator's policy in ``runtime.sim.model.policies`` against the
 ``Policy`` API of ``runtime.sim.model.core``. The runtime does not copy it: ``PeerController``
 instantiates that very policy class and *drives* it, standing in for the simulator behind the
-few calls a policy makes (``sim.admit``, ``sim.version``, ``sim.paused``,
-``sim.rollout_has_room``, ``sim.drop``, ``sim.filter``, ``sim.now``, ``sim.set_timer``). The
+few calls a policy makes (``sim.admit``, ``sim.abort``, ``sim.version``, ``sim.paused``,
+``sim.trainer_idle``, ``sim.rollout_has_room``, ``sim.drop``, ``sim.filter``, ``sim.now``,
+``sim.set_timer``). The
 simulator's code is not edited at all, so every simulator result stays identical by
 construction (tests/runtime/test_peers.py pins a fingerprint of the simulated runs of the rules
 the runtime drives, so a later edit to one of them shows). The alternative, a third module
@@ -41,7 +42,10 @@ Reserve–Occupy controller, with the same types and typed errors:
   (``sim.drop``: verl's stale evictions, weight_fifo's too-old groups) are logged as ``filter``
   events with ``meta.reason = "stale"`` and handed to the driver by ``take_dropped`` so it can
   forget their data.
-* ``publish()``: the version moves; the policy hears ``on_publish``.
+* ``publish()``: the version moves; the policy hears ``on_publish``. A rule may abort in-flight
+  groups of its own choice there (ROLL's cohorts older than its lag: ``sim.abort``), logged as
+  ``abort`` with ``meta.reason = "stale"`` and handed to the driver by ``take_aborted`` so it
+  stops their requests; the finished ones it drops go as at ``consume``.
 * ``stream``/``release_stuck``: no peer streams or has a STUCK state here (the head status is
   always PENDING); ``train --check`` refuses ``trainer.streaming`` with a peer.
 * a rule's timer (AReaL's ``wait_timeout_s``): ``sim.set_timer`` sets ``timer``; the driver's
@@ -64,9 +68,9 @@ than ``max_in_flight`` groups in flight (``staleness.max_concurrency``, default
 slots; verl runs with ``parameter_sync_step=1`` (colocate_async, as the runtime is).
 
 Which rules run here: ``PEER_POLICIES``. The others of the simulator need what the runtime's
-driver does not give a policy yet: aborting an in-flight group of its own choice (ROLL),
-trajectory-level selection (TRL), the trainer's idle state (synchronous), the future
-(clairvoyant).
+driver does not give a policy: trajectory-level batches (TRL, whose unit is a trajectory, not a
+group), the future (clairvoyant: the workload's lengths before generation), a streaming
+trainer (PSRL's fine-grained rule is about chunks).
 """
 
 from __future__ import annotations
@@ -95,7 +99,8 @@ from .accounting import STALE  # meta.reason of a finished unit the rule dropped
 
 REFERENCE = "reserve_occupy"
 # The simulator's policies the runtime can drive, in the order tables use.
-PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "areal", "unbounded")
+PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "roll", "areal", "synchronous",
+                 "unbounded")
 POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
 
 
@@ -173,9 +178,13 @@ class _SimView:
                 seen.add(r.group.gid)
                 self._ctl._discard(r.group, STALE)
 
+    @property
+    def trainer_idle(self) -> bool:
+        return not self._ctl._training
+
     def abort(self, group: PeerGroup) -> None:
-        raise UnsupportedByRuntime(f"{self._ctl.policy_name}: a policy's own abort of an "
-                                   f"in-flight group is not supported by the runtime")
+        """The rule stops an in-flight group of its own choice (ROLL's stale cohorts)."""
+        self._ctl._abort_by_rule(group)
 
     @property
     def now(self) -> float:
@@ -233,6 +242,7 @@ class PeerController:
         self._units: dict[Any, PeerGroup] = {}
         self._states: dict[Any, UnitState] = {}
         self._dropped: list[Any] = []
+        self._aborted: list[Any] = []
         self._training = False  # consumed, not yet published
         self.rule.attach(_SimView(self, config.batch_size, group_size))
 
@@ -267,6 +277,11 @@ class PeerController:
     def take_dropped(self) -> list[Any]:
         """The finished units the rule dropped since the last call (the driver forgets them)."""
         out, self._dropped = self._dropped, []
+        return out
+
+    def take_aborted(self) -> list[Any]:
+        """The in-flight units the rule aborted since the last call (the driver stops them)."""
+        out, self._aborted = self._aborted, []
         return out
 
     # ------------------------------------------------------------------ operations -----------
@@ -395,6 +410,22 @@ class PeerController:
         del self._units[unit_id]
         self._dropped.append(unit_id)
         self._log("filter", {"reason": reason}, unit_id=unit_id)
+
+    def _abort_by_rule(self, group: PeerGroup) -> None:
+        """``sim.abort``: a group still waiting for a unit is withdrawn; a bound one is logged
+        as aborted (``meta.reason = "stale"``) and handed to the driver by ``take_aborted``."""
+        if group.state != PeerGroup.RUNNING:
+            raise IllegalUnitState("abort", group.unit_id, group.state)
+        group.state = PeerGroup.ABORTED
+        if group.unit_id is None:
+            self._waiting.remove(group)
+            return
+        unit_id = group.unit_id
+        self._states[unit_id] = UnitState.ABORTED
+        self.in_flight -= 1
+        del self._units[unit_id]
+        self._aborted.append(unit_id)
+        self._log("abort", {"reason": STALE}, unit_id=unit_id)
 
     def _live(self, op: str, unit_id: Any, want: UnitState) -> PeerGroup:
         self._check_id(op, unit_id)

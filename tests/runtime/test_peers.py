@@ -42,6 +42,8 @@ SIM_FINGERPRINTS = {
     ("nemo_weight_fifo", 1): "4097c0e4a65c90af", ("nemo_weight_fifo", 3): "36027ca0dd3ae72a",
     ("verl_drop", 1): "5b867cc932856de2", ("verl_drop", 3): "0734d006a5c94476",
     ("areal", 1): "e504e593250ee9da", ("areal", 3): "4755ee62564f7262",
+    ("roll", 1): "475e18b89f1f4d5a", ("roll", 3): "54e443ee82904532",
+    ("synchronous", 1): "586b6c145550e466", ("synchronous", 3): "586b6c145550e466",
     ("unbounded", 1): "d4cf6ca8c842a4a6", ("unbounded", 3): "d4cf6ca8c842a4a6",
 }
 
@@ -165,6 +167,45 @@ def test_areal_runs_on_its_timer():
     rule = driver.controller.rule
     assert len(trainer.batches) == 6 and rule.rounds > 6  # more rounds than batches
     assert check(_log(driver)).ok
+
+
+def test_synchronous_trains_only_fresh_data():
+    driver, _, trainer, clock = make(script=random_script(2, long_tail=0.2), eta=2, steps=5,
+                                     policy="synchronous")
+    run(driver, clock)
+    assert len(trainer.batches) == 5 and all(g.staleness == 0 for b in trainer.batches
+                                             for g in b.groups)
+    assert check(_log(driver)).ok
+
+
+def test_a_rule_aborting_an_in_flight_group_stops_it_in_the_driver():
+    # ROLL aborts the running groups of cohorts older than its lag at publish (sim.abort).
+    # Its cohorts rarely straggle that long, so the abort is forced here the way ROLL makes it,
+    # through the rule's own sim, at a publish: the driver must stop that unit's requests.
+    driver, rollout, _, clock = make(script=random_script(4, per_token_s=0.05), eta=1, steps=4,
+                                     policy="roll", reward=index_reward,
+                                     filter_zero_variance=False)
+    ctl, victims = driver.controller, []
+    publish = ctl.publish
+
+    def publish_and_abort(meta=None):
+        publish(meta)
+        running = [g for g in ctl._units.values() if g.state == g.RUNNING]
+        if not victims and running:  # as ROLL's on_publish: out of its cohort, then abort
+            group, rule = running[0], ctl.rule
+            del rule.cohorts[group.tag].running[group.gid]
+            rule.running -= 1
+            victims.append(group.unit_id)
+            rule.sim.abort(group)
+
+    ctl.publish = publish_and_abort
+    run(driver, clock)
+    (victim,) = victims
+    assert ctl.unit_state(victim).value == "ABORTED"
+    aborts = [e for e in _events(driver, "abort") if e.unit_id == victim]
+    assert len(aborts) == 1 and ctl.metas[aborts[0].seq] == {"reason": STALE}
+    assert any(n["event"] == "abort" and n["unit"] == victim for n in driver.notes)
+    assert victim not in driver.groups and check(_log(driver)).ok
 
 
 def test_a_peer_log_breaking_a_lifecycle_is_caught():
@@ -300,8 +341,8 @@ def test_the_controller_refuses_bad_calls_with_typed_errors_and_changes_nothing(
         ctl.occupy("a")
     with pytest.raises(IllegalUnitState):
         ctl.abort("a")
-    with pytest.raises(ValueError, match="unknown peer policy 'roll'"):
-        PeerController("roll", Config(max_staleness=1, batch_size=2), group_size=4)
+    with pytest.raises(ValueError, match="unknown peer policy 'trl'"):
+        PeerController("trl", Config(max_staleness=1, batch_size=2), group_size=4)
 
 
 @pytest.mark.parametrize("field, value", [("x_policy", 3), ("x_bounded", "yes")])
