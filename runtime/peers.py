@@ -53,7 +53,8 @@ Reserve–Occupy controller, with the same types and typed errors:
 
 **The event log** is the core's trace format (``reserve_occupy.trace``): the same ``Event``
 records, without slots (a peer has none), and a header naming the rule in ``x_policy`` (and
-``x_bounded``: whether the rule itself promises staleness <= eta). ``check-trace`` reads such a
+``x_bounded``: whether the rule itself promises staleness <= eta; ``x_eta``: the eta it
+enforces, 0 for ``synchronous``). ``check-trace`` reads such a
 log with the peer checker (``runtime.porting.checker``): unit lifecycles, versions, full batches
 and each trained unit's staleness; it fails a bounded rule's batch staler than eta but only
 reports the trained staleness of an unbounded rule (the rule breaks the bound by design).
@@ -384,6 +385,7 @@ class PeerController:
         head = header(self.config, producer)
         head["x_policy"] = self.policy_name
         head["x_bounded"] = self.bounded
+        head["x_eta"] = self.rule.eta  # the bound the rule enforces (synchronous: 0)
         yield head
         for event in self.events:
             record = event_to_record(event)

@@ -73,6 +73,7 @@ class Report:
     policy: str | None = None
     bounded: bool = True
     over_eta: int = 0
+    eta: int | None = None  # the bound a peer's rule enforces (x_eta), if not the config's
     staleness: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -184,9 +185,11 @@ def check(lines: Iterable[str], mode: str = STRICT,
     return report
 
 
-def _peer_of(lines: Iterable[str]) -> tuple[Iterable[str], tuple[str, bool] | None]:
+def _peer_of(lines: Iterable[str]
+             ) -> tuple[Iterable[str], tuple[str, bool, int | None] | None]:
     """The lines (unconsumed) and, for a peer's log (a header naming ``x_policy`` other than
-    reserve_occupy), its rule and whether the rule promises the bound (``x_bounded``)."""
+    reserve_occupy), its rule, whether the rule promises the bound (``x_bounded``) and the eta
+    it enforces (``x_eta``; None: the config's)."""
     it = iter(lines)
     before: list[str] = []
     for text in it:
@@ -200,20 +203,23 @@ def _peer_of(lines: Iterable[str]) -> tuple[Iterable[str], tuple[str, bool] | No
         return rest, None  # parse_lines reports it (not JSON, nested too deep)
     if not isinstance(h, dict) or h.get("x_policy", "reserve_occupy") == "reserve_occupy":
         return rest, None
-    policy, bounded = h["x_policy"], h.get("x_bounded", True)
+    policy, bounded, eta = h["x_policy"], h.get("x_bounded", True), h.get("x_eta")
     if not isinstance(policy, str):
         raise TraceFormatError(len(before), "x_policy", f"must be a string, got {policy!r}")
     if not isinstance(bounded, bool):
         raise TraceFormatError(len(before), "x_bounded", f"must be true or false, got "
                                                          f"{bounded!r}")
-    return rest, (policy, bounded)
+    if eta is not None and (isinstance(eta, bool) or not isinstance(eta, int) or eta < 0):
+        raise TraceFormatError(len(before), "x_eta", f"must be an int >= 0, got {eta!r}")
+    return rest, (policy, bounded, eta)
 
 
 def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, bounded: bool,
-                progress: Callable[[int], None] | None) -> Report:
+                eta: int | None, progress: Callable[[int], None] | None) -> Report:
     """A peer's log: no reference to replay; ``PeerTracker`` checks what every rule must do."""
     report = Report(PEER, config, policy=policy, bounded=bounded)
-    tracker = PeerTracker(config, policy, bounded)
+    tracker = PeerTracker(config, policy, bounded, eta)
+    report.eta = tracker.eta
     for entry in entries:
         report.events += 1
         if progress is not None and report.events % PROGRESS_EVERY == 0:

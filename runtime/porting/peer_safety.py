@@ -9,7 +9,8 @@ replay and no slot table; what any staleness control must still do is checked.
   ``consume``, a ``consume`` trains the current version and waits for its ``publish``;
 * full batches (``batch_size`` units), each unit's logged staleness = version - v_traj;
 * the staleness bound, for a rule that promises it (``x_bounded: true``): a unit staler than eta
-  is a violation. An unbounded rule breaks the bound by design: its trained staleness is
+  (``x_eta``, the eta the rule enforces, when the header gives it; else the config's) is a
+  violation. An unbounded rule breaks the bound by design: its trained staleness is
   reported (``over_eta``: units trained staler than eta), never called a failure.
 
 ``stream`` and ``release_stuck`` are Reserve–Occupy's and a violation here.
@@ -28,11 +29,12 @@ IN_FLIGHT, FINISHED, DONE = "in flight", "finished", "done"
 class PeerTracker:
     """Follows a peer's trace; ``step`` returns the first violation of each event."""
 
-    def __init__(self, config: Config, policy: str, bounded: bool) -> None:
+    def __init__(self, config: Config, policy: str, bounded: bool,
+                 eta: int | None = None) -> None:
         self.config = config
         self.policy = policy
         self.bounded = bounded
-        self.eta = config.max_staleness
+        self.eta = config.max_staleness if eta is None else eta  # x_eta: the rule's own
         self.version = 0
         self.training = False
         self.units: dict[object, str] = {}

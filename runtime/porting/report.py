@@ -170,11 +170,12 @@ def _peer_line(report: Report) -> str:
     """A peer's log: its rule, and the staleness it trained (over eta: reported, no failure
     for a rule that does not promise the bound)."""
     trained = ", ".join(f"{k}: {v}" for k, v in report.staleness.items()) or "none"
+    eta = report.config.max_staleness if report.eta is None else report.eta
     if report.bounded:
-        bound = f"bounded by its rule: every unit trained within eta {report.config.max_staleness}"
+        bound = f"bounded by its rule: every unit trained within eta {eta}"
     else:
         bound = (f"not bounded by its rule: {report.over_eta} units trained staler than eta "
-                 f"{report.config.max_staleness} (the rule's own, not a protocol failure)")
+                 f"{eta} (the rule's own, not a protocol failure)")
     return (f"  policy {report.policy} ({bound}); trained staleness {{staleness: units}}: "
             f"{{{trained}}}")
 

@@ -175,7 +175,19 @@ def test_synchronous_trains_only_fresh_data():
     run(driver, clock)
     assert len(trainer.batches) == 5 and all(g.staleness == 0 for b in trainer.batches
                                              for g in b.groups)
-    assert check(_log(driver)).ok
+    lines = _log(driver)
+    report = check(lines)
+    assert report.ok and report.eta == 0  # checked against the rule's eta, not the config's 2
+    # x_eta is what is checked: an eta-1 rule's log (staleness 1 trained) claiming eta 0 fails
+    other, _, _, clock = make(script=random_script(3, long_tail=0.2), eta=1, steps=6,
+                              policy="nemo_in_order", train_s=0.2)
+    run(other, clock)
+    lines = _log(other)
+    assert check(lines).ok and check(lines).max_staleness == 1
+    head = json.loads(lines[0])
+    head["x_eta"] = 0
+    claimed = check([json.dumps(head), *lines[1:]])
+    assert not claimed.ok and claimed.problem.violation.invariant == "staleness-bound"
 
 
 def test_a_rule_aborting_an_in_flight_group_stops_it_in_the_driver():
@@ -345,7 +357,8 @@ def test_the_controller_refuses_bad_calls_with_typed_errors_and_changes_nothing(
         PeerController("trl", Config(max_staleness=1, batch_size=2), group_size=4)
 
 
-@pytest.mark.parametrize("field, value", [("x_policy", 3), ("x_bounded", "yes")])
+@pytest.mark.parametrize("field, value", [("x_policy", 3), ("x_bounded", "yes"),
+                                          ("x_eta", -1), ("x_eta", True)])
 def test_a_bad_peer_header_is_a_format_error(field, value):
     from reserve_occupy.trace import TraceFormatError
 
