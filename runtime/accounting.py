@@ -86,6 +86,10 @@ NO_GRADIENT = "no_gradient"
 # it was in flight (``shutdown``), or a crash lost it and recovery closed it out. The length
 # bias leaves such units out, as the simulator leaves out trajectories still live at the end.
 UNSETTLED = frozenset({"shutdown", "lost_in_crash", "recovered", "trajectory_missing"})
+# The reason a ``filter`` line carries when a peer's rule (runtime.peers) dropped a finished unit
+# as too stale to train (verl's eviction): L3 waste, counted as aborted for "stale", not as
+# filtered (filtered means: no gradient).
+STALE = "stale"
 
 
 class LogCounts:
@@ -96,7 +100,9 @@ class LogCounts:
 
     * ``steps``: ``publish`` lines (batches trained and published, recovery's included);
     * ``admitted``: ``reserve`` lines; ``trained``: units in ``consume`` batches;
-    * ``filtered``: ``abort`` lines with ``meta.reason == "no_gradient"`` and ``filter`` lines;
+    * ``filtered``: ``abort`` lines with ``meta.reason == "no_gradient"`` and ``filter`` lines
+      (but a ``filter`` with ``meta.reason == "stale"``, a peer's rule dropping a finished unit,
+      is aborted, reason ``stale``);
     * ``aborted``: every other unit that ended ABORTED: ``abort`` lines and the units each
       operation's ``aborted`` list names (closing rule, STUCK release), by reason in
       ``aborted_by_reason``;
@@ -135,6 +141,9 @@ class LogCounts:
             for u in units:
                 self.staleness[u["staleness"]] = self.staleness.get(u["staleness"], 0) + 1
                 self.fates[u["unit"]] = "trained"
+        elif op == "filter" and reason == STALE:
+            self._aborted(STALE)
+            self.fates[record["unit"]] = f"aborted:{STALE}"
         elif op == "filter":
             c["filtered"] += 1
             self.fates[record["unit"]] = unsettled or "filtered"

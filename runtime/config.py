@@ -28,6 +28,7 @@ from pydantic import (
 from reserve_occupy.config import MAX_STALENESS
 from reserve_occupy.trace import MAX_JSON_DEPTH
 
+from .peers import POLICY_CHOICES, REFERENCE
 from .records import DriverSettings
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
@@ -179,6 +180,16 @@ class StalenessConfig(_Section):
     capacity: int | None = Field(None, ge=1, le=MAX_GROUPS)  # batch-level oversampling
     max_concurrency: int | None = Field(None, ge=1, le=MAX_GROUPS)  # groups in flight
     filter_zero_variance: bool = True
+    # The staleness rule (docs/runtime.md, "staleness.policy"): Reserve–Occupy, the verified
+    # default, or a peer's rule from the simulator (runtime.peers), to be measured against it
+    policy: str = REFERENCE
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICY_CHOICES:
+            raise ValueError(f"must be one of {', '.join(POLICY_CHOICES)}")
+        return value
 
     @model_validator(mode="after")
     def _sizes(self) -> StalenessConfig:
@@ -302,6 +313,24 @@ class TrainConfig(_Section):
                              f"part of one batch")
         return self
 
+    @model_validator(mode="after")
+    def _peer_fits(self) -> TrainConfig:
+        """A peer's rule (runtime.peers) runs without what only Reserve–Occupy has."""
+        s = self.staleness
+        if s.policy == REFERENCE:
+            return self
+        if self.recovery.enabled:
+            raise ValueError(f"staleness.policy={s.policy} runs without crash recovery (it "
+                             f"replays the Reserve–Occupy controller): set "
+                             f"recovery.enabled=false")
+        if self.trainer.streaming:
+            raise ValueError(f"staleness.policy={s.policy} does not stream in the runtime: set "
+                             f"trainer.streaming=false")
+        if s.capacity is not None:
+            raise ValueError(f"staleness.capacity (batch-level oversampling) is Reserve–Occupy's;"
+                             f" staleness.policy={s.policy} does not take it")
+        return self
+
     def driver_settings(self) -> DriverSettings:
         s, r, t = self.staleness, self.rollout, self.timeouts
         return DriverSettings(
@@ -313,7 +342,8 @@ class TrainConfig(_Section):
             refit=r.refit,
             unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
             seed=self.run.seed, check_invariants=self.run.check_invariants,
-            streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups)
+            streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups,
+            policy=s.policy)
 
 
 class ConfigFileError(ValueError):

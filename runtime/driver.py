@@ -1,5 +1,9 @@
 """The asyncio driver: binds the Reserve–Occupy controller to a rollout engine and a trainer.
 
+(``staleness.policy`` other than ``reserve_occupy`` puts a peer's rule in the controller's place,
+``runtime.peers.PeerController``, with the same interface; the driver's few peer-only steps are
+marked as such.)
+
 Theory of operation
 -------------------
 The driver decides nothing about placement, admission or batching: it asks the controller
@@ -61,6 +65,7 @@ from reserve_occupy.stuck import StuckTimeouts
 
 from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
+from .peers import REFERENCE, PeerController
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead, token_versions
 from .tasks.base import Prompt, RewardAborted, RewardFn, call_reward
@@ -98,13 +103,17 @@ class Driver:
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
-        self.controller = controller if controller is not None else JournaledController(
-            settings.controller_config())
+        self.clock = clock or MonotonicClock()
+        if controller is None:  # staleness.policy: Reserve–Occupy, or a peer's rule
+            controller = (JournaledController(settings.controller_config())
+                          if settings.policy == REFERENCE else
+                          PeerController(settings.policy, settings.controller_config(),
+                                         settings.group_size, now=self.clock.now))
+        self.controller = controller
         self.persist = persist
         resume = resume or ResumePoint()
         self.rollout, self.trainer, self.reward_fn = rollout, trainer, reward_fn
         self.prompts = list(prompts)
-        self.clock = clock or MonotonicClock()
         self.on_step, self.after_step = on_step, after_step
         # the weights the engine runs (publish moves both together)
         self.engine_version = self.controller.version
@@ -450,6 +459,7 @@ class Driver:
             while True:
                 change = self._change
                 batch = self.controller.consume()
+                self._after_peer_consume(batch)
                 if batch is not None:
                     break
                 if self.s.streaming:
@@ -520,6 +530,26 @@ class Driver:
                            "units": [u.unit_id for u in chunk]})
         return self.clock.now() - t0
 
+    def _after_peer_consume(self, batch: Batch | None) -> None:
+        """A peer's rule (``runtime.peers``; Reserve–Occupy's controller has no
+        ``take_dropped``) may drop finished units at ``consume`` or ``publish`` (verl's stale
+        evictions, ROLL's old cohorts): forget their data; and abort in-flight ones (ROLL):
+        stop them. Its admission may open at a consume (NeMo-RL's buffer permits, verl's
+        refills), as the simulator asks the rule to admit after it: wake admission."""
+        take = getattr(self.controller, "take_dropped", None)
+        if take is None:
+            return
+        dropped = take()
+        for unit_id in dropped:
+            g = self.groups.pop(unit_id, None)
+            if g is not None:
+                g.fate = "dropped:stale"
+                self._note("drop", g, reason="stale")
+        aborted = self.controller.take_aborted()  # in flight, stopped by the rule (ROLL)
+        self._dropped_by_controller(aborted)
+        if dropped or aborted or batch is not None:
+            self._notify()
+
     def _assemble(self, batch: Batch) -> TrainBatch:
         train_batch = assemble(batch, self.groups)
         for unit in batch.units:
@@ -546,6 +576,7 @@ class Driver:
         version = self.controller.version + 1  # what publish makes public
         await self.rollout.load_weights(weights, version)
         self.controller.publish()
+        self._after_peer_consume(None)  # a peer's rule may drop or abort units at publish
         self.engine_version = self.controller.version
         if self.engine_version != version:
             raise RuntimeError(f"publish made version {self.engine_version}, the engine was "
@@ -580,9 +611,9 @@ class Driver:
         return rule
 
     def _next_deadline(self) -> float:
-        deadline = math.inf
+        deadline = getattr(self.controller, "timer", math.inf)  # a peer's rule's timer
         if self._stuck_since is not None:
-            deadline = self._stuck_since + self.stuck_rule.timeout
+            deadline = min(deadline, self._stuck_since + self.stuck_rule.timeout)
         if self.s.unit_timeout_s < math.inf:
             for g in self.groups.values():
                 if not g.closed:  # admission order = deadline order: the first open one
@@ -592,6 +623,9 @@ class Driver:
 
     def _release_overdue(self) -> None:
         now = self.clock.now()
+        if now >= getattr(self.controller, "timer", math.inf):  # a peer's rule's timer
+            self.controller.fire_timer()
+            self._notify()  # the rule may admit now
         for g in list(self.groups.values()):
             # Compared as in _next_deadline (a sum, not a difference): with floats,
             # now - t0 >= d can be false at now == t0 + d, and the watchdog would spin.

@@ -47,6 +47,9 @@ class DriverSettings:
     # and finish_step); the optimiser still steps once per batch.
     streaming: bool = False
     chunk_groups: int = 1
+    # The staleness rule (runtime.peers.POLICY_CHOICES): reserve_occupy, or a peer's rule run
+    # through the simulator's policy to be measured against it
+    policy: str = "reserve_occupy"
 
     def __post_init__(self) -> None:
         check_refit_mode(self.refit)

@@ -508,8 +508,10 @@ def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bo
 
         ctl = driver.controller
         metas = getattr(ctl, "metas", {})
+        records = (ctl.trace_records(PRODUCER) if hasattr(ctl, "trace_records")  # a peer's rule
+                   else trace_records(ctl.config, ctl.events, producer=PRODUCER))
         with atomic_io.atomic(out_dir / LOG_NAME) as f:
-            for record in trace_records(ctl.config, ctl.events, producer=PRODUCER):
+            for record in records:
                 if record.get("seq") in metas:  # why a unit was aborted, as when streamed
                     record["meta"] = metas[record["seq"]]
                 f.write(dumps(record) + "\n")

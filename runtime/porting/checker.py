@@ -12,6 +12,7 @@ that into exit code 2.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,12 +27,14 @@ from reserve_occupy import (
     apply,
     replay,
 )
-from reserve_occupy.trace import TraceEntry, parse_lines
+from reserve_occupy.trace import TraceEntry, TraceFormatError, loads_bounded, parse_lines
 
 from .compare import Difference, differences, rule_for
+from .peer_safety import PeerTracker
 from .safety import SafetyTracker, Violation
 
 STRICT, LENIENT = "strict", "lenient"
+PEER = "peer"  # a peer's log (header x_policy): checked by ``peer_safety``, whatever the mode
 PROGRESS_EVERY = 100_000
 # A problem report draws the buffers before and after the offending event only up to this many
 # open slots: larger tables are unreadable, and snapshotting a million slots costs ~1 GB.
@@ -65,6 +68,13 @@ class Report:
     live_at_end: int = 0
     logged: dict[str, set[str]] = field(default_factory=dict)  # op -> fields ever logged
     problem: Problem | None = None
+    # a peer's log (header x_policy, runtime.peers): its rule, whether it promises the bound,
+    # the units it trained staler than eta (unbounded rules) and {staleness: units trained}
+    policy: str | None = None
+    bounded: bool = True
+    over_eta: int = 0
+    eta: int | None = None  # the bound a peer's rule enforces (x_eta), if not the config's
+    staleness: dict[int, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -136,7 +146,10 @@ def check(lines: Iterable[str], mode: str = STRICT,
     ``progress(n)`` is called every ``PROGRESS_EVERY`` events (long traces)."""
     if mode not in (STRICT, LENIENT):
         raise ValueError(f"mode must be {STRICT!r} or {LENIENT!r}, not {mode!r}")
+    lines, peer = _peer_of(lines)
     head, entries = parse_lines(lines)
+    if peer is not None:
+        return _check_peer(head.config, entries, *peer, progress)
     config, coarse = head.config, head.granularity == "buffer"
     report = Report(mode, config)
     tracker = SafetyTracker(config)
@@ -169,4 +182,59 @@ def check(lines: Iterable[str], mode: str = STRICT,
     report.max_staleness = tracker.max_staleness_seen
     report.max_in_flight = tracker.max_in_flight_seen
     report.live_at_end = sum(tracker.live.values())
+    return report
+
+
+def _peer_of(lines: Iterable[str]
+             ) -> tuple[Iterable[str], tuple[str, bool, int | None] | None]:
+    """The lines (unconsumed) and, for a peer's log (a header naming ``x_policy`` other than
+    reserve_occupy), its rule, whether the rule promises the bound (``x_bounded``) and the eta
+    it enforces (``x_eta``; None: the config's)."""
+    it = iter(lines)
+    before: list[str] = []
+    for text in it:
+        before.append(text)
+        if text.strip():
+            break
+    rest = itertools.chain(before, it)
+    try:
+        h = loads_bounded(before[-1]) if before else None
+    except (ValueError, TypeError):
+        return rest, None  # parse_lines reports it (not JSON, nested too deep)
+    if not isinstance(h, dict) or h.get("x_policy", "reserve_occupy") == "reserve_occupy":
+        return rest, None
+    policy, bounded, eta = h["x_policy"], h.get("x_bounded", True), h.get("x_eta")
+    if not isinstance(policy, str):
+        raise TraceFormatError(len(before), "x_policy", f"must be a string, got {policy!r}")
+    if not isinstance(bounded, bool):
+        raise TraceFormatError(len(before), "x_bounded", f"must be true or false, got "
+                                                         f"{bounded!r}")
+    if eta is not None and (isinstance(eta, bool) or not isinstance(eta, int) or eta < 0):
+        raise TraceFormatError(len(before), "x_eta", f"must be an int >= 0, got {eta!r}")
+    return rest, (policy, bounded, eta)
+
+
+def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, bounded: bool,
+                eta: int | None, progress: Callable[[int], None] | None) -> Report:
+    """A peer's log: no reference to replay; ``PeerTracker`` checks what every rule must do."""
+    report = Report(PEER, config, policy=policy, bounded=bounded)
+    tracker = PeerTracker(config, policy, bounded, eta)
+    report.eta = tracker.eta
+    for entry in entries:
+        report.events += 1
+        if progress is not None and report.events % PROGRESS_EVERY == 0:
+            progress(report.events)
+        report.refused += entry.refused
+        report.logged.setdefault(entry.op, set()).update(entry.logged)
+        violation = tracker.step(entry)
+        if violation is not None:
+            report.problem = Problem(entry, [], violation, tracked=tracker.describe())
+            break
+    report.units = len(tracker.units)
+    report.batches = tracker.batches
+    report.max_staleness = tracker.max_staleness_seen
+    report.max_in_flight = tracker.max_in_flight_seen
+    report.live_at_end = sum(tracker.live.values())
+    report.over_eta = tracker.over_eta
+    report.staleness = dict(sorted(tracker.staleness.items()))
     return report

@@ -155,6 +155,8 @@ def render_text(report: Report, name: str) -> str:
                  f"{c.max_staleness}); most units in flight: {report.max_in_flight}; "
                  f"live at the end: {report.live_at_end}")
         lines = [verdict, stats]
+        if report.policy is not None:
+            lines.append(_peer_line(report))
         missing = report.not_logged()
         if missing and report.mode == "strict":
             lines.append(f"  not logged, so not compared: {', '.join(missing)}")
@@ -164,6 +166,20 @@ def render_text(report: Report, name: str) -> str:
             + render_problem(report.problem, report))  # type: ignore[arg-type]
 
 
+def _peer_line(report: Report) -> str:
+    """A peer's log: its rule, and the staleness it trained (over eta: reported, no failure
+    for a rule that does not promise the bound)."""
+    trained = ", ".join(f"{k}: {v}" for k, v in report.staleness.items()) or "none"
+    eta = report.config.max_staleness if report.eta is None else report.eta
+    if report.bounded:
+        bound = f"bounded by its rule: every unit trained within eta {eta}"
+    else:
+        bound = (f"not bounded by its rule: {report.over_eta} units trained staler than eta "
+                 f"{eta} (the rule's own, not a protocol failure)")
+    return (f"  policy {report.policy} ({bound}); trained staleness {{staleness: units}}: "
+            f"{{{trained}}}")
+
+
 def render_json(report: Report, name: str) -> dict[str, Any]:
     p = report.problem
     out: dict[str, Any] = {
@@ -171,6 +187,9 @@ def render_json(report: Report, name: str) -> dict[str, Any]:
         "units": report.units, "batches": report.batches,
         "max_staleness": report.max_staleness, "not_logged": report.not_logged(),
     }
+    if report.policy is not None:
+        out.update(policy=report.policy, bounded=report.bounded, over_eta=report.over_eta,
+                   staleness={str(k): v for k, v in report.staleness.items()})
     if p is not None:
         out["problem"] = {
             "line": p.entry.line, "op": p.entry.op, "unit": p.entry.event.unit_id,

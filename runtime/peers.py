@@ -1,0 +1,444 @@
+"""The peers' staleness rules behind the runtime's driver: ``staleness.policy`` other than
+``reserve_occupy``.
+
+Design
+------
+**One implementation of each rule.** A peer's rule (when to admit, what to train, what to drop)
+is written once, as the simulator's policy in ``runtime.sim.model.policies`` against the
+``Policy`` API of ``runtime.sim.model.core``. The runtime does not copy it: ``PeerController``
+instantiates that very policy class and *drives* it, standing in for the simulator behind the
+few calls a policy makes (``sim.admit``, ``sim.abort``, ``sim.version``, ``sim.paused``,
+``sim.trainer_idle``, ``sim.rollout_has_room``, ``sim.drop``, ``sim.filter``, ``sim.now``,
+``sim.set_timer``). The
+simulator's code is not edited at all, so every simulator result stays identical by
+construction (tests/runtime/test_peers.py pins a fingerprint of the simulated runs of the rules
+the runtime drives, so a later edit to one of them shows). The alternative, a third module
+holding the rules that both the simulator's policy and a runtime controller adapt to, would
+have meant rewriting every policy and re-showing that the tables do not move; the policies are
+already sans-I/O (no clock, threads or engines: they only ask their ``sim``), so driving them as
+they are gives the same single copy with no rewrite.
+
+The peers live here, in ``runtime/``, not in the core ``reserve_occupy/``: they are not
+verified and not part of the protocol; the core stays the one verified controller. Reserve–
+Occupy stays the default and its code path (``JournaledController``) is unchanged.
+
+**The controller interface.** ``PeerController`` answers the calls the driver makes of the
+Reserve–Occupy controller, with the same types and typed errors:
+
+* ``reserve(unit)``: the policy's L1. A policy admits by calling ``sim.admit()``; here that
+  makes an *admitted group* (the policy's handle, ``PeerGroup``) which waits in a queue until the
+  driver's next ``reserve`` binds it to a unit id (a prompt the policy submitted, waiting for the
+  engine, as verl's submitted prompts do). ``reserve`` first takes a waiting group; if there is
+  none it asks the policy to admit (``policy.admit()``); if the policy admits nothing, it refuses
+  (None: the driver waits for a change and asks again). ``v_traj`` is the version at ``reserve``,
+  the weights the unit's first token is generated with (the simulator's ``v_gen``).
+* ``occupy(unit)``: the group finished; the policy hears ``on_group_done``.
+* ``abort(unit)``: the *runtime* lost the group (unit timeout, failed candidates, a raising
+  reward, the zero-variance filter, shutdown). The simulator has no such event, so the adapter
+  gives every rule the same answer: the policy's group is re-armed and waits to be bound to the
+  next reserved unit, keeping its tag (target step, submission step) and whatever accounting the
+  rule holds for it: NeMo-RL's ``on_dropped_prompt="replace"``, verl's 1:1 refill.
+* ``consume()``: the policy's L3, ``take_batch``; the finished groups it discards
+  (``sim.drop``: verl's stale evictions, weight_fifo's too-old groups) are logged as ``filter``
+  events with ``meta.reason = "stale"`` and handed to the driver by ``take_dropped`` so it can
+  forget their data.
+* ``publish()``: the version moves; the policy hears ``on_publish``. A rule may abort in-flight
+  groups of its own choice there (ROLL's cohorts older than its lag: ``sim.abort``), logged as
+  ``abort`` with ``meta.reason = "stale"`` and handed to the driver by ``take_aborted`` so it
+  stops their requests; the finished ones it drops go as at ``consume``.
+* ``stream``/``release_stuck``: no peer streams or has a STUCK state here (the head status is
+  always PENDING); ``train --check`` refuses ``trainer.streaming`` with a peer.
+* a rule's timer (AReaL's ``wait_timeout_s``): ``sim.set_timer`` sets ``timer``; the driver's
+  watchdog calls ``fire_timer`` when its clock reaches it (the rule then may admit).
+
+**The event log** is the core's trace format (``reserve_occupy.trace``): the same ``Event``
+records, without slots (a peer has none), and a header naming the rule in ``x_policy`` (and
+``x_bounded``: whether the rule itself promises staleness <= eta; ``x_eta``: the eta it
+enforces, 0 for ``synchronous``). ``check-trace`` reads such a
+log with the peer checker (``runtime.porting.checker``): unit lifecycles, versions, full batches
+and each trained unit's staleness; it fails a bounded rule's batch staler than eta but only
+reports the trained staleness of an unbounded rule (the rule breaks the bound by design).
+
+Where a runtime run differs from a simulated one (the rule is the same; its surroundings are
+the runtime's): a unit's ``v_traj`` is the version at ``reserve`` (the simulator's ``v_gen`` is
+the version its first request started under, after any queueing); the zero-variance filter is
+the runtime's (``staleness.filter_zero_variance``, before ``occupy``), so a rule never sees a
+no-gradient group and its own filter path is not exercised; ``unbounded``'s free slot is fewer
+than ``max_in_flight`` groups in flight (``staleness.max_concurrency``, default
+(eta + 1) x batch_size, the most Reserve–Occupy keeps in flight), not the engines' sequence
+slots; verl runs with ``parameter_sync_step=1`` (colocate_async, as the runtime is).
+
+Which rules run here: ``PEER_POLICIES``. The others of the simulator need what the runtime's
+driver does not give a policy: trajectory-level batches (TRL, whose unit is a trajectory, not a
+group), the future (clairvoyant: the workload's lengths before generation), a streaming
+trainer (PSRL's fine-grained rule is about chunks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from reserve_occupy import (
+    Batch,
+    BufferStatus,
+    Config,
+    Event,
+    IllegalOperation,
+    InvariantViolation,
+    Placement,
+    Removal,
+    Reservation,
+    UnitState,
+)
+from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, InvalidUnitId, UnknownUnit
+from reserve_occupy.types import BatchUnit, SlotRef
+
+from .accounting import STALE  # meta.reason of a finished unit the rule dropped untrained
+
+REFERENCE = "reserve_occupy"
+# The simulator's policies the runtime can drive, in the order tables use.
+PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "roll", "areal", "synchronous",
+                 "unbounded")
+POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
+
+
+class UnsupportedByRuntime(RuntimeError):
+    """The policy asked for something the runtime's driver cannot give it."""
+
+
+class PeerGroup:
+    """The policy's handle on one admitted group (the simulator's ``SimGroup`` as far as a
+    policy reads it). ``requests`` is the group itself: ``members(groups)`` then lists each
+    group once, and the adapter maps what a policy returns back to its units."""
+
+    __slots__ = ("gid", "unit_id", "v_tag", "v_traj", "tag", "state", "no_grad", "requests",
+                 "group")
+
+    RUNNING, DONE, ABORTED, FILTERED = "running", "done", "aborted", "filtered"
+
+    def __init__(self, gid: int, v_tag: int) -> None:
+        self.gid = gid
+        self.unit_id: Any = None  # bound by reserve
+        self.v_tag = v_tag
+        self.v_traj = -1
+        self.tag: object = None  # the policy's own (target step, submission step)
+        self.state = PeerGroup.RUNNING
+        self.no_grad = False  # the runtime filters no-gradient groups before occupy
+        self.requests = [self]
+        self.group = self
+
+    @property
+    def done(self) -> bool:
+        return self.state == PeerGroup.DONE
+
+    def __repr__(self) -> str:
+        return f"PeerGroup({self.gid}, unit={self.unit_id!r}, {self.state})"
+
+
+class _SimView:
+    """What a simulator policy sees of its ``sim``, answered by the controller."""
+
+    paused = False  # the driver reserves only while the engine is open
+
+    def __init__(self, ctl: PeerController, batch_size: int, group_size: int) -> None:
+        self._ctl = ctl
+        self.batch_size = batch_size
+        self.group_size = group_size
+
+    @property
+    def version(self) -> int:
+        return self._ctl.version
+
+    def rollout_has_room(self) -> bool:
+        """Room in the engine: nothing admitted waits for a unit, and fewer than
+        ``max_in_flight`` groups are in flight."""
+        ctl = self._ctl
+        return not ctl._waiting and ctl.in_flight + len(ctl._waiting) < ctl.max_in_flight
+
+    def admit(self, v_tag: int | None = None, spec: int | None = None,
+              priority: bool = False) -> PeerGroup:
+        if spec is not None:
+            raise UnsupportedByRuntime(f"{self._ctl.policy_name}: choosing the prompt "
+                                       f"(spec={spec}) is not supported by the runtime")
+        ctl = self._ctl
+        group = PeerGroup(ctl._gids, ctl.version if v_tag is None else v_tag)
+        ctl._gids += 1
+        (ctl._waiting.appendleft if priority else ctl._waiting.append)(group)
+        return group
+
+    def filter(self, group: PeerGroup) -> None:
+        self._ctl._discard(group, "no_gradient")
+
+    def drop(self, requests: Sequence[PeerGroup]) -> None:
+        seen: set[int] = set()
+        for r in requests:
+            if r.group.gid not in seen:
+                seen.add(r.group.gid)
+                self._ctl._discard(r.group, STALE)
+
+    @property
+    def trainer_idle(self) -> bool:
+        return not self._ctl._training
+
+    def abort(self, group: PeerGroup) -> None:
+        """The rule stops an in-flight group of its own choice (ROLL's stale cohorts)."""
+        self._ctl._abort_by_rule(group)
+
+    @property
+    def now(self) -> float:
+        return self._ctl.now()
+
+    def set_timer(self, t: float) -> None:
+        """The rule's one timer (AReaL's wait timeout): the driver's watchdog calls
+        ``PeerController.fire_timer`` once its clock reaches ``timer``."""
+        if t < self._ctl.now():
+            raise UnsupportedByRuntime(f"{self._ctl.policy_name} set a timer in the past")
+        self._ctl.timer = t
+
+
+def _no_clock() -> float:
+    raise UnsupportedByRuntime("this PeerController has no clock (pass now=): its rule sets a "
+                               "timer")
+
+
+def make_rule(name: str, eta: int) -> Any:
+    """The simulator's policy ``name`` with the options the runtime runs it with."""
+    from .sim.model.policies import make_policy
+
+    if name not in PEER_POLICIES:
+        raise ValueError(f"unknown peer policy {name!r} (choose from {', '.join(PEER_POLICIES)})")
+    # verl: parameter_sync_step=1 is verl's colocate_async (the runtime's trainer and engine
+    # share the machine); the simulator's default, 4, is separate_async.
+    options = {"parameter_sync_step": 1} if name == "verl_drop" else {}
+    return make_policy(name, eta, **options)
+
+
+class PeerController:
+    """A peer's rule (a simulator policy) with the driver's controller interface; see the module
+    docstring. ``max_in_flight``: the groups the engine runs at once, for rules that admit on a
+    free slot (``unbounded``)."""
+
+    def __init__(self, policy: str, config: Config, group_size: int,
+                 max_in_flight: int | None = None,
+                 now: Callable[[], float] | None = None) -> None:
+        self.policy_name = policy
+        # the driver's clock, read only by a rule that sets a timer (``timer``, ``fire_timer``)
+        self.now = now if now is not None else _no_clock
+        self.timer = math.inf
+        self.config = config
+        self.rule = make_rule(policy, config.max_staleness)
+        self.bounded = bool(self.rule.bounded)
+        self.max_in_flight = (max_in_flight if max_in_flight is not None else
+                              config.max_concurrency or
+                              (config.max_staleness + 1) * config.batch_size)
+        self.version = 0
+        self.events: list[Event] = []
+        self.metas: dict[int, dict[str, Any]] = {}
+        self.in_flight = 0
+        self._gids = 0
+        self._waiting: deque[PeerGroup] = deque()  # admitted by the rule, no unit yet
+        self._units: dict[Any, PeerGroup] = {}
+        self._states: dict[Any, UnitState] = {}
+        self._dropped: list[Any] = []
+        self._aborted: list[Any] = []
+        self._training = False  # consumed, not yet published
+        self.rule.attach(_SimView(self, config.batch_size, group_size))
+
+    # ------------------------------------------------------------------ state ----------------
+
+    @property
+    def head(self) -> int:
+        return self.version
+
+    @property
+    def head_status(self) -> BufferStatus:
+        return BufferStatus.PENDING  # never STUCK: the STUCK timeout is Reserve–Occupy's
+
+    @property
+    def last_event(self) -> Event | None:
+        return self.events[-1] if self.events else None
+
+    def events_since(self, n: int) -> list[Event]:
+        return self.events[n:]
+
+    def unit_state(self, unit_id: Any) -> UnitState:
+        self._check_id("unit_state", unit_id)
+        if unit_id not in self._states:
+            raise UnknownUnit("unit_state", unit_id)
+        return self._states[unit_id]
+
+    def fire_timer(self) -> None:
+        """The rule's timer expired (the driver's watchdog calls this at ``timer``)."""
+        self.timer = math.inf
+        self.rule.on_timer()
+
+    def take_dropped(self) -> list[Any]:
+        """The finished units the rule dropped since the last call (the driver forgets them)."""
+        out, self._dropped = self._dropped, []
+        return out
+
+    def take_aborted(self) -> list[Any]:
+        """The in-flight units the rule aborted since the last call (the driver stops them)."""
+        out, self._aborted = self._aborted, []
+        return out
+
+    # ------------------------------------------------------------------ operations -----------
+
+    def reserve(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Reservation | None:
+        self._check_id("reserve", unit_id)
+        if unit_id in self._states:
+            raise DuplicateUnit(unit_id, self._states[unit_id].value)
+        if not self._waiting:
+            self.rule.admit()
+        if not self._waiting:
+            return None
+        group = self._waiting.popleft()
+        group.unit_id, group.v_traj = unit_id, self.version
+        self._units[unit_id] = group
+        self._states[unit_id] = UnitState.IN_FLIGHT
+        self.in_flight += 1
+        self._log("reserve", meta, unit_id=unit_id, v_traj=self.version)
+        return Reservation(unit_id, self.version, SlotRef(self.version, None))  # type: ignore
+
+    def occupy(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Placement:
+        group = self._live("occupy", unit_id, UnitState.IN_FLIGHT)
+        self._states[unit_id] = UnitState.FINISHED
+        self.in_flight -= 1
+        group.state = PeerGroup.DONE
+        self._log("occupy", meta, unit_id=unit_id, v_traj=group.v_traj)
+        self.rule.on_group_done(group)
+        return Placement(unit_id, group.v_traj, SlotRef(self.version, None))  # type: ignore
+
+    def abort(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Removal:
+        group = self._live("abort", unit_id, UnitState.IN_FLIGHT)
+        self._states[unit_id] = UnitState.ABORTED
+        self.in_flight -= 1
+        del self._units[unit_id]
+        self._log("abort", meta, unit_id=unit_id)
+        # the rule's group waits for the next reserved unit, tag and accounting kept
+        group.unit_id, group.v_traj = None, -1
+        self._waiting.appendleft(group)
+        return Removal(unit_id, SlotRef(self.version, None))  # type: ignore[arg-type]
+
+    def consume(self, meta: dict[str, Any] | None = None) -> Batch | None:
+        if self._training:
+            raise IllegalOperation("consume", "TRAINING")
+        chosen = self.rule.take_batch()
+        if chosen is None:
+            return None
+        units, seen = [], set()
+        for r in chosen:
+            group = r.group
+            if group.gid in seen:
+                continue
+            seen.add(group.gid)
+            if group.unit_id is None or self._states.get(group.unit_id) is not UnitState.FINISHED:
+                raise InvariantViolation("peer-batch", f"{self.policy_name} selected {group!r}, "
+                                                       f"which is not a finished unit")
+            units.append(BatchUnit(group.unit_id, group.v_traj, self.version - group.v_traj))
+        if len(units) != self.config.batch_size:
+            raise InvariantViolation("peer-batch", f"{self.policy_name} selected {len(units)} "
+                                                   f"groups, not batch_size "
+                                                   f"{self.config.batch_size}")
+        for u in units:
+            self._states[u.unit_id] = UnitState.CONSUMED
+            del self._units[u.unit_id]
+        batch = Batch(self.version, tuple(units))
+        self._training = True
+        self._log("consume", meta, batch=batch)
+        return batch
+
+    def publish(self, meta: dict[str, Any] | None = None) -> None:
+        if not self._training:
+            raise IllegalOperation("publish", "IDLE")
+        self._log("publish", meta)
+        self.version += 1
+        self._training = False
+        self.rule.on_publish(self.version)
+
+    def stream(self, meta: dict[str, Any] | None = None) -> tuple[()]:
+        raise IllegalOperation("stream", "IDLE", requires=f"streaming, which {self.policy_name} "
+                                                          f"does not do in the runtime")
+
+    def release_stuck(self, meta: dict[str, Any] | None = None) -> tuple[()]:
+        return ()  # the head is never STUCK: nothing to release
+
+    def check(self) -> None:
+        """The adapter's own invariants: unit counts agree with the states."""
+        flying = sum(1 for s in self._states.values() if s is UnitState.IN_FLIGHT)
+        if flying != self.in_flight:
+            raise InvariantViolation("peer-in-flight", f"{flying} units IN_FLIGHT, counted "
+                                                       f"{self.in_flight}")
+        for unit_id, group in self._units.items():
+            if group.unit_id != unit_id:
+                raise InvariantViolation("peer-binding", f"{unit_id!r} is bound to {group!r}")
+
+    # ------------------------------------------------------------------ the log --------------
+
+    def trace_records(self, producer: str | None = None) -> Any:
+        """The log in the trace format: the header (with ``x_policy``), then every event."""
+        from reserve_occupy.trace import event_to_record, header
+
+        head = header(self.config, producer)
+        head["x_policy"] = self.policy_name
+        head["x_bounded"] = self.bounded
+        head["x_eta"] = self.rule.eta  # the bound the rule enforces (synchronous: 0)
+        yield head
+        for event in self.events:
+            record = event_to_record(event)
+            if event.seq in self.metas:
+                record["meta"] = self.metas[event.seq]
+            yield record
+
+    # ------------------------------------------------------------------ internals ------------
+
+    def _log(self, op: str, meta: dict[str, Any] | None, **fields: Any) -> None:
+        seq = len(self.events)
+        self.events.append(Event(seq, op, self.version, self.version, **fields))
+        if meta:
+            self.metas[seq] = meta
+
+    def _discard(self, group: PeerGroup, reason: str) -> None:
+        """The rule discards a finished group (``sim.drop``/``sim.filter``)."""
+        unit_id = group.unit_id
+        if unit_id is None or self._states.get(unit_id) is not UnitState.FINISHED:
+            raise IllegalUnitState("filter", unit_id, self._states.get(
+                unit_id, UnitState.IN_FLIGHT).value)
+        group.state = PeerGroup.FILTERED
+        self._states[unit_id] = UnitState.FILTERED
+        del self._units[unit_id]
+        self._dropped.append(unit_id)
+        self._log("filter", {"reason": reason}, unit_id=unit_id)
+
+    def _abort_by_rule(self, group: PeerGroup) -> None:
+        """``sim.abort``: a group still waiting for a unit is withdrawn; a bound one is logged
+        as aborted (``meta.reason = "stale"``) and handed to the driver by ``take_aborted``."""
+        if group.state != PeerGroup.RUNNING:
+            raise IllegalUnitState("abort", group.unit_id, group.state)
+        group.state = PeerGroup.ABORTED
+        if group.unit_id is None:
+            self._waiting.remove(group)
+            return
+        unit_id = group.unit_id
+        self._states[unit_id] = UnitState.ABORTED
+        self.in_flight -= 1
+        del self._units[unit_id]
+        self._aborted.append(unit_id)
+        self._log("abort", {"reason": STALE}, unit_id=unit_id)
+
+    def _live(self, op: str, unit_id: Any, want: UnitState) -> PeerGroup:
+        self._check_id(op, unit_id)
+        state = self._states.get(unit_id)
+        if state is None:
+            raise UnknownUnit(op, unit_id)
+        if state is not want:
+            raise IllegalUnitState(op, unit_id, state.value)
+        return self._units[unit_id]
+
+    @staticmethod
+    def _check_id(op: str, unit_id: Any) -> None:
+        if isinstance(unit_id, bool) or not isinstance(unit_id, (str, int)):
+            raise InvalidUnitId(op, unit_id)
