@@ -164,7 +164,11 @@ def _mp_helper(pid: int) -> bool:
             cmdline = f.read()
     except OSError:
         return False
-    return b"from multiprocessing." in cmdline
+    # only these two: a child started with spawn (``from multiprocessing.spawn import
+    # spawn_main``: vLLM's EngineCore under CUDA or Ray) is the run's, and is ended
+    return any(helper in cmdline for helper in (
+        b"from multiprocessing.resource_tracker import main",
+        b"from multiprocessing.forkserver import main"))
 
 
 def children() -> set[Identity]:

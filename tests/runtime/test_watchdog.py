@@ -82,3 +82,24 @@ def test_a_stopped_watchdog_touches_nothing(start):
     proc.wait()
     assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
                for p in (grandchild, orphan))
+
+
+def test_only_the_resource_tracker_is_a_multiprocessing_helper_not_a_spawned_child():
+    # Before: any "from multiprocessing." command line was a helper, so a child started with
+    # spawn (vLLM's EngineCore under CUDA or Ray) was never reaped on a normal exit.
+    import multiprocessing
+    import time
+    from multiprocessing import resource_tracker
+
+    from runtime.watchdog import _mp_helper
+
+    child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(600,))
+    child.start()
+    try:
+        assert b"multiprocessing.spawn" in Path(f"/proc/{child.pid}/cmdline").read_bytes()
+        assert not _mp_helper(child.pid)
+        resource_tracker.ensure_running()
+        assert _mp_helper(resource_tracker._resource_tracker._pid)
+    finally:
+        child.kill()
+        child.join()
