@@ -96,7 +96,10 @@ def test_only_the_resource_tracker_is_a_multiprocessing_helper_not_a_spawned_chi
     child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(600,))
     child.start()
     try:
-        assert b"multiprocessing.spawn" in Path(f"/proc/{child.pid}/cmdline").read_bytes()
+        deadline = time.monotonic() + 60
+        while b"multiprocessing.spawn" not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline  # forked, not yet exec'd
+            time.sleep(0.01)
         assert not _mp_helper(child.pid)
         resource_tracker.ensure_running()
         assert _mp_helper(resource_tracker._resource_tracker._pid)
