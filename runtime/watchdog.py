@@ -4,11 +4,14 @@ A run process cannot clean up after a SIGKILL (nothing in it runs), and what it 
 ``VLLM::EngineCore``, a local Ray cluster's ``gcs_server``, ``raylet``, dashboard and runtime-env
 agents, workers -- is reparented to init and runs on for good. So ``train`` starts this small
 watchdog first (``Watchdog.start``), in a session of its own (a Ctrl-C to the terminal's process
-group does not reach it), holding no file of the run (not its directory's lock). The watchdog
+group does not reach it), holding no file of the run (not its directory's lock). ``start``
+returns once the watchdog has said ``ready``: it holds the run's pidfd and has scanned once, so
+a run that dies the moment ``start`` returns is cleaned up all the same. The watchdog
 
-* holds a pidfd on the run process (``os.pidfd_open``: no confusion with a later process that
-  reuses the pid), and every ``SCAN_S`` seconds records the run's descendants by pid *and start
-  time* (``/proc/PID/stat``), so a pid reused after one of them ended is never taken for it;
+* holds a pidfd on the run process (``os.pidfd_open``; the run's start time, given on its
+  command line, is checked after the open: never a later process that reuses the pid), and
+  every ``SCAN_S`` seconds records the run's descendants by pid *and start time*
+  (``/proc/PID/stat``), so a pid reused after one of them ended is never taken for it;
 * marks the run: ``RESERVE_OCCUPY_RUN=TOKEN`` is set in the run's environment before anything
   is started, so every program the run (or anything it started) executes carries it, also one
   that left the process tree (a daemon) or started between two scans;
@@ -178,6 +181,29 @@ def children() -> set[Identity]:
     return {(pid, start) for pid, (ppid, start) in table.items() if ppid == me}
 
 
+READY_S = 60.0  # how long ``Watchdog.start`` waits for the watchdog's first scan
+
+
+class WatchdogError(RuntimeError):
+    """The watchdog did not start (no ``ready`` from it within ``READY_S``)."""
+
+
+def _read_line(fd: int, timeout_s: float) -> bytes | None:
+    """One line from the pipe ``fd`` (read a byte at a time: nothing after it is consumed);
+    None at its end or after ``timeout_s``."""
+    line = b""
+    deadline = time.monotonic() + timeout_s
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        byte = os.read(fd, 1)
+        if not byte:
+            return None
+        line += byte
+    return line
+
+
 class Watchdog:
     """The run side: start it before the run starts anything, ``stop`` it when the run ends."""
 
@@ -186,17 +212,29 @@ class Watchdog:
 
     @classmethod
     def start(cls) -> Watchdog | None:
+        """Start the watchdog and return once it watches: it has opened its pidfd on this
+        process (checked by start time: not a later process with this pid) and recorded its
+        descendants once, so a run that dies the moment this returns is still cleaned up.
+        ``WatchdogError`` if it does not say so within ``READY_S`` seconds."""
         if not sys.platform.startswith("linux") or not os.path.isdir("/proc/self"):
             return None
+        me = _stat(os.getpid())
+        assert me is not None
         token = f"{os.getpid()}-{secrets.token_hex(8)}"
         previous = os.environ.get(MARKER)
         os.environ[MARKER] = token  # before any engine, cluster or worker is started
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.watchdog", str(os.getpid()), token],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True,
+            [sys.executable, "-m", "runtime.watchdog", str(os.getpid()), str(me[1]), token],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
             start_new_session=True, env={**os.environ, MARKER: ""},
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        return cls(proc, token, previous)
+        dog = cls(proc, token, previous)
+        assert proc.stdout is not None
+        if _read_line(proc.stdout.fileno(), READY_S) != b"ready\n":
+            dog.stop()
+            raise WatchdogError(f"the run's watchdog (pid {proc.pid}) did not start within "
+                                f"{READY_S:g} s")
+        return dog
 
     def stop(self) -> None:
         """The run ends by itself: the watchdog exits without touching anything."""
@@ -211,6 +249,8 @@ class Watchdog:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         if self._previous is None:
             os.environ.pop(MARKER, None)
         else:
@@ -224,32 +264,44 @@ def _open_pidfd(pid: int) -> int | None:
         return None
 
 
-def watch(run_pid: int, token: str) -> int:
-    """The watchdog process (``python -m runtime.watchdog RUN_PID TOKEN``)."""
+def watch(run_pid: int, run_start: int, token: str) -> int:
+    """The watchdog process (``python -m runtime.watchdog RUN_PID RUN_START TOKEN``): writes
+    ``ready`` on its stdout once it holds the run's pidfd and has scanned once; exit 1 if the
+    run (that pid with that start time) is not there."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the run's death or "stop" end it
     me = os.getpid()
-    first = _stat(run_pid)
-    if first is None:
-        return 0
-    run = (run_pid, first[1])
+    run = (run_pid, run_start)
     pidfd = _open_pidfd(run_pid)
+    if not _alive(run):  # gone, or the pid is another process's now (checked after the open)
+        return 1
     recorded: set[Identity] = set()
     stdin: int | None = sys.stdin.fileno()
+    pending = b""
+    ready = False
     while True:
         recorded |= {i for i in descendants(process_table(), [run_pid]) if i[0] != me}
+        if not ready:
+            ready = True
+            try:
+                os.write(sys.stdout.fileno(), b"ready\n")
+            except OSError:  # the run is gone: its pidfd says so below
+                pass
         waiting = [fd for fd in (pidfd, stdin) if fd is not None]
-        ready: list[int] = []
+        readable: list[int] = []
         if waiting:
-            ready = select.select(waiting, [], [], SCAN_S)[0]
+            readable = select.select(waiting, [], [], SCAN_S)[0]
         else:
             time.sleep(SCAN_S)
-        if stdin is not None and stdin in ready:
+        if stdin is not None and stdin in readable:
             data = os.read(stdin, 64)
-            if data.startswith(b"stop"):
-                return 0
             if not data:  # the run closed its end (or died): its pidfd or pid says which
                 stdin = None
-        if (pidfd is not None and pidfd in ready) or not _alive(run):
+            pending += data
+            lines = pending.split(b"\n")
+            pending = lines.pop()
+            if b"stop" in lines:
+                return 0
+        if (pidfd is not None and pidfd in readable) or not _alive(run):
             break
     n = reap(recorded, token, me)
     if n:
@@ -262,4 +314,4 @@ def watch(run_pid: int, token: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(watch(int(sys.argv[1]), sys.argv[2]))
+    raise SystemExit(watch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]))

@@ -35,8 +35,9 @@ orphan = int(daemon.stdout.readline())
 daemon.wait()
 print(dog.proc.pid, child.pid, grandchild, orphan, flush=True)
 if sys.argv[1] == "stop":
+    t0 = time.monotonic()
     dog.stop()
-    print("stopped", flush=True)
+    print("stopped", dog.proc.returncode, time.monotonic() - t0, flush=True)
 time.sleep(600)
 """
 
@@ -75,7 +76,11 @@ def test_kill_9_of_the_run_ends_what_it_started_in_and_out_of_its_tree(start):
 
 def test_a_stopped_watchdog_touches_nothing(start):
     proc, pids = start("stop")
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "stopped"
+    assert proc.stdout is not None
+    said, code, took = proc.stdout.readline().split()
+    # stop() kills a watchdog that has not exited after 30 s: one that ignored "stop" shows
+    # as a return code other than 0, or as a stop that took that long
+    assert said == "stopped" and code == "0" and float(took) < 20, (said, code, took)
     assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).ppid() != proc.pid
     grandchild, orphan = psutil.Process(pids[2]), psutil.Process(pids[3])
     proc.send_signal(signal.SIGKILL)
@@ -106,3 +111,50 @@ def test_only_the_resource_tracker_is_a_multiprocessing_helper_not_a_spawned_chi
     finally:
         child.kill()
         child.join()
+
+
+DIES_AT_ONCE = """
+import os, signal, subprocess, sys
+from runtime.watchdog import Watchdog
+
+dog = Watchdog.start()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(dog.proc.pid, child.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # the moment the watchdog is started
+"""
+
+
+def test_a_run_killed_as_soon_as_its_watchdog_started_is_still_cleaned_up():
+    # Before: Watchdog.start returned before the watchdog had even started Python; a run that
+    # died first left the watchdog nothing to watch (it exited at once) and its child ran on.
+    # Now start returns once the watchdog holds the run's pidfd and has scanned once.
+    proc = subprocess.Popen([sys.executable, "-c", DIES_AT_ONCE], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout is not None
+    dog, child = (psutil.Process(int(pid)) for pid in proc.stdout.readline().split())
+    try:
+        assert proc.wait(timeout=120) == -signal.SIGKILL
+        _, alive = psutil.wait_procs([dog, child], timeout=120)
+        assert not alive, alive
+    finally:
+        for p in (dog, child):
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def test_the_watchdog_refuses_a_pid_with_another_start_time(monkeypatch):
+    # A pid reused by another process is not the run: the watchdog exits 1 without "ready",
+    # and Watchdog.start says so (at once: the pipe ends, no timeout is waited for).
+    from runtime import watchdog
+
+    real = watchdog._stat
+    monkeypatch.setattr(watchdog, "_stat", lambda pid: (lambda st: st and (
+        st[0], st[1] + 1, st[2]))(real(pid)) if pid == os.getpid() else real(pid))
+    previous = os.environ.get(watchdog.MARKER)
+    with pytest.raises(watchdog.WatchdogError, match="did not start"):
+        watchdog.Watchdog.start()
+    assert os.environ.get(watchdog.MARKER) == previous
+
