@@ -83,6 +83,15 @@ def descendants(table: dict[int, tuple[int, int]], roots: Iterable[int]) -> set[
     return found
 
 
+def scan(recorded: set[Identity], table: dict[int, tuple[int, int]], run_pid: int,
+         me: int) -> set[Identity]:
+    """One look: the run's descendants now (not ``me``, the watchdog) and, of those recorded
+    before, the ones still alive with the same start time (a process that ended is dropped,
+    so the set stays as large as what is alive, however many short-lived processes come)."""
+    kept = {i for i in recorded if i[0] in table and table[i[0]][1] == i[1]}
+    return kept | {i for i in descendants(table, [run_pid]) if i[0] != me}
+
+
 def _marked(table: dict[int, tuple[int, int]], token: str) -> set[Identity]:
     """The processes whose environment carries ``MARKER=token``."""
     needle = f"{MARKER}={token}".encode()
@@ -279,7 +288,7 @@ def watch(run_pid: int, run_start: int, token: str) -> int:
     pending = b""
     ready = False
     while True:
-        recorded |= {i for i in descendants(process_table(), [run_pid]) if i[0] != me}
+        recorded = scan(recorded, process_table(), run_pid, me)
         if not ready:
             ready = True
             try:

@@ -158,3 +158,14 @@ def test_the_watchdog_refuses_a_pid_with_another_start_time(monkeypatch):
         watchdog.Watchdog.start()
     assert os.environ.get(watchdog.MARKER) == previous
 
+
+def test_a_scan_keeps_only_recorded_processes_still_alive_with_their_start_time():
+    # Before: what was recorded was never dropped; a reward forking per completion grew the
+    # set on every scan for the whole run.
+    from runtime.watchdog import scan
+
+    table = {100: (1, 5000), 200: (100, 5001), 300: (1, 7000), 400: (1, 8000)}
+    recorded = {(200, 5001), (300, 6999), (400, 8000), (500, 9000)}  # 300: a reused pid
+    assert scan(recorded, table, 100, me=999) == {(200, 5001), (400, 8000)}
+    assert scan(set(), table, 100, me=200) == set()  # the watchdog is never its own target
+
