@@ -108,7 +108,7 @@ async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
     import asyncio
     import threading
 
-    from .watchdog import children, send_signal
+    from .watchdog import children, descendants, new_children, process_table, send_signal
 
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
@@ -136,7 +136,9 @@ async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
     try:
         return await done
     except asyncio.CancelledError:
-        send_signal(children() - before, signal.SIGKILL)
+        started = new_children(before)  # not the resource tracker: it cleans up after them
+        send_signal(started | descendants(process_table(), [pid for pid, _ in started]),
+                    signal.SIGKILL)
         raise
 
 

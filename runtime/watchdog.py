@@ -69,7 +69,10 @@ def process_table() -> dict[int, tuple[int, int]]:
     return table
 
 
-def descendants(table: dict[int, tuple[int, int]], roots: Iterable[int]) -> set[Identity]:
+def descendants(table: dict[int, tuple[int, int]], roots: Iterable[int],
+                exclude: Iterable[Identity] = ()) -> set[Identity]:
+    """The descendants of ``roots`` in ``table``, not those in ``exclude`` nor theirs."""
+    skip = set(exclude)
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -77,19 +80,21 @@ def descendants(table: dict[int, tuple[int, int]], roots: Iterable[int]) -> set[
     todo = list(roots)
     while todo:
         for child in children.get(todo.pop(), ()):
-            if (child, table[child][1]) not in found:
+            if (child, table[child][1]) not in found | skip:
                 found.add((child, table[child][1]))
                 todo.append(child)
     return found
 
 
 def scan(recorded: set[Identity], table: dict[int, tuple[int, int]], run_pid: int,
-         me: int) -> set[Identity]:
-    """One look: the run's descendants now (not ``me``, the watchdog) and, of those recorded
-    before, the ones still alive with the same start time (a process that ended is dropped,
-    so the set stays as large as what is alive, however many short-lived processes come)."""
+         me: int, exclude: Iterable[Identity] = ()) -> set[Identity]:
+    """One look: the run's descendants now (not ``me``, the watchdog, nor the children in
+    ``exclude``, which the run had before it started the watchdog, nor theirs) and, of those
+    recorded before, the ones still alive with the same start time (a process that ended is
+    dropped, so the set stays as large as what is alive, however many short-lived processes
+    come)."""
     kept = {i for i in recorded if i[0] in table and table[i[0]][1] == i[1]}
-    return kept | {i for i in descendants(table, [run_pid]) if i[0] != me}
+    return kept | {i for i in descendants(table, [run_pid], exclude) if i[0] != me}
 
 
 def _marked(table: dict[int, tuple[int, int]], token: str) -> set[Identity]:
@@ -134,7 +139,8 @@ def terminate(idents: set[Identity], grace_s: float = GRACE_S) -> set[Identity]:
     return left
 
 
-def reap(recorded: set[Identity], token: str | None, me: int) -> int:
+def reap(recorded: set[Identity], token: str | None, me: int,
+         exclude: Iterable[Identity] = ()) -> int:
     """End what a dead run started: the recorded descendants still alive, the processes with
     its marker, and their descendants. Returns how many processes were signalled."""
     seen: set[Identity] = set()
@@ -143,8 +149,8 @@ def reap(recorded: set[Identity], token: str | None, me: int) -> int:
         targets = {i for i in recorded if _alive(i)}
         if token is not None:
             targets |= _marked(table, token)
-        targets |= descendants(table, [pid for pid, _ in targets])
-        targets = {i for i in targets if i[0] != me} - seen
+        targets |= descendants(table, [pid for pid, _ in targets], exclude)
+        targets = {i for i in targets if i[0] != me} - seen - set(exclude)
         if not targets:
             break
         seen |= targets
@@ -152,17 +158,22 @@ def reap(recorded: set[Identity], token: str | None, me: int) -> int:
     return len(seen)
 
 
-def reap_children(before: set[Identity], spare: Iterable[int] = ()) -> int:
-    """In the run's own process, as it ends: SIGTERM (then SIGKILL) its child processes (and
-    theirs) that were not there in ``before`` (``children()`` taken when the run began) and
-    are not in ``spare`` (pids), so nothing it started is left running once it has exited.
-    Returns how many there were."""
-    table = process_table()
+def new_children(before: set[Identity], spare: Iterable[int] = ()) -> set[Identity]:
+    """This process's children that were not there in ``before`` (``children()`` taken when
+    the run began: a process it did not start is never touched), are not in ``spare`` (pids)
+    and are not multiprocessing's resource tracker or fork server (``_mp_helper``)."""
     me, keep = os.getpid(), set(spare)
-    mine = {(pid, start) for pid, (ppid, start) in table.items()
+    return {(pid, start) for pid, (ppid, start) in process_table().items()
             if ppid == me and (pid, start) not in before and pid not in keep
             and not _mp_helper(pid)}
-    found = mine | descendants(table, [pid for pid, _ in mine])
+
+
+def reap_children(before: set[Identity], spare: Iterable[int] = ()) -> int:
+    """In the run's own process, as it ends: SIGTERM (then SIGKILL) its ``new_children``
+    (and theirs), so nothing it started is left running once it has exited. Returns how many
+    there were."""
+    mine = new_children(before, spare)
+    found = mine | descendants(process_table(), [pid for pid, _ in mine])
     if found:
         terminate(found)
     return len(found)
@@ -220,10 +231,12 @@ class Watchdog:
         self.proc, self.token, self._previous = proc, token, previous
 
     @classmethod
-    def start(cls) -> Watchdog | None:
+    def start(cls, before: Iterable[Identity] = ()) -> Watchdog | None:
         """Start the watchdog and return once it watches: it has opened its pidfd on this
         process (checked by start time: not a later process with this pid) and recorded its
         descendants once, so a run that dies the moment this returns is still cleaned up.
+        ``before``: this process's children (``children()``) it did not start for the run,
+        which the watchdog never touches (nor their descendants).
         ``WatchdogError`` if it does not say so within ``READY_S`` seconds."""
         if not sys.platform.startswith("linux") or not os.path.isdir("/proc/self"):
             return None
@@ -233,7 +246,8 @@ class Watchdog:
         previous = os.environ.get(MARKER)
         os.environ[MARKER] = token  # before any engine, cluster or worker is started
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.watchdog", str(os.getpid()), str(me[1]), token],
+            [sys.executable, "-m", "runtime.watchdog", str(os.getpid()), str(me[1]), token,
+             ",".join(f"{pid}:{start}" for pid, start in sorted(before))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
             start_new_session=True, env={**os.environ, MARKER: ""},
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -273,10 +287,12 @@ def _open_pidfd(pid: int) -> int | None:
         return None
 
 
-def watch(run_pid: int, run_start: int, token: str) -> int:
-    """The watchdog process (``python -m runtime.watchdog RUN_PID RUN_START TOKEN``): writes
-    ``ready`` on its stdout once it holds the run's pidfd and has scanned once; exit 1 if the
-    run (that pid with that start time) is not there."""
+def watch(run_pid: int, run_start: int, token: str, exclude: Iterable[Identity] = ()) -> int:
+    """The watchdog process (``python -m runtime.watchdog RUN_PID RUN_START TOKEN
+    [PID:START,...]``, the run's children it never touches): writes ``ready`` on its stdout
+    once it holds the run's pidfd and has scanned once; exit 1 if the run (that pid with that
+    start time) is not there."""
+    exclude = set(exclude)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the run's death or "stop" end it
     me = os.getpid()
     run = (run_pid, run_start)
@@ -288,7 +304,7 @@ def watch(run_pid: int, run_start: int, token: str) -> int:
     pending = b""
     ready = False
     while True:
-        recorded = scan(recorded, process_table(), run_pid, me)
+        recorded = scan(recorded, process_table(), run_pid, me, exclude)
         if not ready:
             ready = True
             try:
@@ -312,7 +328,7 @@ def watch(run_pid: int, run_start: int, token: str) -> int:
                 return 0
         if (pidfd is not None and pidfd in readable) or not _alive(run):
             break
-    n = reap(recorded, token, me)
+    n = reap(recorded, token, me, exclude)
     if n:
         try:
             print(f"reserve-occupy: the run (pid {run_pid}) died; ended {n} process(es) it had "
@@ -323,4 +339,6 @@ def watch(run_pid: int, run_start: int, token: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(watch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]))
+    raise SystemExit(watch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], [
+        (int(pid), int(start)) for pid, start in
+        (item.split(":") for item in (sys.argv[4] if len(sys.argv) > 4 else "").split(",") if item)]))

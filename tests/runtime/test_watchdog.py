@@ -17,10 +17,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = """
 import os, subprocess, sys, time
-from runtime.watchdog import Watchdog
+from runtime.watchdog import Watchdog, children
 
-dog = Watchdog.start()
 sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+earlier = subprocess.Popen(sleep)  # the process's own, from before the run: never touched
+dog = Watchdog.start(children())
 child = subprocess.Popen([sys.executable, "-c",  # a child with a child of its own
                           "import subprocess, sys, time; "
                           "p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); "
@@ -33,7 +34,7 @@ daemon = subprocess.Popen([sys.executable, "-c",  # double fork: reparented to i
                           stdout=subprocess.PIPE, text=True)
 orphan = int(daemon.stdout.readline())
 daemon.wait()
-print(dog.proc.pid, child.pid, grandchild, orphan, flush=True)
+print(dog.proc.pid, child.pid, grandchild, orphan, earlier.pid, flush=True)
 if sys.argv[1] == "stop":
     t0 = time.monotonic()
     dog.stop()
@@ -66,12 +67,15 @@ def start():
 
 def test_kill_9_of_the_run_ends_what_it_started_in_and_out_of_its_tree(start):
     proc, pids = start("watch")
-    dog, child, grandchild, orphan = (psutil.Process(pid) for pid in pids)
+    dog, child, grandchild, orphan, earlier = (psutil.Process(pid) for pid in pids)
     assert orphan.ppid() != proc.pid and orphan not in psutil.Process(proc.pid).children(True)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     _, alive = psutil.wait_procs([dog, child, grandchild, orphan], timeout=120)
     assert not alive, alive
+    # Before: every descendant was recorded, also a child the process had before the run
+    # (a notebook's, pytest's); the watchdog has exited, so it is left alone for good.
+    assert earlier.is_running() and earlier.status() != psutil.STATUS_ZOMBIE
 
 
 def test_a_stopped_watchdog_touches_nothing(start):
@@ -168,4 +172,30 @@ def test_a_scan_keeps_only_recorded_processes_still_alive_with_their_start_time(
     recorded = {(200, 5001), (300, 6999), (400, 8000), (500, 9000)}  # 300: a reused pid
     assert scan(recorded, table, 100, me=999) == {(200, 5001), (400, 8000)}
     assert scan(set(), table, 100, me=200) == set()  # the watchdog is never its own target
+
+
+def test_new_children_are_the_runs_and_not_the_resource_tracker():
+    # Before: off_loop SIGKILLed every child started since it began, multiprocessing's
+    # resource tracker included (its cleanup of semaphores and shared memory was then lost).
+    from multiprocessing import resource_tracker
+
+    from runtime.watchdog import children, new_children
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    resource_tracker.ensure_running()  # as if started after ``before`` (an engine's start-up)
+    tracker = resource_tracker._resource_tracker._pid
+    earlier = subprocess.Popen(sleep)
+    try:
+        before = {i for i in children() if i[0] != tracker}
+        later = subprocess.Popen(sleep)
+        try:
+            found = {pid for pid, _ in new_children(before)}
+            assert later.pid in found and earlier.pid not in found and tracker not in found
+            assert later.pid not in {pid for pid, _ in new_children(before, spare=[later.pid])}
+        finally:
+            later.kill()
+            later.wait()
+    finally:
+        earlier.kill()
+        earlier.wait()
 
