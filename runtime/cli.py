@@ -111,11 +111,14 @@ async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
     the wait at once instead of when ``start`` returns: the child processes ``start`` began
     are then killed (a process still starting up has nothing to save) and the thread is left
     to end with them. (In the loop's own thread a Ctrl-C could not cut it short: vLLM's
-    start-up waits in a ``zmq`` poll that swallows ``KeyboardInterrupt``.)"""
+    start-up waits in a ``zmq`` poll that swallows ``KeyboardInterrupt``.) Once ``start``
+    returns, the run's watchdog (if any) records what it started before this returns
+    (``Watchdog.rescan``): an engine forked without exec carries no marker."""
     import asyncio
     import threading
 
-    from .watchdog import children, descendants, new_children, process_table, send_signal
+    from .watchdog import (Watchdog, children, descendants, new_children, process_table,
+                           send_signal)
 
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
@@ -141,12 +144,15 @@ async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
     before = children()
     threading.Thread(target=target, name=name, daemon=True).start()
     try:
-        return await done
+        result = await done
     except asyncio.CancelledError:
         started = new_children(before)  # not the resource tracker: it cleans up after them
         send_signal(started | descendants(process_table(), [pid for pid, _ in started]),
                     signal.SIGKILL)
         raise
+    if Watchdog.current is not None:  # what start forked (no exec: no marker) is recorded
+        Watchdog.current.rescan()     # before the run goes on
+    return result
 
 
 class deferred_interrupts:

@@ -12,9 +12,14 @@ a run that dies the moment ``start`` returns is cleaned up all the same. The wat
   command line, is checked after the open: never a later process that reuses the pid), and
   every ``SCAN_S`` seconds records the run's descendants by pid *and start time*
   (``/proc/PID/stat``), so a pid reused after one of them ended is never taken for it;
+* on ``rescan`` (the run asks once an engine's start-up returned: ``Watchdog.rescan``, called
+  by ``cli.off_loop``) records them at once and answers, so a process forked without exec
+  (vLLM's EngineCore on CPU), which carries no marker, is recorded before the run goes on;
 * marks the run: ``RESERVE_OCCUPY_RUN=TOKEN`` is set in the run's environment before anything
   is started, so every program the run (or anything it started) executes carries it, also one
-  that left the process tree (a daemon) or started between two scans;
+  that left the process tree (a daemon) or started between two scans. A process forked
+  without exec does not (``/proc/PID/environ`` is the environment at exec): it is found only
+  through the recorded descendants;
 * when the run process dies without having said ``stop`` (SIGKILL, the OOM killer, a crash in
   native code), sends SIGTERM to every recorded descendant still alive, every process carrying
   the marker, and their descendants; SIGKILL to what is left after ``GRACE_S`` seconds; then it
@@ -227,6 +232,8 @@ def _read_line(fd: int, timeout_s: float) -> bytes | None:
 class Watchdog:
     """The run side: start it before the run starts anything, ``stop`` it when the run ends."""
 
+    current: Watchdog | None = None  # the one this process started (``rescan`` asks it)
+
     def __init__(self, proc: subprocess.Popen, token: str, previous: str | None) -> None:
         self.proc, self.token, self._previous = proc, token, previous
 
@@ -257,10 +264,28 @@ class Watchdog:
             dog.stop()
             raise WatchdogError(f"the run's watchdog (pid {proc.pid}) did not start within "
                                 f"{READY_S:g} s")
+        Watchdog.current = dog
         return dog
+
+    def rescan(self) -> None:
+        """Have the watchdog record the run's descendants now, and return once it has: a
+        process forked without exec (vLLM's EngineCore on CPU) carries no marker, and is
+        recorded from then on even if it leaves the process tree. ``WatchdogError`` if the
+        watchdog does not answer within ``READY_S`` seconds."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(b"rescan\n")
+            self.proc.stdin.flush()
+        except OSError:
+            raise WatchdogError(f"the run's watchdog (pid {self.proc.pid}) is gone") from None
+        if _read_line(self.proc.stdout.fileno(), READY_S) != b"scanned\n":
+            raise WatchdogError(f"the run's watchdog (pid {self.proc.pid}) did not answer "
+                                f"within {READY_S:g} s")
 
     def stop(self) -> None:
         """The run ends by itself: the watchdog exits without touching anything."""
+        if Watchdog.current is self:
+            Watchdog.current = None
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(b"stop\n")
@@ -324,8 +349,15 @@ def watch(run_pid: int, run_start: int, token: str, exclude: Iterable[Identity] 
             pending += data
             lines = pending.split(b"\n")
             pending = lines.pop()
-            if b"stop" in lines:
-                return 0
+            for line in lines:
+                if line == b"stop":
+                    return 0
+                if line == b"rescan":  # answered once recorded: the run goes on after it
+                    recorded = scan(recorded, process_table(), run_pid, me, exclude)
+                    try:
+                        os.write(sys.stdout.fileno(), b"scanned\n")
+                    except OSError:
+                        pass
         if (pidfd is not None and pidfd in readable) or not _alive(run):
             break
     n = reap(recorded, token, me, exclude)

@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from runtime.watchdog import MARKER
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = """
 import os, subprocess, sys, time
@@ -34,7 +36,24 @@ daemon = subprocess.Popen([sys.executable, "-c",  # double fork: reparented to i
                           stdout=subprocess.PIPE, text=True)
 orphan = int(daemon.stdout.readline())
 daemon.wait()
-print(dog.proc.pid, child.pid, grandchild, orphan, earlier.pid, flush=True)
+# forked without exec (no marker, as vLLM's EngineCore on CPU): a child that forks a process,
+# then exits once the watchdog has recorded both, so the process leaves the tree unmarked
+go_r, go_w = os.pipe()
+pid_r, pid_w = os.pipe()
+middle = os.fork()
+if middle == 0:
+    inner = os.fork()
+    if inner == 0:
+        time.sleep(600)
+        os._exit(0)
+    os.write(pid_w, f"{inner}\\n".encode())
+    os.read(go_r, 1)
+    os._exit(0)
+forked = int(os.fdopen(pid_r).readline())
+dog.rescan()  # returns once the watchdog has recorded them
+os.write(go_w, b"x")
+os.waitpid(middle, 0)  # forked is out of the run's tree now
+print(dog.proc.pid, child.pid, grandchild, orphan, earlier.pid, forked, flush=True)
 if sys.argv[1] == "stop":
     t0 = time.monotonic()
     dog.stop()
@@ -67,11 +86,14 @@ def start():
 
 def test_kill_9_of_the_run_ends_what_it_started_in_and_out_of_its_tree(start):
     proc, pids = start("watch")
-    dog, child, grandchild, orphan, earlier = (psutil.Process(pid) for pid in pids)
-    assert orphan.ppid() != proc.pid and orphan not in psutil.Process(proc.pid).children(True)
+    dog, child, grandchild, orphan, earlier, forked = (psutil.Process(pid) for pid in pids)
+    tree = psutil.Process(proc.pid).children(True)
+    assert orphan.ppid() != proc.pid and orphan not in tree and forked not in tree
+    assert f"{MARKER}=".encode() not in Path(f"/proc/{forked.pid}/environ").read_bytes()
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    _, alive = psutil.wait_procs([dog, child, grandchild, orphan], timeout=120)
+    # forked carries no marker and left the tree: only its record (the rescan) finds it
+    _, alive = psutil.wait_procs([dog, child, grandchild, orphan, forked], timeout=120)
     assert not alive, alive
     # Before: every descendant was recorded, also a child the process had before the run
     # (a notebook's, pytest's); the watchdog has exited, so it is left alone for good.
