@@ -370,7 +370,12 @@ def watch(run_pid: int, run_start: int, token: str, exclude: Iterable[Identity] 
     return 0
 
 
+def _identities(text: str) -> list[Identity]:
+    """``PID:START,...`` (``Watchdog.start``'s ``before``) as identities."""
+    return [(int(pid), int(start)) for pid, start in
+            (item.split(":") for item in text.split(",") if item)]
+
+
 if __name__ == "__main__":
-    raise SystemExit(watch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], [
-        (int(pid), int(start)) for pid, start in
-        (item.split(":") for item in (sys.argv[4] if len(sys.argv) > 4 else "").split(",") if item)]))
+    raise SystemExit(watch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
+                           _identities(sys.argv[4] if len(sys.argv) > 4 else "")))
