@@ -83,19 +83,26 @@ class _Loop:
 
     task: Any = None  # asyncio.Task (asyncio is imported only by the commands that use it)
     loop: Any = None
+    closing = False  # the task has ended; the loop is being closed
 
 
 def _on_loop_signal(signum: int, frame: object) -> None:
     """SIGINT or SIGTERM while ``run_async`` runs: the first cancels the main task (every
-    ``finally`` runs, in order, awaits included); later ones are ignored."""
+    ``finally`` runs, in order, awaits included); later ones are ignored. One that comes once
+    the task has ended (the loop closing) is only noted: ``run_async`` raises it after."""
     global _signalled, _terminated
     if _signalled:
         return
     _signalled = True
     _terminated = signum == signal.SIGTERM
-    if _Loop.task is None or _Loop.loop is None:  # not started yet, or done
+    if _Loop.closing:
+        return
+    if _Loop.task is None or _Loop.loop is None:  # not started yet
         raise Terminated() if _terminated else KeyboardInterrupt()
-    _Loop.loop.call_soon_threadsafe(_Loop.task.cancel)
+    try:
+        _Loop.loop.call_soon_threadsafe(_Loop.task.cancel)
+    except RuntimeError:  # the loop is closed: run_async raises the interrupt once it returns
+        pass
 
 
 async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
@@ -104,11 +111,14 @@ async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
     the wait at once instead of when ``start`` returns: the child processes ``start`` began
     are then killed (a process still starting up has nothing to save) and the thread is left
     to end with them. (In the loop's own thread a Ctrl-C could not cut it short: vLLM's
-    start-up waits in a ``zmq`` poll that swallows ``KeyboardInterrupt``.)"""
+    start-up waits in a ``zmq`` poll that swallows ``KeyboardInterrupt``.) Once ``start``
+    returns, the run's watchdog (if any) records what it started before this returns
+    (``Watchdog.rescan``): an engine forked without exec carries no marker."""
     import asyncio
     import threading
 
-    from .watchdog import children, send_signal
+    from .watchdog import (Watchdog, children, descendants, new_children, process_table,
+                           send_signal)
 
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
@@ -134,10 +144,15 @@ async def off_loop(start: Callable[[], T], name: str = "start-up") -> T:
     before = children()
     threading.Thread(target=target, name=name, daemon=True).start()
     try:
-        return await done
+        result = await done
     except asyncio.CancelledError:
-        send_signal(children() - before, signal.SIGKILL)
+        started = new_children(before)  # not the resource tracker: it cleans up after them
+        send_signal(started | descendants(process_table(), [pid for pid, _ in started]),
+                    signal.SIGKILL)
         raise
+    if Watchdog.current is not None:  # what start forked (no exec: no marker) is recorded
+        Watchdog.current.rescan()     # before the run goes on
+    return result
 
 
 class deferred_interrupts:
@@ -179,14 +194,21 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(main)`` for a command: the first SIGINT (or SIGTERM) cancels ``main``, so
     its ``finally`` blocks close what it opened, then raises ``KeyboardInterrupt`` (or
     ``Terminated``) here; further signals are ignored while it unwinds (asyncio's own handler
-    would raise ``KeyboardInterrupt`` on the second one, anywhere)."""
+    would raise ``KeyboardInterrupt`` on the second one, anywhere). Once a signal has come,
+    the run ends as interrupted whatever else it raised while unwinding (a dead engine, a
+    failure it reports), and a signal that comes after ``main`` ended, while the loop closes,
+    is raised once it has closed: it is never lost."""
     import asyncio
 
     global _signalled, _terminated
 
     async def wrapper() -> T:
         _Loop.task, _Loop.loop = asyncio.current_task(), asyncio.get_running_loop()
-        return await main
+        try:
+            return await main
+        finally:  # a signal from now on is noted, not sent to a task that has ended
+            _Loop.closing = True
+            _Loop.task = _Loop.loop = None
 
     previous = {}
     try:
@@ -203,18 +225,24 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
         if not _signalled:
             loop.default_exception_handler(context)
 
+    _Loop.closing = False
     try:
         with asyncio.Runner() as runner:  # its own SIGINT handler is not installed: ours is
             runner.get_loop().set_exception_handler(quiet_after_interrupt)
-            return runner.run(wrapper())
-    except asyncio.CancelledError:
-        if _signalled:
-            raise (Terminated() if _terminated else KeyboardInterrupt()) from None
-        raise
+            result = runner.run(wrapper())
+    except BaseException as exc:
+        if not _signalled or isinstance(exc, KeyboardInterrupt):
+            raise
+        cause = None if isinstance(exc, asyncio.CancelledError) else exc
+        raise (Terminated() if _terminated else KeyboardInterrupt()) from cause
     finally:
         _Loop.task = _Loop.loop = None
+        _Loop.closing = False
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if _signalled:  # it came once main had ended: the command was interrupted all the same
+        raise Terminated() if _terminated else KeyboardInterrupt()
+    return result
 
 
 def _quiet_stdout() -> None:

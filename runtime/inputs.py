@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -108,7 +109,8 @@ def number_in(option: str, value: float | None, lo: float, hi: float,
 def text_file(path: str | os.PathLike[str], what: str, limit: int | None = None) -> str:
     """The whole of a UTF-8 text file (a leading BOM is dropped), refused if it is larger than
     ``limit`` bytes (default ``SMALL_JSON_BYTES``): at most ``limit + 1`` bytes are ever read,
-    so ``/dev/zero`` or a file of gigabytes is one error, not all of memory."""
+    so a file of gigabytes is one error, not all of memory (``/dev/zero``, not a regular file,
+    is refused before any read: ``open_read``)."""
     data = read_bounded(path, SMALL_JSON_BYTES if limit is None else limit, what)
     try:
         return data.decode("utf-8-sig")
@@ -116,12 +118,15 @@ def text_file(path: str | os.PathLike[str], what: str, limit: int | None = None)
         raise InputError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def open_read(path: str | os.PathLike[str]) -> IO[bytes]:
-    """``open(path, "rb")`` that never blocks in ``open``: a fifo with no writer would wait
-    for one forever, so it is opened non-blocking, then read as usual (no writer: it is empty).
-    ``OSError`` propagates."""
+def open_read(path: str | os.PathLike[str], what: str = "") -> IO[bytes]:
+    """``open(path, "rb")`` of a regular file, never blocking: the open is non-blocking (a fifo
+    with no writer would wait for one forever), then anything that is not a regular file (a
+    fifo, a device, a socket) is refused, ``FileInputError`` ``not a regular file``, before a
+    byte is read -- the rule data.py applies to prompts. ``OSError`` propagates."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileInputError(path, 0, "not a regular file", what)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -136,7 +141,7 @@ def readable_file(path: str | os.PathLike[str], what: str) -> None:
     if p.is_dir():
         raise InputError(f"{what} {path}: is a directory, not a file")
     try:
-        with open_read(p):
+        with open_read(p, what):
             pass
     except OSError as exc:
         raise InputError(f"{what} {path}: can't read: {exc.strerror or exc}") from None
@@ -250,7 +255,7 @@ def text_lines(path: str | os.PathLike[str], limit: int, what: str
     if p.is_dir():
         raise FileInputError(path, 0, "is a directory, not a file", what)
     try:
-        stream = open_read(p)  # closed by the `with` below
+        stream = open_read(p, what)  # closed by the `with` below
     except OSError as exc:
         raise FileInputError(path, 0, f"can't read: {exc.strerror or exc}", what) from None
     with stream:
@@ -272,7 +277,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
     if p.is_dir():
         raise FileInputError(path, 0, "is a directory, not a file", what)
     try:
-        with open_read(p) as f:
+        with open_read(p, what) as f:
             data = f.read(limit + 1)
     except OSError as exc:
         raise FileInputError(path, 0, f"can't read: {exc.strerror or exc}", what) from None

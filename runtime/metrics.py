@@ -17,7 +17,10 @@ Per-step fields (``metrics.jsonl``):
   fractions are cumulative over the whole run, across ``--resume`` (``Carried``): a resumed
   run goes on from the last row its earlier incarnations wrote (the time between a crash and
   the resume, and the tokens generated after that row, are not counted). A step the crash
-  cut short before its row gets a ``recovered`` row with recovery's retraining figures.
+  cut short before its row gets a ``recovered`` row with recovery's retraining figures; when
+  its checkpoint was committed before the crash, recovery retrains nothing, the step's tokens
+  are not known (``tokens_unknown``: true on its row), and ``tokens_trained`` from that row on
+  leaves them out.
 * ``trainer_idle`` / ``rollout_idle`` -- fractions of wall time so far in which the trainer waited
   for a batch / no request was running in the engine (weight syncs count as rollout idle).
 * ``tail_s`` -- seconds from the batch's last unit becoming final (the head buffer turned
@@ -181,13 +184,16 @@ class MetricsSink:
         the step's consume and its row). Its ``tokens_trained`` and ``train/*`` are those of
         recovery's retraining (``figures``: step -> (tokens, metrics)); what only the dead
         process measured (rewards, timings, staleness) is not known, and the cumulative
-        figures go on from the previous row."""
+        figures go on from the previous row. A step recovery did not retrain (its checkpoint
+        was committed before the crash) has no figures: its row says ``tokens_unknown``: true,
+        adds no tokens and has no ``train/*``."""
         last = self.rows[-1] if self.rows and isinstance(self.rows[-1], dict) else {}
         done = last.get("step", -1)
         for k in range(done + 1 if isinstance(done, int) else step, step):
             tokens, metrics = figures.get(k, (0, {}))
+            unknown = {"tokens_unknown": True} if k not in figures else {}
             row = {key: v for key, v in last.items()
-                   if not key.startswith(("train/", "reward/"))}
+                   if not key.startswith(("train/", "reward/")) and key != "tokens_unknown"}
             row.update({
                 "step": k, "version": k, "recovered": True, "reward": None,
                 "reward_trained": None, "samples_completed": 0, "staleness": {},
@@ -195,7 +201,8 @@ class MetricsSink:
                 "tokens_trained": self.carried.tokens_trained + tokens,
                 **dict.fromkeys(("step_s", "train_s", "sync_s", "wait_s", "tail_s",
                                  "stream_s"), 0.0),
-                "streamed_units": 0, **{f"train/{key}": v for key, v in metrics.items()}})
+                "streamed_units": 0, **unknown,
+                **{f"train/{key}": v for key, v in metrics.items()}})
             self.carried = replace(self.carried,
                                    tokens_trained=self.carried.tokens_trained + tokens)
             self.rows.append(row)

@@ -312,7 +312,7 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     from .watchdog import Watchdog, children, reap_children
 
     before = children()
-    watchdog = Watchdog.start()  # what the run starts dies with it, kill -9 included
+    watchdog = Watchdog.start(before)  # what the run starts dies with it, kill -9 included
     try:
         # Ctrl-C cancels the run's task: its finally blocks close the engines; more Ctrl-Cs
         # are ignored while they do

@@ -233,3 +233,65 @@ def test_simulate_overwrite_of_the_current_directory_is_one_line(tmp_path, monke
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "is the current directory" in err[0], err
     assert (tmp_path / "results.json").read_text() == first
+
+
+@pytest.fixture
+def loop_signals():
+    """run_async in this process: its signal state is put back after the test."""
+    from runtime import cli
+
+    yield cli
+    cli._signalled = cli._terminated = False
+    cli._Loop.task = cli._Loop.loop = None
+    cli._Loop.closing = False
+
+
+def test_an_error_while_a_signalled_run_unwinds_still_ends_as_the_signal(loop_signals):
+    # Before: only CancelledError became 143; a dead engine surfacing in a finally (here a
+    # RuntimeError) made train print "the run failed" and exit 1.
+    import asyncio
+
+    async def run() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.sleep(60)  # cancelled by the signal
+        finally:
+            raise RuntimeError("the engine died with the terminal's Ctrl-C")
+
+    with pytest.raises(loop_signals.Terminated) as caught:
+        loop_signals.run_async(run())
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_a_signal_while_the_loop_closes_is_not_lost(loop_signals):
+    # Before: the main task had ended, so the signal's cancel did nothing and the run
+    # returned as if never signalled (exit 0); every later signal was ignored.
+    kept = []
+
+    async def finalised_at_close():
+        try:
+            yield 1
+        finally:  # runs in the Runner's shutdown_asyncgens, after the main task ended
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    async def run() -> str:
+        gen = finalised_at_close()
+        kept.append(gen)  # closed by the loop as it closes, not when run returns
+        await gen.__anext__()
+        return "done"
+
+    with pytest.raises(loop_signals.Terminated):
+        loop_signals.run_async(run())
+
+
+def test_a_signal_once_the_loop_is_closed_is_noted_not_an_error(loop_signals):
+    # Before: call_soon_threadsafe on the closed loop raised "Event loop is closed" inside the
+    # handler, which train reported as "the run failed".
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_future()
+    loop.close()
+    loop_signals._Loop.loop, loop_signals._Loop.task = loop, task
+    loop_signals._on_loop_signal(signal.SIGINT, None)  # raised nothing
+    assert loop_signals.interrupted() and not loop_signals._terminated

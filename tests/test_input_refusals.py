@@ -34,23 +34,29 @@ def test_text_file_reads_at_most_its_limit(tmp_path):
     with pytest.raises(inputs.InputError, match="larger than 100 bytes"):
         inputs.text_file(big, "--cost", 100)
     assert inputs.text_file(big, "--cost", 1000) == "x" * 1000
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:
+        f.truncate(1 << 40)  # sparse: 1 TiB that takes no disk; read whole, it never returns
     with pytest.raises(inputs.InputError, match="larger than 1,000 bytes"):
-        inputs.text_file("/dev/zero", "--page", 1000)  # never ends: read whole, it never returns
+        inputs.text_file(huge, "--page", 1000)
 
 
-def test_simulate_cost_dev_zero_is_refused_in_bounded_memory():
-    # The child runs under a 1.5 GB address-space limit: reading /dev/zero whole ends in
+def test_simulate_cost_of_a_huge_file_is_refused_in_bounded_memory(tmp_path):
+    # The child runs under a 1.5 GB address-space limit: reading a 4 GiB file whole ends in
     # MemoryError (a traceback, exit 1) there, not on the host.
-    code = textwrap.dedent("""
+    huge = tmp_path / "cost.json"
+    with open(huge, "wb") as f:
+        f.truncate(4 << 30)  # sparse: takes no disk
+    code = textwrap.dedent(f"""
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
         from runtime.cli import main
-        sys.exit(main(["simulate", "--cost", "/dev/zero", "--no-progress"]))
+        sys.exit(main(["simulate", "--cost", {str(huge)!r}, "--no-progress"]))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "--cost /dev/zero: larger than 1 MiB" in proc.stderr
+    assert f"--cost {huge}: larger than 1 MiB" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -114,17 +120,22 @@ def test_check_of_an_output_dir_leaves_no_trace(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("option", ["--workload", "--cost"])
-def test_a_fifo_given_to_simulate_never_blocks_its_check(tmp_path, option):
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_input_that_is_not_a_regular_file_is_refused_before_it_is_read(tmp_path, option,
+                                                                          kind):
     # Opening a fifo for reading waits for a writer: the check hung for ever on old code (the
-    # subprocess timeout turns that into a failure here). Now it is read as the empty file
-    # it is without a writer, and refused as such.
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    proc = subprocess.run([sys.executable, "-m", "runtime", "simulate", option, str(fifo),
+    # subprocess timeout turns that into a failure here); then it was opened non-blocking and
+    # read as empty or not, depending on whether a writer had opened it yet. Now every input
+    # file is refused unless it is a regular file, as data.path is, whatever the timing.
+    path = tmp_path / "fifo" if kind == "fifo" else Path("/dev/zero")
+    if kind == "fifo":
+        os.mkfifo(path)
+    proc = subprocess.run([sys.executable, "-m", "runtime", "simulate", option, str(path),
                            "--no-progress"], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert str(fifo) in proc.stderr and "Traceback" not in proc.stderr
+    assert f"{option} {path}: not a regular file" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
 
 
 def test_a_conformance_family_file_is_read_only_up_to_its_limit(tmp_path, monkeypatch):
@@ -136,5 +147,5 @@ def test_a_conformance_family_file_is_read_only_up_to_its_limit(tmp_path, monkey
     path.write_bytes(lzma.compress(os.urandom(5000), preset=0))
     with pytest.raises(vec.CorpusError, match="larger than"):
         vec.read_text(path)
-    with pytest.raises(vec.CorpusError, match="larger than"):
+    with pytest.raises(vec.CorpusError, match="not a regular file"):
         vec.read_text(Path("/dev/zero"))

@@ -20,10 +20,12 @@ text, which is how ``--check`` detects a stale corpus.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import lzma
+import os
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -245,10 +247,12 @@ class CorpusError(ValueError):
 
 def read_text(path: Path) -> bytes:
     """A family file, decompressed; at most ``MAX_FAMILY_BYTES`` (an xz bomb is refused)."""
-    with inputs.open_read(path) as f:  # xz never grows its input: larger is no family
-        packed = f.read(MAX_FAMILY_BYTES + 1)
-    if len(packed) > MAX_FAMILY_BYTES:
-        raise CorpusError(f"{path}: larger than {MAX_FAMILY_BYTES >> 20} MB")
+    try:  # the compressed file is refused at the same size: no family is near it
+        packed = inputs.read_bounded(path, MAX_FAMILY_BYTES, "corpus file")
+    except inputs.FileInputError as exc:
+        if not path.exists():  # the callers report a missing family as such
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path)) from None
+        raise CorpusError(str(exc)) from None
     decompressor = lzma.LZMADecompressor()
     text = decompressor.decompress(packed, max_length=MAX_FAMILY_BYTES + 1)
     if len(text) > MAX_FAMILY_BYTES:

@@ -25,6 +25,7 @@ import pytest
 
 from runtime.recovery.store import unit_filename
 
+from ..procs import stop
 from .audit import audit_run, kill_point, publishes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def _kill_at(cmd: list[str], out: Path, after_publishes: int, delay: float,
             time.sleep(delay)
             # Frozen, the run cannot change its log between this look and the kill: the kill
             # point has a finished unit by construction, not by winning a race with the trainer.
-            proc.send_signal(signal.SIGSTOP)
+            stop(proc.pid)  # returns once it is stopped, not when the signal is sent
             if _some_finished(out):
                 break
             proc.send_signal(signal.SIGCONT)  # it trained them meanwhile: wait for more

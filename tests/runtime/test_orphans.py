@@ -22,6 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ..procs import stop
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,7 +164,7 @@ def test_ctrl_c_during_engine_start_up_ends_the_run_at_once(run):
         assert time.monotonic() < deadline and r.proc.poll() is None, "no engine process"
         time.sleep(0.05)
     tree = r.tree()
-    engine[0].suspend()  # SIGSTOP: the engine cannot finish starting, whatever the machine
+    stop(engine[0].pid)  # SIGSTOP, returns once it is stopped: it cannot finish starting
     r.proc.send_signal(signal.SIGINT)  # to the run alone, as `kill -INT` would
     code, out = r.finish(bound_s=120)  # the old code waited here for ever
     assert code == 130, out
