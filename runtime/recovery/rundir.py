@@ -88,7 +88,7 @@ _HELD: dict[str, RunDirLock] = {}
 
 def _holder(lock_path: Path) -> str:
     try:
-        pid = lock_path.read_text(encoding="ascii").strip()
+        pid = lock_path.read_text(encoding="ascii").partition("\n")[0]
     except (OSError, UnicodeDecodeError):
         pid = ""
     return f"pid {pid}" if pid.isdigit() else "another process"
@@ -115,8 +115,11 @@ def lock_run_dir(path: Path) -> RunDirLock:
         raise RunDirInUse(f"{path} is in use by {_holder(path / LOCK_NAME)}: one process "
                           f"at a time writes a run directory; wait for it to end, or use "
                           f"another directory") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    # The pid line first, then cut what a longer pid of an earlier holder left after it: a
+    # reader (``_holder`` takes the first line) never finds the file empty.
+    line = f"{os.getpid()}\n".encode("ascii")
+    os.pwrite(fd, line, 0)
+    os.ftruncate(fd, len(line))
     lock = RunDirLock(path, fd, _key=key)
     _HELD[key] = lock
     return lock

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ HOLD = """
 import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
 fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)  # as the runtime does: a longer pid left by the last run would stay
 os.write(fd, f"{os.getpid()}\\n".encode())
 print("held", flush=True)
 time.sleep(600)
@@ -195,3 +197,18 @@ def test_a_signal_ends_train_with_one_line_and_frees_the_directory(tmp_path, sig
                f"run again" in err
 
     lock_run_dir(out).release()  # the directory is free again
+
+
+def test_the_lock_file_names_its_holder_whatever_an_earlier_holder_left(tmp_path):
+    # An earlier holder with a longer pid, and a holder that wrote its line without cutting
+    # the rest (the old test holder did): the first line is the pid, and the runtime's own
+    # lock leaves exactly its line.
+    from runtime.recovery.rundir import LOCK_NAME, _holder, lock_run_dir
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK_NAME).write_text("409\n99\n")
+    assert _holder(out / LOCK_NAME) == "pid 409"
+    (out / LOCK_NAME).write_text("123456789\n")
+    with lock_run_dir(out):
+        assert (out / LOCK_NAME).read_text() == f"{os.getpid()}\n"
