@@ -69,7 +69,7 @@ bench-precision: $(STAMP)
 	$(PY) bench/precision_curve.py --docs
 
 ## Every staleness.policy x streaming off/on x refit abort/keep x eta 1,2 on the real vLLM CPU
-## engine, long-tail answer lengths, seeds 0-2 (~15 min on 2 cores): docs/results/peers_compare.json
+## engine, long-tail answer lengths, seeds 0-2 (736 s on 2 loaded cores): docs/results/peers_compare.json
 ## and the table of docs/peers.md. `python bench/peers_compare.py --help` for a smaller grid.
 bench-peers: $(STAMP)
 	$(PY) bench/peers_compare.py --seeds 0,1,2 --etas 1,2 --steps 10 --write
