@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl bench-peers proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,12 @@ bench-runtime: $(STAMP)
 ## writes docs/results/precision_curve.json and its table in docs/runtime.md.
 bench-precision: $(STAMP)
 	$(PY) bench/precision_curve.py --docs
+
+## Every staleness.policy x streaming off/on x refit abort/keep x eta 1,2 on the real vLLM CPU
+## engine, long-tail answer lengths, seeds 0-2 (736 s on 2 loaded cores): docs/results/peers_compare.json
+## and the table of docs/peers.md. `python bench/peers_compare.py --help` for a smaller grid.
+bench-peers: $(STAMP)
+	$(PY) bench/peers_compare.py --seeds 0,1,2 --etas 1,2 --steps 10 --write
 
 ## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
 bench-gpu: $(STAMP)
