@@ -2,7 +2,9 @@
 
 Exit codes: 0 conforming; 1 the trace diverges from the reference (strict) or violates a safety
 invariant; 2 the input cannot be read or is not a valid trace (the message names the line and
-field). The format is docs/porting/trace-format.md; ``.gz`` files and ``-`` (stdin) are read too.
+field). Every log is checked as Reserve–Occupy's; a peer's log (``x_policy``) only with
+``--peer NAME``, by that rule's terms: 0 the rule held, 1 it broke. The format is
+docs/porting/trace-format.md; ``.gz`` files and ``-`` (stdin) are read too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterator
 
 from reserve_occupy.trace import TraceFormatError
 
-from .checker import LENIENT, STRICT, check
+from .checker import LENIENT, STRICT, PeerHeaderError, check
 from .report import EXIT_FAIL, EXIT_OK, EXIT_UNREADABLE, render_json, render_text
 
 FORMAT_DOC = "docs/porting/trace-format.md"
@@ -29,13 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Check a Reserve-Occupy trace (JSON Lines) from any implementation. Strict mode "
         "replays it through the reference controller and reports the first divergence; "
         "--lenient checks only the safety invariants (staleness bound, conservation, in-order "
-        "consumption, full batches, capacity, concurrency). Exit 0 conforming, 1 divergence or "
-        "violation, 2 unreadable or invalid input.")
+        "consumption, full batches, capacity, concurrency). A peer's log (a header with "
+        "x_policy) is checked only with --peer NAME, by that rule's terms. Exit 0 conforming "
+        "(with --peer: the rule held), 1 divergence or violation, 2 unreadable or invalid "
+        "input.")
     parser.add_argument("file", metavar="FILE", help="trace file (.jsonl, .jsonl.gz, or - for "
                                                      "stdin)")
     parser.add_argument("--lenient", action="store_true",
                         help="check only the safety invariants, for implementations that place "
                              "units differently but legally")
+    parser.add_argument("--peer", metavar="NAME",
+                        help="the log is a peer's (runtime/peers.py; its header's x_policy must "
+                             "be NAME): check it by that rule's terms, with the bound and eta "
+                             "the rule enforces; the verdict is the rule's, not conformance")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -78,10 +86,21 @@ def read_lines(path: str) -> Iterator[str]:
 def run(args: argparse.Namespace) -> int:
     mode = LENIENT if args.lenient else STRICT
     name = "<stdin>" if args.file == "-" else args.file
+    if args.peer is not None:
+        from ..peers import PEER_POLICIES
+
+        if args.peer not in PEER_POLICIES:
+            return _unreadable(args, name, f"--peer: unknown rule {args.peer!r} (choose from "
+                                           f"{', '.join(PEER_POLICIES)})")
+        if args.lenient:
+            return _unreadable(args, name, "--peer with --lenient: a peer's log is checked by "
+                                           "its rule's terms; --lenient is Reserve–Occupy's")
     try:
-        report = check(read_lines(args.file), mode, progress=_progress())
+        report = check(read_lines(args.file), mode, progress=_progress(), peer=args.peer)
     except UnreadableTrace as exc:
         return _unreadable(args, name, str(exc))
+    except PeerHeaderError as exc:
+        return _unreadable(args, name, f"{name}: {exc}")
     except TraceFormatError as exc:
         return _unreadable(args, name, f"{name}: {exc}\n  (trace format: {FORMAT_DOC})")
     if args.json:

@@ -6,6 +6,12 @@ tracker alongside, so a trace that matches the reference but breaks a safety inv
 bug) is still caught. Lenient mode runs only the tracker (``safety``), for implementations that
 place units differently but legally. Both stop at the first problem.
 
+A peer's log (``runtime.peers``: a header naming its rule in ``x_policy``) is checked only when
+the caller names that rule (``check(..., peer=NAME)``, ``check-trace --peer NAME``), by the
+rule's own terms (``peer_safety``); its verdict is the rule's, not conformance. The header never
+switches the check: without ``peer`` a log naming a peer's rule is refused, and the bound and
+eta checked are the named rule's, never the header's ``x_bounded``/``x_eta``.
+
 ``check`` raises ``TraceFormatError`` for input that is not a valid trace; the command line turns
 that into exit code 2.
 """
@@ -34,7 +40,8 @@ from .peer_safety import PeerTracker
 from .safety import SafetyTracker, Violation
 
 STRICT, LENIENT = "strict", "lenient"
-PEER = "peer"  # a peer's log (header x_policy): checked by ``peer_safety``, whatever the mode
+PEER = "peer"  # a peer's log, checked by ``peer_safety`` when the caller names its rule
+REFERENCE = "reserve_occupy"  # x_policy of a Reserve–Occupy log (absent: the same)
 PROGRESS_EVERY = 100_000
 # A problem report draws the buffers before and after the offending event only up to this many
 # open slots: larger tables are unreadable, and snapshotting a million slots costs ~1 GB.
@@ -68,12 +75,12 @@ class Report:
     live_at_end: int = 0
     logged: dict[str, set[str]] = field(default_factory=dict)  # op -> fields ever logged
     problem: Problem | None = None
-    # a peer's log (header x_policy, runtime.peers): its rule, whether it promises the bound,
-    # the units it trained staler than eta (unbounded rules) and {staleness: units trained}
+    # a peer's log (check(peer=...)): its rule, whether the rule promises the bound, the units
+    # it trained staler than eta (unbounded rules) and {staleness: units trained}
     policy: str | None = None
     bounded: bool = True
     over_eta: int = 0
-    eta: int | None = None  # the bound a peer's rule enforces (x_eta), if not the config's
+    eta: int | None = None  # the eta a peer's rule enforces (the rule's, never the header's)
     staleness: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -141,15 +148,31 @@ def _strict_step(ref: StalenessController, entry: TraceEntry,
 
 
 def check(lines: Iterable[str], mode: str = STRICT,
-          progress: Callable[[int], None] | None = None) -> Report:
+          progress: Callable[[int], None] | None = None, *, peer: str | None = None) -> Report:
     """Check a whole trace (an iterable of its lines). Raises ``TraceFormatError``.
-    ``progress(n)`` is called every ``PROGRESS_EVERY`` events (long traces)."""
+    ``progress(n)`` is called every ``PROGRESS_EVERY`` events (long traces).
+
+    Every log is checked as Reserve–Occupy's (``mode``) unless the caller names a peer's rule
+    (``peer``, one of ``runtime.peers.PEER_POLICIES``): then the log's header must name that
+    rule (``x_policy``) and the log is checked by the rule's terms (``peer_safety``), with the
+    bound and eta the rule enforces, never the header's. A header never switches the check: a
+    log naming a peer's rule without ``peer`` is refused (``PeerHeaderError``)."""
     if mode not in (STRICT, LENIENT):
         raise ValueError(f"mode must be {STRICT!r} or {LENIENT!r}, not {mode!r}")
-    lines, peer = _peer_of(lines)
+    if peer is not None:
+        from ..peers import PEER_POLICIES
+
+        if peer not in PEER_POLICIES:
+            raise ValueError(f"unknown peer policy {peer!r} (choose from "
+                             f"{', '.join(PEER_POLICIES)})")
+        if mode != STRICT:
+            raise ValueError(f"a peer's log is checked by its rule's terms: mode {mode!r} is "
+                             f"Reserve–Occupy's")
+    lines, declared = _declared_policy(lines, peer)
     head, entries = parse_lines(lines)
     if peer is not None:
-        return _check_peer(head.config, entries, *peer, progress)
+        bounded, eta = _rule_terms(peer, head.config, *declared)
+        return _check_peer(head.config, entries, peer, bounded, eta, progress)
     config, coarse = head.config, head.granularity == "buffer"
     report = Report(mode, config)
     tracker = SafetyTracker(config)
@@ -185,11 +208,19 @@ def check(lines: Iterable[str], mode: str = STRICT,
     return report
 
 
-def _peer_of(lines: Iterable[str]
-             ) -> tuple[Iterable[str], tuple[str, bool, int | None] | None]:
-    """The lines (unconsumed) and, for a peer's log (a header naming ``x_policy`` other than
-    reserve_occupy), its rule, whether the rule promises the bound (``x_bounded``) and the eta
-    it enforces (``x_eta``; None: the config's)."""
+class PeerHeaderError(TraceFormatError):
+    """The header's ``x_policy``/``x_bounded``/``x_eta`` do not fit the check asked for: a
+    peer's log without ``peer``, a rule other than the one named, or terms other than the
+    rule's."""
+
+
+_HeaderTerms = tuple[int, dict[str, Any]]  # the header's line number and its x_ fields
+
+
+def _declared_policy(lines: Iterable[str], peer: str | None
+                     ) -> tuple[Iterable[str], _HeaderTerms]:
+    """The lines (unconsumed) and the header's line number and ``x_bounded``/``x_eta``, after
+    checking its ``x_policy`` against ``peer`` (None: a Reserve–Occupy log is expected)."""
     it = iter(lines)
     before: list[str] = []
     for text in it:
@@ -200,22 +231,62 @@ def _peer_of(lines: Iterable[str]
     try:
         h = loads_bounded(before[-1]) if before else None
     except (ValueError, TypeError):
-        return rest, None  # parse_lines reports it (not JSON, nested too deep)
-    if not isinstance(h, dict) or h.get("x_policy", "reserve_occupy") == "reserve_occupy":
-        return rest, None
-    policy, bounded, eta = h["x_policy"], h.get("x_bounded", True), h.get("x_eta")
+        h = None  # parse_lines reports it (not JSON, nested too deep)
+    if not isinstance(h, dict):
+        return rest, (len(before), {})  # parse_lines refuses anything but a header
+    line = len(before)
+    policy = h.get("x_policy", REFERENCE)
     if not isinstance(policy, str):
-        raise TraceFormatError(len(before), "x_policy", f"must be a string, got {policy!r}")
-    if not isinstance(bounded, bool):
-        raise TraceFormatError(len(before), "x_bounded", f"must be true or false, got "
-                                                         f"{bounded!r}")
-    if eta is not None and (isinstance(eta, bool) or not isinstance(eta, int) or eta < 0):
-        raise TraceFormatError(len(before), "x_eta", f"must be an int >= 0, got {eta!r}")
-    return rest, (policy, bounded, eta)
+        raise PeerHeaderError(line, "x_policy", f"must be a string, got {policy!r}")
+    if peer is None:
+        if policy != REFERENCE:
+            from ..peers import PEER_POLICIES
+
+            if policy in PEER_POLICIES:
+                raise PeerHeaderError(line, "x_policy", f"is {policy!r}, a peer's log, not "
+                                      f"Reserve–Occupy's: check-trace --peer {policy} checks it "
+                                      f"by that rule's terms (a peer verdict, not conformance)")
+            raise PeerHeaderError(line, "x_policy", f"{policy!r} is neither reserve_occupy nor "
+                                  f"a peer's rule ({', '.join(PEER_POLICIES)})")
+        return rest, (line, {})
+    if policy != peer:
+        what = ("absent: a Reserve–Occupy log (check it without --peer)"
+                if "x_policy" not in h else f"is {policy!r}")
+        raise PeerHeaderError(line, "x_policy", f"{what}, not the rule named by --peer "
+                                                f"({peer!r})")
+    return rest, (line, {k: h[k] for k in ("x_bounded", "x_eta") if k in h})
+
+
+def _rule_terms(peer: str, config: Config, line: int, written: dict[str, Any]
+                ) -> tuple[bool, int]:
+    """Whether ``peer``'s rule promises the bound and the eta it enforces, as
+    ``PeerController`` writes them (``x_bounded``, ``x_eta``): from the rule, never the header;
+    a header that says otherwise is refused."""
+    from ..peers import make_rule
+
+    rule = make_rule(peer, config.max_staleness)
+    bounded, eta = bool(rule.bounded), int(rule.eta)
+    if "x_bounded" in written:
+        value = written["x_bounded"]
+        if not isinstance(value, bool):
+            raise PeerHeaderError(line, "x_bounded", f"must be true or false, got {value!r}")
+        if value != bounded:
+            raise PeerHeaderError(line, "x_bounded", f"is {str(value).lower()}, but {peer} "
+                                  f"{'promises' if bounded else 'does not promise'} the bound "
+                                  f"(the rule's terms are checked, not the header's)")
+    if "x_eta" in written:
+        value = written["x_eta"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise PeerHeaderError(line, "x_eta", f"must be an int >= 0, got {value!r}")
+        if value != eta:
+            raise PeerHeaderError(line, "x_eta", f"is {value}, but {peer} enforces eta {eta} "
+                                  f"at config.max_staleness {config.max_staleness} (the rule's "
+                                  f"eta is checked, not the header's)")
+    return bounded, eta
 
 
 def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, bounded: bool,
-                eta: int | None, progress: Callable[[int], None] | None) -> Report:
+                eta: int, progress: Callable[[int], None] | None) -> Report:
     """A peer's log: no reference to replay; ``PeerTracker`` checks what every rule must do."""
     report = Report(PEER, config, policy=policy, bounded=bounded)
     tracker = PeerTracker(config, policy, bounded, eta)

@@ -1,6 +1,7 @@
-"""What ``check-trace`` checks of a peer's event log (a header with ``x_policy``, written by
-``runtime.peers.PeerController``): the rule is not Reserve–Occupy, so there is no reference to
-replay and no slot table; what any staleness control must still do is checked.
+"""What ``check-trace --peer NAME`` checks of a peer's event log (a header with ``x_policy``,
+written by ``runtime.peers.PeerController``): the rule is not Reserve–Occupy, so there is no
+reference to replay and no slot table; what any staleness control must still do is checked. The
+check runs only when the caller names the rule; the header never selects it.
 
 * every unit's lifecycle: ``reserve`` once, then ``occupy`` or ``abort`` while in flight, then
   ``consume`` (trained) or ``filter`` (dropped untrained) once finished;
@@ -8,10 +9,11 @@ replay and no slot table; what any staleness control must still do is checked.
 * the version: each event logs the current one, ``publish`` moves it by one and only after a
   ``consume``, a ``consume`` trains the current version and waits for its ``publish``;
 * full batches (``batch_size`` units), each unit's logged staleness = version - v_traj;
-* the staleness bound, for a rule that promises it (``x_bounded: true``): a unit staler than eta
-  (``x_eta``, the eta the rule enforces, when the header gives it; else the config's) is a
-  violation. An unbounded rule breaks the bound by design: its trained staleness is
-  reported (``over_eta``: units trained staler than eta), never called a failure.
+* the staleness bound, for a rule that promises it (the named rule's ``bounded``): a unit
+  staler than eta (the eta the named rule enforces at the config's eta: 0 for ``synchronous``;
+  never the header's ``x_eta``, which must agree) is a violation. An unbounded rule breaks the
+  bound by design: its trained staleness is reported (``over_eta``: units trained staler than
+  eta), never called a failure.
 
 ``stream`` and ``release_stuck`` are Reserve–Occupy's and a violation here.
 """
@@ -34,7 +36,7 @@ class PeerTracker:
         self.config = config
         self.policy = policy
         self.bounded = bounded
-        self.eta = config.max_staleness if eta is None else eta  # x_eta: the rule's own
+        self.eta = config.max_staleness if eta is None else eta  # the named rule's own
         self.version = 0
         self.training = False
         self.units: dict[object, str] = {}

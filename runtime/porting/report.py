@@ -148,20 +148,26 @@ def render_text(report: Report, name: str) -> str:
     c = report.config
     params = (f"eta={c.max_staleness} batch_size={c.batch_size} capacity={c.capacity} "
               f"max_concurrency={c.max_concurrency}")
+    peer = report.policy is not None
     if report.ok:
-        verdict = (f"{name}: CONFORMING ({report.mode}) -- {report.events} events, "
+        # CONFORMING is Reserve–Occupy conformance; a peer's log held its own rule, no more
+        held = f"PEER RULE HELD ({report.policy})" if peer else f"CONFORMING ({report.mode})"
+        verdict = (f"{name}: {held} -- {report.events} events, "
                    f"{report.units} units, {report.batches} batches, {params}")
         stats = (f"  largest staleness trained: {max(report.max_staleness, 0)} (eta "
                  f"{c.max_staleness}); most units in flight: {report.max_in_flight}; "
                  f"live at the end: {report.live_at_end}")
         lines = [verdict, stats]
-        if report.policy is not None:
+        if peer:
             lines.append(_peer_line(report))
         missing = report.not_logged()
         if missing and report.mode == "strict":
             lines.append(f"  not logged, so not compared: {', '.join(missing)}")
         return "\n".join(lines)
     what = "DIVERGES FROM THE REFERENCE" if report.problem.differences else "VIOLATES AN INVARIANT"
+    if peer:
+        return (f"{name}: PEER RULE BROKEN ({report.policy}) -- {params}\n"
+                + render_problem(report.problem, report))  # type: ignore[arg-type]
     return (f"{name}: {what} ({report.mode}) -- {params}\n"
             + render_problem(report.problem, report))  # type: ignore[arg-type]
 
@@ -187,8 +193,9 @@ def render_json(report: Report, name: str) -> dict[str, Any]:
         "units": report.units, "batches": report.batches,
         "max_staleness": report.max_staleness, "not_logged": report.not_logged(),
     }
-    if report.policy is not None:
-        out.update(policy=report.policy, bounded=report.bounded, over_eta=report.over_eta,
+    if report.policy is not None:  # a peer's log: "ok" is the rule held, not conformance
+        out.update(policy=report.policy, bounded=report.bounded, eta=report.eta,
+                   over_eta=report.over_eta,
                    staleness={str(k): v for k, v in report.staleness.items()})
     if p is not None:
         out["problem"] = {

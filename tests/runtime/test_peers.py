@@ -14,7 +14,7 @@ import pytest
 from reserve_occupy.trace import dumps
 from runtime.cli import main
 from runtime.peers import PEER_POLICIES, STALE, PeerController
-from runtime.porting.checker import check
+from runtime.porting.checker import PeerHeaderError, check
 from runtime.rollout.fake import random_script
 
 from .helpers import make, run
@@ -83,9 +83,10 @@ def test_each_rule_trains_under_the_driver_and_its_log_checks(policy):
     assert driver.controller.rule.name == policy  # the simulator's class, not a copy
     assert len(records) == len(trainer.batches) == 8
     assert all(len(b.groups) == 4 for b in trainer.batches)
-    report = check(_log(driver))
+    report = check(_log(driver), peer=policy)
     assert report.ok, report.problem
     assert (report.policy, report.batches, report.mode) == (policy, 8, "peer")
+    assert (report.bounded, report.eta) == (driver.controller.bounded, driver.controller.rule.eta)
     staleness = [u.staleness for e in _events(driver, "consume") for u in e.batch.units]
     assert sum(report.staleness.values()) == len(staleness) == 32
     if driver.controller.bounded:
@@ -112,7 +113,7 @@ def test_verl_drop_drops_what_is_staler_than_eta_and_trains_none_of_it():
     assert not dropped & {g.unit_id for g in trained}
     assert all(g.staleness == 0 for g in trained)
     assert not dropped & set(driver.groups)  # the driver forgot the dropped units' data
-    assert check(_log(driver)).ok
+    assert check(_log(driver), peer="verl_drop").ok
 
 
 def test_nemo_in_order_trains_in_admission_order():
@@ -147,15 +148,22 @@ def test_unbounded_reports_its_trained_staleness_and_is_not_failed_for_it():
                                policy="unbounded", train_s=0.3)
     run(driver, clock)
     lines = _log(driver)
-    report = check(lines)
+    report = check(lines, peer="unbounded")
     assert report.ok and not report.bounded
     assert report.max_staleness > 1 and report.over_eta > 0
     assert report.over_eta == sum(n for s, n in report.staleness.items() if s > 1)
-    # the same log claiming a bounded rule is a violation: the leniency is the rule's alone
+    # the leniency is the named rule's alone: the header cannot claim it, and the same log
+    # checked as a bounded rule's is a violation
     head = json.loads(lines[0])
     head["x_bounded"] = True
-    strict = check([json.dumps(head), *lines[1:]])
-    assert not strict.ok and strict.problem.violation.invariant == "staleness-bound"
+    with pytest.raises(PeerHeaderError, match="x_bounded: is true, but unbounded does not"):
+        check([json.dumps(head), *lines[1:]], peer="unbounded")
+    head = dict(json.loads(lines[0]), x_policy="nemo_in_order", x_bounded=True)
+    bounded = check([json.dumps(head), *lines[1:]], peer="nemo_in_order")
+    assert not bounded.ok and bounded.problem.violation.invariant == "staleness-bound"
+    # and without --peer the log is not checked at all: it is a peer's
+    with pytest.raises(PeerHeaderError, match="--peer unbounded"):
+        check(lines)
 
 
 def test_areal_runs_on_its_timer():
@@ -166,7 +174,7 @@ def test_areal_runs_on_its_timer():
     run(driver, clock)
     rule = driver.controller.rule
     assert len(trainer.batches) == 6 and rule.rounds > 6  # more rounds than batches
-    assert check(_log(driver)).ok
+    assert check(_log(driver), peer="areal").ok
 
 
 def test_synchronous_trains_only_fresh_data():
@@ -176,18 +184,28 @@ def test_synchronous_trains_only_fresh_data():
     assert len(trainer.batches) == 5 and all(g.staleness == 0 for b in trainer.batches
                                              for g in b.groups)
     lines = _log(driver)
-    report = check(lines)
+    report = check(lines, peer="synchronous")
     assert report.ok and report.eta == 0  # checked against the rule's eta, not the config's 2
-    # x_eta is what is checked: an eta-1 rule's log (staleness 1 trained) claiming eta 0 fails
+    # the rule's eta is what is checked, not the header's: an eta-1 rule's log (staleness 1
+    # trained) is checked at eta 1 whatever x_eta says, and an x_eta other than it is refused
     other, _, _, clock = make(script=random_script(3, long_tail=0.2), eta=1, steps=6,
                               policy="nemo_in_order", train_s=0.2)
     run(other, clock)
     lines = _log(other)
-    assert check(lines).ok and check(lines).max_staleness == 1
+    report = check(lines, peer="nemo_in_order")
+    assert report.ok and report.max_staleness == 1 and report.eta == 1
     head = json.loads(lines[0])
-    head["x_eta"] = 0
-    claimed = check([json.dumps(head), *lines[1:]])
-    assert not claimed.ok and claimed.problem.violation.invariant == "staleness-bound"
+    for claimed in (0, 5):
+        head["x_eta"] = claimed
+        with pytest.raises(PeerHeaderError, match=f"x_eta: is {claimed}, but nemo_in_order "
+                                                  f"enforces eta 1"):
+            check([json.dumps(head), *lines[1:]], peer="nemo_in_order")
+    del head["x_eta"]  # absent: the rule's eta, still
+    assert check([json.dumps(head), *lines[1:]], peer="nemo_in_order").eta == 1
+    # the synchronous rule's eta (0) holds for its name whatever the config's eta
+    head = dict(json.loads(lines[0]), x_policy="synchronous", x_eta=0)
+    sync = check([json.dumps(head), *lines[1:]], peer="synchronous")
+    assert not sync.ok and sync.problem.violation.invariant == "staleness-bound"
 
 
 def test_a_rule_aborting_an_in_flight_group_stops_it_in_the_driver():
@@ -217,7 +235,7 @@ def test_a_rule_aborting_an_in_flight_group_stops_it_in_the_driver():
     aborts = [e for e in _events(driver, "abort") if e.unit_id == victim]
     assert len(aborts) == 1 and ctl.metas[aborts[0].seq] == {"reason": STALE}
     assert any(n["event"] == "abort" and n["unit"] == victim for n in driver.notes)
-    assert victim not in driver.groups and check(_log(driver)).ok
+    assert victim not in driver.groups and check(_log(driver), peer="roll").ok
 
 
 def test_a_peer_log_breaking_a_lifecycle_is_caught():
@@ -232,7 +250,7 @@ def test_a_peer_log_breaking_a_lifecycle_is_caught():
                                        staleness=second["batch"]["version"]
                                        - first["batch"]["units"][0]["v_traj"])
     lines[consumes[1]] = json.dumps(second)
-    report = check(lines)
+    report = check(lines, peer="nemo_in_order")
     assert not report.ok and report.problem.violation.invariant == "lifecycle"
 
 
@@ -277,9 +295,14 @@ def test_train_with_a_peer_writes_a_log_check_trace_accepts(tmp_path, capsys):
     capsys.readouterr()
     head = json.loads((out / "events.jsonl").read_text().splitlines()[0])
     assert head["x_policy"] == "nemo_in_order" and head["x_bounded"] is True
-    assert main(["check-trace", str(out / "events.jsonl")]) == 0
+    # the header does not switch the check: without --peer the log is refused, one line
+    assert main(["check-trace", str(out / "events.jsonl")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--peer nemo_in_order" in err, err
+    assert main(["check-trace", str(out / "events.jsonl"), "--peer", "nemo_in_order"]) == 0
     text = capsys.readouterr().out
-    assert "CONFORMING (peer)" in text and "policy nemo_in_order" in text
+    assert "PEER RULE HELD (nemo_in_order)" in text and "policy nemo_in_order" in text
+    assert "CONFORMING" not in text
     assert json.loads((out / "config.json").read_text())["staleness"]["policy"] == "nemo_in_order"
 
 
@@ -329,7 +352,7 @@ async def test_a_peer_rule_trains_with_real_vllm(engine, tiny_model, tmp_path):
     for batch in seen:
         for g in batch.groups:
             assert batch.version - min(min(s.versions) for s in g.samples) <= 1
-    report = check((tmp_path / "events.jsonl").read_text().splitlines())
+    report = check((tmp_path / "events.jsonl").read_text().splitlines(), peer="nemo_in_order")
     assert report.ok and report.policy == "nemo_in_order" and report.batches == 4
 
 
@@ -368,4 +391,4 @@ def test_a_bad_peer_header_is_a_format_error(field, value):
     head = json.loads(lines[0])
     head[field] = value
     with pytest.raises(TraceFormatError, match=field):
-        check([json.dumps(head), *lines[1:]])
+        check([json.dumps(head), *lines[1:]], peer="unbounded")
