@@ -169,12 +169,18 @@ async def test_requests_after_a_keep_refit_never_reuse_the_old_weights_prefix_kv
     # has 128-token blocks, which a 128-token context never fills, so it never hits), a
     # 40-token prompt (one full block to hit), and new weights that change every layer's KV.
     # Without the salt, the second request scores 5 nats away from the new weights here.
+    # One sequence at a time (max_num_seqs=1): a second request with the same prompt, submitted
+    # before the pause, waits in the engine unprefilled with the old salt. Without the abort at
+    # the load, it would be prefilled after the resume against the kept request's prompt block
+    # (old weights) and its tokens, all labelled with the new version, would score away from
+    # the new weights; the load must abort it before it produced anything.
     import torch
 
     from runtime.rollout.vllm_engine import VLLMRollout
     from runtime.trainer.grpo import GRPOTrainer
 
-    engine = VLLMRollout(tiny_model, max_model_len=128, seed=0, extra={"block_size": 32})
+    engine = VLLMRollout(tiny_model, max_model_len=128, max_num_seqs=1, seed=0,
+                         extra={"block_size": 32})
     try:
         assert engine.engine.vllm_config.cache_config.block_size == 32
         text = "1+2=3 4+5=9 7+1=8 2+2=4 3+3=6 9+0=9 8+1=9 5+4=9 6+2=8 "
@@ -189,17 +195,31 @@ async def test_requests_after_a_keep_refit_never_reuse_the_old_weights_prefix_kv
         since = engine.tokens_so_far
         kept = asyncio.ensure_future(engine.generate(GenerationRequest(
             "kept", prompt, 80, 0.0, ignore_eos=True)))
+        queued = asyncio.ensure_future(engine.generate(GenerationRequest(
+            "queued", prompt, 20, 0.0, ignore_eos=True)))
         await _decoding(engine, since, [kept])
+        assert "queued" in engine._active and engine.tokens_so_far - since < 80
         await engine.pause("keep")
         await engine.load_weights(weights, 1)
+        ended_at_load = queued.done()
         await engine.resume()
         assert engine.stale_prefix_loads == 1  # the cache could not be reset: kept held KV
         later = await engine.generate(GenerationRequest("later", prompt, 20, 0.0,
                                                         ignore_eos=True))
         assert (await kept).finish_reason == "length"
-        scored = new.score([prompt], [later.token_ids])[0]
         assert later.refits == [(0, 1)]
+        scored = new.score([prompt], [later.token_ids])[0]
         assert max(abs(a - b) for a, b in zip(scored, later.logprobs)) < LOGPROB_TOL
+        # The queued request: whatever it made scores as the new weights (before the fix it
+        # ran on after the resume and scored 5 nats away) ...
+        q = await queued
+        if q.token_ids:
+            scored = new.score([prompt], [q.token_ids])[0]
+            assert max(abs(a - b) for a, b in zip(scored, q.logprobs)) < LOGPROB_TOL
+        # ... because it made nothing: the load aborted it unprefilled, before the resume.
+        assert ended_at_load
+        assert q.finish_reason == "abort" and q.token_ids == [] and q.refits == []
+        assert engine._active == set()
     finally:
         await engine.close()
 
