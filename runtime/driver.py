@@ -567,14 +567,18 @@ class Driver:
         for c in self._running.values():
             c.paused = True
         await self.rollout.pause(self.s.refit)
-        if self.s.refit == "keep":  # the requests carried across this refit, for the record
-            self.notes.append({"t": self.accounting.elapsed(), "event": "refit_kept",
-                               "requests": len(self._running)})
         while self.s.refit == "abort" and self._running:  # every paused request has returned
             change = self._change
             await change.wait()
         version = self.controller.version + 1  # what publish makes public
         await self.rollout.load_weights(weights, version)
+        if self.s.refit == "keep":
+            # The requests carried across this refit, for the record: those still running
+            # after the load. The pause and the load end the ones not really in an engine (a
+            # pool's waiting requests, a vLLM request not yet prefilled), which are started
+            # again after the resume and are not counted.
+            self.notes.append({"t": self.accounting.elapsed(), "event": "refit_kept",
+                               "requests": len(self._running)})
         self.controller.publish()
         self._after_peer_consume(None)  # a peer's rule may drop or abort units at publish
         self.engine_version = self.controller.version
@@ -583,6 +587,8 @@ class Driver:
                                f"told {version}")
         self._check()
         await self.rollout.resume()
+        for c in self._running.values():  # kept requests run on: no longer paused (an abort
+            c.paused = False              # from now on ends the candidate, it is no resume)
         self._open.set()
         self._notify()
 
