@@ -535,10 +535,14 @@ class Driver:
         ``take_dropped``) may drop finished units at ``consume`` or ``publish`` (verl's stale
         evictions, ROLL's old cohorts): forget their data; and abort in-flight ones (ROLL):
         stop them. Its admission may open at a consume (NeMo-RL's buffer permits, verl's
-        refills), as the simulator asks the rule to admit after it: wake admission."""
+        refills), as the simulator asks the rule to admit after it: wake admission. A consume
+        that returns no batch may also admit groups or set the rule's timer (AReaL's
+        ``prepare_batch`` round): wake admission and the watchdog then too, but not after
+        every empty consume (the trainer's loop would spin)."""
         take = getattr(self.controller, "take_dropped", None)
         if take is None:
             return
+        moved = self.controller.take_admission_moved()
         dropped = take()
         for unit_id in dropped:
             g = self.groups.pop(unit_id, None)
@@ -547,7 +551,7 @@ class Driver:
                 self._note("drop", g, reason="stale")
         aborted = self.controller.take_aborted()  # in flight, stopped by the rule (ROLL)
         self._dropped_by_controller(aborted)
-        if dropped or aborted or batch is not None:
+        if dropped or aborted or moved or batch is not None:
             self._notify()
 
     def _assemble(self, batch: Batch) -> TrainBatch:
