@@ -18,7 +18,7 @@ import pytest
 from runtime.config import TrainerConfig
 from runtime.rollout.base import GenerationRequest, token_versions
 
-from .helpers import LOGPROB_TOL
+from .helpers import LOGPROB_TOL, keep_pauses_wait_for_decoding, record_segments
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 
@@ -121,15 +121,35 @@ async def test_train_with_keep_refit_conforms_and_versions_each_token(engine, ti
                             "staleness.group_size": 2, "rollout.ignore_eos": True,
                             "rollout.max_tokens": 64, "run.steps": 5, "run.keep_weights": 10,
                             "staleness.filter_zero_variance": False, "rollout.refit": "keep"})
-    result = await _train(cfg, engine, tiny_model, tmp_path, hook=_record_batches,
-                          reward=lambda p, c: float(c.count("1")))
+
+    def hook(driver):
+        _record_batches(driver)
+        # every keep pause waits until a request in the engine is decoding (if one is there):
+        # no sync falls between a request's submission and its first token
+        driver.frozen = keep_pauses_wait_for_decoding(driver)
+        driver.segments = record_segments(driver)
+
+    try:
+        result = await _train(cfg, engine, tiny_model, tmp_path, hook=hook,
+                              reward=lambda p, c: float(c.count("1")))
+    finally:  # the session's engine: its own methods again for the next tests
+        for name in ("pause", "generate"):
+            engine.__dict__.pop(name, None)
     driver = result.driver
     assert len(driver.seen_batches) == 5
     assert driver.counts["resumed"] == 0  # no sync ended a request
     samples = [(b, g, s) for b in driver.seen_batches for g in b.groups for s in g.samples]
     assert all(s.segments == 1 and len(s.token_ids) == 64 for _, _, s in samples)
     mixed = [(b, g, s) for b, g, s in samples if len(set(s.versions)) > 1]
-    assert mixed, "no request ran across a weight sync"
+    # A keep pause never froze the engine between a request's submission and its first token
+    # (the wrapper waited), so the syncs that found requests in the engine found them decoding
+    # and they ran on across the refit: checked on every segment the engine returned, trained
+    # or not (the groups carried across a sync may train after the run's last step). What the
+    # wrapper cannot force is that a request is in the engine when a sync comes at all.
+    assert len(driver.frozen) == 5 and set().union(*driver.frozen)
+    carried = [seg for seg in driver.segments  # a refit part-way (one at 0: its start version)
+               if any(0 < i < len(seg.token_ids) for i, _ in seg.refits)]
+    assert carried, "no request ran across a weight sync"
     from runtime.config import TrainerConfig
     from runtime.trainer.grpo import GRPOTrainer
 
