@@ -167,3 +167,30 @@ def record_segments(driver: Driver) -> list[Any]:
 
     rollout.generate = spy
     return segments
+
+
+def version_scorer(model: Any, weights: Any, work: Any, temperature: float
+                   ) -> Callable[[int], Any]:
+    """``scorer(v)``: a ``GRPOTrainer`` holding the weights of version ``v`` (``model`` for
+    0, else ``weights/v{v}/model.safetensors`` as the run exported them), made once per
+    version under ``work/s{v}``; its ``score`` recomputes the log-probabilities of tokens."""
+    from pathlib import Path
+
+    from runtime.config import TrainerConfig
+    from runtime.trainer.grpo import GRPOTrainer
+
+    scorers: dict[int, Any] = {}
+
+    def scorer(version: int) -> Any:
+        if version not in scorers:
+            t = GRPOTrainer(model, TrainerConfig(), Path(work) / f"s{version}",
+                            temperature=temperature)
+            if version:
+                from safetensors.torch import load_file
+
+                t.model.load_state_dict(load_file(
+                    str(Path(weights) / f"v{version}" / "model.safetensors")))
+            scorers[version] = t
+        return scorers[version]
+
+    return scorer

@@ -18,7 +18,8 @@ import pytest
 from runtime.config import TrainerConfig
 from runtime.rollout.base import GenerationRequest, token_versions
 
-from .helpers import LOGPROB_TOL, keep_pauses_wait_for_decoding, record_segments
+from .helpers import (LOGPROB_TOL, keep_pauses_wait_for_decoding, record_segments,
+                      version_scorer)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 
@@ -150,22 +151,7 @@ async def test_train_with_keep_refit_conforms_and_versions_each_token(engine, ti
     carried = [seg for seg in driver.segments  # a refit part-way (one at 0: its start version)
                if any(0 < i < len(seg.token_ids) for i, _ in seg.refits)]
     assert carried, "no request ran across a weight sync"
-    from runtime.config import TrainerConfig
-    from runtime.trainer.grpo import GRPOTrainer
-
-    scorers: dict[int, GRPOTrainer] = {}
-
-    def scorer(version: int) -> GRPOTrainer:
-        if version not in scorers:
-            t = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path / f"s{version}",
-                            temperature=2.0)
-            if version:
-                from safetensors.torch import load_file
-
-                t.model.load_state_dict(load_file(
-                    str(tmp_path / "weights" / f"v{version}" / "model.safetensors")))
-            scorers[version] = t
-        return scorers[version]
+    scorer = version_scorer(tiny_model, tmp_path / "weights", tmp_path, temperature=2.0)
 
     for batch, g, s in mixed:
         assert list(s.versions) == sorted(s.versions) and s.versions[0] >= g.v_traj
