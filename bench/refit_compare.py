@@ -51,20 +51,9 @@ def ones(prompt: Any, completion: str) -> float:
 
 def _stale_kv_error(batches: list[Any], model: Path, weights: Path) -> dict[str, Any]:
     """|engine logprob - full recompute| for tokens after an in-flight refit and before it."""
-    from runtime.config import TrainerConfig
-    from runtime.trainer.grpo import GRPOTrainer
+    from tests.runtime.helpers import version_scorer  # as bench/verl_compare.py imports tests
 
-    scorers: dict[int, Any] = {}
-
-    def scorer(v: int) -> Any:
-        if v not in scorers:
-            from safetensors.torch import load_file
-
-            t = GRPOTrainer(model, TrainerConfig(), Path(tempfile.mkdtemp()), temperature=1.0)
-            if v:
-                t.model.load_state_dict(load_file(str(weights / f"v{v}" / "model.safetensors")))
-            scorers[v] = t
-        return scorers[v]
+    scorer = version_scorer(model, weights, Path(tempfile.mkdtemp()), temperature=1.0)
 
     after: list[float] = []
     before: list[float] = []

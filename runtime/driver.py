@@ -535,10 +535,14 @@ class Driver:
         ``take_dropped``) may drop finished units at ``consume`` or ``publish`` (verl's stale
         evictions, ROLL's old cohorts): forget their data; and abort in-flight ones (ROLL):
         stop them. Its admission may open at a consume (NeMo-RL's buffer permits, verl's
-        refills), as the simulator asks the rule to admit after it: wake admission."""
+        refills), as the simulator asks the rule to admit after it: wake admission. A consume
+        that returns no batch may also admit groups or set the rule's timer (AReaL's
+        ``prepare_batch`` round): wake admission and the watchdog then too, but not after
+        every empty consume (the trainer's loop would spin)."""
         take = getattr(self.controller, "take_dropped", None)
         if take is None:
             return
+        moved = self.controller.take_admission_moved()
         dropped = take()
         for unit_id in dropped:
             g = self.groups.pop(unit_id, None)
@@ -547,7 +551,7 @@ class Driver:
                 self._note("drop", g, reason="stale")
         aborted = self.controller.take_aborted()  # in flight, stopped by the rule (ROLL)
         self._dropped_by_controller(aborted)
-        if dropped or aborted or batch is not None:
+        if dropped or aborted or moved or batch is not None:
             self._notify()
 
     def _assemble(self, batch: Batch) -> TrainBatch:
@@ -567,14 +571,18 @@ class Driver:
         for c in self._running.values():
             c.paused = True
         await self.rollout.pause(self.s.refit)
-        if self.s.refit == "keep":  # the requests carried across this refit, for the record
-            self.notes.append({"t": self.accounting.elapsed(), "event": "refit_kept",
-                               "requests": len(self._running)})
         while self.s.refit == "abort" and self._running:  # every paused request has returned
             change = self._change
             await change.wait()
         version = self.controller.version + 1  # what publish makes public
         await self.rollout.load_weights(weights, version)
+        if self.s.refit == "keep":
+            # The requests carried across this refit, for the record: those still running
+            # after the load. The pause and the load end the ones not really in an engine (a
+            # pool's waiting requests, a vLLM request not yet prefilled), which are started
+            # again after the resume and are not counted.
+            self.notes.append({"t": self.accounting.elapsed(), "event": "refit_kept",
+                               "requests": len(self._running)})
         self.controller.publish()
         self._after_peer_consume(None)  # a peer's rule may drop or abort units at publish
         self.engine_version = self.controller.version
@@ -583,6 +591,8 @@ class Driver:
                                f"told {version}")
         self._check()
         await self.rollout.resume()
+        for c in self._running.values():  # kept requests run on: no longer paused (an abort
+            c.paused = False              # from now on ends the candidate, it is no resume)
         self._open.set()
         self._notify()
 

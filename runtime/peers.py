@@ -245,6 +245,9 @@ class PeerController:
         self._dropped: list[Any] = []
         self._aborted: list[Any] = []
         self._training = False  # consumed, not yet published
+        # the rule admitted groups or moved its timer inside a consume or publish (AReaL's
+        # prepare_batch round): the driver must wake admission and its watchdog
+        self._admission_moved = False
         self.rule.attach(_SimView(self, config.batch_size, group_size))
 
     # ------------------------------------------------------------------ state ----------------
@@ -279,6 +282,21 @@ class PeerController:
         """The finished units the rule dropped since the last call (the driver forgets them)."""
         out, self._dropped = self._dropped, []
         return out
+
+    def take_admission_moved(self) -> bool:
+        """Whether a consume or publish since the last call admitted groups (the rule's
+        waiting queue grew) or changed the rule's timer; the driver then wakes admission and
+        the watchdog. Only then: waking on every consume would spin the trainer's loop."""
+        moved, self._admission_moved = self._admission_moved, False
+        return moved
+
+    def _watch_admission(self, op: Callable[[], Any]) -> Any:
+        waiting, timer = len(self._waiting), self.timer
+        try:
+            return op()
+        finally:
+            if len(self._waiting) > waiting or self.timer != timer:
+                self._admission_moved = True
 
     def take_aborted(self) -> list[Any]:
         """The in-flight units the rule aborted since the last call (the driver stops them)."""
@@ -326,7 +344,7 @@ class PeerController:
     def consume(self, meta: dict[str, Any] | None = None) -> Batch | None:
         if self._training:
             raise IllegalOperation("consume", "TRAINING")
-        chosen = self.rule.take_batch()
+        chosen = self._watch_admission(self.rule.take_batch)
         if chosen is None:
             return None
         units, seen = [], set()
@@ -357,7 +375,7 @@ class PeerController:
         self._log("publish", meta)
         self.version += 1
         self._training = False
-        self.rule.on_publish(self.version)
+        self._watch_admission(lambda: self.rule.on_publish(self.version))
 
     def stream(self, meta: dict[str, Any] | None = None) -> tuple[()]:
         raise IllegalOperation("stream", "IDLE", requires=f"streaming, which {self.policy_name} "

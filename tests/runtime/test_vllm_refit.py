@@ -18,7 +18,8 @@ import pytest
 from runtime.config import TrainerConfig
 from runtime.rollout.base import GenerationRequest, token_versions
 
-from .helpers import LOGPROB_TOL
+from .helpers import (LOGPROB_TOL, keep_pauses_wait_for_decoding, record_segments,
+                      version_scorer)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 
@@ -121,31 +122,36 @@ async def test_train_with_keep_refit_conforms_and_versions_each_token(engine, ti
                             "staleness.group_size": 2, "rollout.ignore_eos": True,
                             "rollout.max_tokens": 64, "run.steps": 5, "run.keep_weights": 10,
                             "staleness.filter_zero_variance": False, "rollout.refit": "keep"})
-    result = await _train(cfg, engine, tiny_model, tmp_path, hook=_record_batches,
-                          reward=lambda p, c: float(c.count("1")))
+
+    def hook(driver):
+        _record_batches(driver)
+        # every keep pause waits until a request in the engine is decoding (if one is there):
+        # no sync falls between a request's submission and its first token
+        driver.frozen = keep_pauses_wait_for_decoding(driver)
+        driver.segments = record_segments(driver)
+
+    try:
+        result = await _train(cfg, engine, tiny_model, tmp_path, hook=hook,
+                              reward=lambda p, c: float(c.count("1")))
+    finally:  # the session's engine: its own methods again for the next tests
+        for name in ("pause", "generate"):
+            engine.__dict__.pop(name, None)
     driver = result.driver
     assert len(driver.seen_batches) == 5
     assert driver.counts["resumed"] == 0  # no sync ended a request
     samples = [(b, g, s) for b in driver.seen_batches for g in b.groups for s in g.samples]
     assert all(s.segments == 1 and len(s.token_ids) == 64 for _, _, s in samples)
     mixed = [(b, g, s) for b, g, s in samples if len(set(s.versions)) > 1]
-    assert mixed, "no request ran across a weight sync"
-    from runtime.config import TrainerConfig
-    from runtime.trainer.grpo import GRPOTrainer
-
-    scorers: dict[int, GRPOTrainer] = {}
-
-    def scorer(version: int) -> GRPOTrainer:
-        if version not in scorers:
-            t = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path / f"s{version}",
-                            temperature=2.0)
-            if version:
-                from safetensors.torch import load_file
-
-                t.model.load_state_dict(load_file(
-                    str(tmp_path / "weights" / f"v{version}" / "model.safetensors")))
-            scorers[version] = t
-        return scorers[version]
+    # A keep pause never froze the engine between a request's submission and its first token
+    # (the wrapper waited), so the syncs that found requests in the engine found them decoding
+    # and they ran on across the refit: checked on every segment the engine returned, trained
+    # or not (the groups carried across a sync may train after the run's last step). What the
+    # wrapper cannot force is that a request is in the engine when a sync comes at all.
+    assert len(driver.frozen) == 5 and set().union(*driver.frozen)
+    carried = [seg for seg in driver.segments  # a refit part-way (one at 0: its start version)
+               if any(0 < i < len(seg.token_ids) for i, _ in seg.refits)]
+    assert carried, "no request ran across a weight sync"
+    scorer = version_scorer(tiny_model, tmp_path / "weights", tmp_path, temperature=2.0)
 
     for batch, g, s in mixed:
         assert list(s.versions) == sorted(s.versions) and s.versions[0] >= g.v_traj
@@ -169,12 +175,18 @@ async def test_requests_after_a_keep_refit_never_reuse_the_old_weights_prefix_kv
     # has 128-token blocks, which a 128-token context never fills, so it never hits), a
     # 40-token prompt (one full block to hit), and new weights that change every layer's KV.
     # Without the salt, the second request scores 5 nats away from the new weights here.
+    # One sequence at a time (max_num_seqs=1): a second request with the same prompt, submitted
+    # before the pause, waits in the engine unprefilled with the old salt. Without the abort at
+    # the load, it would be prefilled after the resume against the kept request's prompt block
+    # (old weights) and its tokens, all labelled with the new version, would score away from
+    # the new weights; the load must abort it before it produced anything.
     import torch
 
     from runtime.rollout.vllm_engine import VLLMRollout
     from runtime.trainer.grpo import GRPOTrainer
 
-    engine = VLLMRollout(tiny_model, max_model_len=128, seed=0, extra={"block_size": 32})
+    engine = VLLMRollout(tiny_model, max_model_len=128, max_num_seqs=1, seed=0,
+                         extra={"block_size": 32})
     try:
         assert engine.engine.vllm_config.cache_config.block_size == 32
         text = "1+2=3 4+5=9 7+1=8 2+2=4 3+3=6 9+0=9 8+1=9 5+4=9 6+2=8 "
@@ -189,17 +201,31 @@ async def test_requests_after_a_keep_refit_never_reuse_the_old_weights_prefix_kv
         since = engine.tokens_so_far
         kept = asyncio.ensure_future(engine.generate(GenerationRequest(
             "kept", prompt, 80, 0.0, ignore_eos=True)))
+        queued = asyncio.ensure_future(engine.generate(GenerationRequest(
+            "queued", prompt, 20, 0.0, ignore_eos=True)))
         await _decoding(engine, since, [kept])
+        assert "queued" in engine._active and engine.tokens_so_far - since < 80
         await engine.pause("keep")
         await engine.load_weights(weights, 1)
+        ended_at_load = queued.done()
         await engine.resume()
         assert engine.stale_prefix_loads == 1  # the cache could not be reset: kept held KV
         later = await engine.generate(GenerationRequest("later", prompt, 20, 0.0,
                                                         ignore_eos=True))
         assert (await kept).finish_reason == "length"
-        scored = new.score([prompt], [later.token_ids])[0]
         assert later.refits == [(0, 1)]
+        scored = new.score([prompt], [later.token_ids])[0]
         assert max(abs(a - b) for a, b in zip(scored, later.logprobs)) < LOGPROB_TOL
+        # The queued request: whatever it made scores as the new weights (before the fix it
+        # ran on after the resume and scored 5 nats away) ...
+        q = await queued
+        if q.token_ids:
+            scored = new.score([prompt], [q.token_ids])[0]
+            assert max(abs(a - b) for a, b in zip(scored, q.logprobs)) < LOGPROB_TOL
+        # ... because it made nothing: the load aborted it unprefilled, before the resume.
+        assert ended_at_load
+        assert q.finish_reason == "abort" and q.token_ids == [] and q.refits == []
+        assert engine._active == set()
     finally:
         await engine.close()
 

@@ -25,7 +25,7 @@ from runtime.rollout.base import GenerationRequest, Segment
 from runtime.session import run_training
 from runtime.tasks.arithmetic import ExactAnswerReward
 
-from .helpers import LOGPROB_TOL
+from .helpers import LOGPROB_TOL, version_scorer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 
@@ -130,22 +130,7 @@ async def test_partial_rollout_keeps_tokens_oldest_version_and_right_logprobs(
     mixed = [(b, g, s) for b in driver.seen_batches for g in b.groups for s in g.samples
              if len(set(s.versions)) > 1]
     assert mixed
-    from runtime.config import TrainerConfig
-    from runtime.trainer.grpo import GRPOTrainer
-
-    scorers = {}
-
-    def scorer(version: int) -> GRPOTrainer:
-        if version not in scorers:
-            t = GRPOTrainer(tiny_model, TrainerConfig(), tmp_path / f"s{version}",
-                            temperature=2.0)
-            if version:
-                from safetensors.torch import load_file
-
-                t.model.load_state_dict(load_file(
-                    str(tmp_path / "weights" / f"v{version}" / "model.safetensors")))
-            scorers[version] = t
-        return scorers[version]
+    scorer = version_scorer(tiny_model, tmp_path / "weights", tmp_path, temperature=2.0)
 
     for batch, g, s in mixed:
         assert list(s.versions) == sorted(s.versions) and s.versions[0] >= g.v_traj
