@@ -54,10 +54,12 @@ Reserve–Occupy controller, with the same types and typed errors:
 **The event log** is the core's trace format (``reserve_occupy.trace``): the same ``Event``
 records, without slots (a peer has none), and a header naming the rule in ``x_policy`` (and
 ``x_bounded``: whether the rule itself promises staleness <= eta; ``x_eta``: the eta it
-enforces, 0 for ``synchronous``). ``check-trace`` reads such a
-log with the peer checker (``runtime.porting.checker``): unit lifecycles, versions, full batches
-and each trained unit's staleness; it fails a bounded rule's batch staler than eta but only
-reports the trained staleness of an unbounded rule (the rule breaks the bound by design).
+enforces, 0 for ``synchronous``). Only ``check-trace --peer NAME`` reads such a log with the
+peer checker (``runtime.porting.checker``), taking the bound and eta from the named rule (a
+header that disagrees is refused; without ``--peer`` the log is refused, never checked
+leniently): unit lifecycles, versions, full batches and each trained unit's staleness; it fails
+a bounded rule's batch staler than eta but only reports the trained staleness of an unbounded
+rule (the rule breaks the bound by design).
 
 Where a runtime run differs from a simulated one (the rule is the same; its surroundings are
 the runtime's): a unit's ``v_traj`` is the version at ``reserve`` (the simulator's ``v_gen`` is
