@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from runtime.clock import VirtualClock
@@ -194,3 +197,13 @@ def version_scorer(model: Any, weights: Any, work: Any, temperature: float
         return scorers[version]
 
     return scorer
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/NAME.py`` as a module (bench/ is scripts, not a package): the doc-table tests
+    render a benchmark's table from its results file with the benchmark's own code."""
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module

@@ -4,19 +4,13 @@ the table from the file again (a hand edit, or a results file without its table,
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("runtime_bench",
-                                                  ROOT / "bench" / "runtime_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_bench("runtime_bench")
 
 
 def test_the_docs_table_is_rendered_from_the_results_file():

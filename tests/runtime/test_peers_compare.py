@@ -5,7 +5,6 @@ bench runs a tiny grid on the real engine whose ``--write`` table agrees with it
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -13,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from .helpers import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "peers_compare.py"
@@ -23,10 +24,7 @@ FIELDS = {"policy", "streaming", "refit", "eta", "seed", "steps", "wall_s", "gen
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("peers_compare", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_bench("peers_compare")
 
 
 def test_the_docs_table_is_rendered_from_the_results_file():
