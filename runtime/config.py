@@ -39,6 +39,7 @@ MAX_CANDIDATES = 10_000  # samples per group
 # Seeds go to numpy (np.random.seed, which vLLM calls with the engine's seed), torch and
 # Python's random; numpy takes 0 .. 2**32 - 1, the narrowest of the three.
 MAX_SEED = 2**32 - 1
+MAX_WORLD = 1024  # trainer ranks (trainer.world_size)
 
 
 class _Section(BaseModel):
@@ -234,6 +235,13 @@ class TrainerConfig(_Section):
     # is complete, so the update is the whole-batch one. Needs one pass and one minibatch.
     streaming: bool = False
     chunk_groups: int = Field(1, ge=1, le=MAX_GROUPS)
+    # The sharded trainer (docs/runtime.md, "Sharded trainer"): world_size rank processes
+    # training one FSDP2 model (gloo on CPU, NCCL on GPU). strategy auto: the single-process
+    # trainer for one rank, fsdp for more; fsdp: sharded even on one rank. A rank that waits
+    # in a collective longer than collective_timeout_s fails the run (a hung rank).
+    world_size: int = Field(1, ge=1, le=MAX_WORLD)
+    strategy: Literal["auto", "single", "fsdp"] = "auto"
+    collective_timeout_s: float = Field(300.0, gt=0)
 
     @field_validator("betas")
     @classmethod
@@ -241,6 +249,18 @@ class TrainerConfig(_Section):
         if not all(0.0 <= b < 1.0 for b in value):
             raise ValueError("AdamW's betas must each be in [0, 1)")
         return value
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the run trains with the sharded trainer (``runtime.trainer.sharded``)."""
+        return self.strategy == "fsdp" or (self.strategy == "auto" and self.world_size > 1)
+
+    @model_validator(mode="after")
+    def _one_rank_single(self) -> TrainerConfig:
+        if self.strategy == "single" and self.world_size > 1:
+            raise ValueError(f"strategy single trains in one process: world_size must be 1 "
+                             f"(got {self.world_size}); use strategy fsdp or auto")
+        return self
 
     @model_validator(mode="after")
     def _streamable(self) -> TrainerConfig:
@@ -311,6 +331,13 @@ class TrainConfig(_Section):
             raise ValueError(f"trainer.chunk_groups ({t.chunk_groups}) must be <= "
                              f"staleness.batch_size ({self.staleness.batch_size}): a chunk is "
                              f"part of one batch")
+        return self
+
+    @model_validator(mode="after")
+    def _sharded_local(self) -> TrainConfig:
+        if self.trainer.sharded and self.run.backend == "ray":
+            raise ValueError("trainer.world_size > 1 (or trainer.strategy fsdp) runs with "
+                             "run.backend local: the sharded trainer is not placed on Ray yet")
         return self
 
     @model_validator(mode="after")
@@ -494,6 +521,29 @@ def check_precision(precision: str, device_type: str) -> None:
     if not torch.cuda.is_bf16_supported():
         raise ValueError(f"trainer.precision {precision}: this GPU "
                          f"({torch.cuda.get_device_name()}) has no bfloat16; use fp32")
+
+
+def check_world_size(world_size: int, device: str) -> None:
+    """Refuse ``trainer.world_size`` ranks this machine cannot give one each of: more than
+    its CPUs (``os.sched_getaffinity``, what this process may use) for a CPU trainer, more
+    than its CUDA devices for a GPU one. One line naming the setting."""
+    import os
+
+    if world_size <= 1:
+        return
+    if device.startswith("cuda"):
+        import torch
+
+        have = torch.cuda.device_count()
+        if world_size > have:
+            raise ValueError(f"trainer.world_size {world_size}: this machine has {have} CUDA "
+                             f"device(s), one per rank")
+        return
+    cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1)
+    if world_size > cpus:
+        raise ValueError(f"trainer.world_size {world_size}: this machine gives this process "
+                         f"{cpus} CPU(s), fewer than one per rank")
 
 
 def resolve_device(name: str) -> str:

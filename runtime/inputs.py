@@ -386,7 +386,8 @@ def model_weights(directory: str | os.PathLike[str], what: str) -> None:
 def trainer_checkpoint(directory: str | os.PathLike[str], what: str) -> int:
     """A trainer checkpoint (``train --resume CHECKPOINT``) that loads: ``trainer_state.json``
     is JSON with a whole ``steps`` >= 0, ``model.safetensors`` is complete, ``optimizer.pt``
-    is a whole torch archive. Returns the steps it records."""
+    is a whole torch archive (the sharded trainer's: ``sharded/.metadata``, the
+    ``torch.distributed.checkpoint`` index, instead). Returns the steps it records."""
     import zipfile
 
     d = Path(directory)
@@ -399,6 +400,11 @@ def trainer_checkpoint(directory: str | os.PathLike[str], what: str) -> int:
     if not (d / "model.safetensors").is_file():
         raise FileInputError(d, 0, "has no model.safetensors", what)
     safetensors_file(d / "model.safetensors", what)
+    if (d / "sharded").is_dir():  # runtime.trainer.rank: model and optimizer in shards
+        if not (d / "sharded" / ".metadata").is_file():
+            raise FileInputError(d / "sharded", 0, "has no .metadata (an incomplete "
+                                                   "torch.distributed checkpoint)", what)
+        return steps
     optimizer = d / "optimizer.pt"
     try:
         with zipfile.ZipFile(optimizer):  # reads the archive's directory, kept at its end

@@ -236,12 +236,8 @@ async def _run_started(cfg: TrainConfig, model_path: Path, out_dir: Path,
     state: RunState | None = None
     try:
         if engines.trainer is None:
-            from .trainer.grpo import GRPOTrainer
-
-            engines.trainer = GRPOTrainer(model_path, cfg.trainer, out_dir,
-                                          cfg.rollout.temperature, seed=cfg.run.seed,
-                                          keep_weights=cfg.run.keep_weights,
-                                          total_steps=cfg.run.steps)
+            engines.trainer = await build_trainer(cfg, model_path, out_dir)
+            engines.own_trainer = True
         # The run's own config is on disk once its engines and trainer are up (a start that
         # fails, or is killed, before leaves no config.json behind) and before anything else
         # of the run: a directory with an event log always has the config that wrote it.
@@ -262,6 +258,21 @@ async def _run_started(cfg: TrainConfig, model_path: Path, out_dir: Path,
         await engines.close()
 
 
+async def build_trainer(cfg: TrainConfig, model_path: Path, out_dir: Path) -> Any:
+    """The in-process trainer: ``GRPOTrainer``, or with ``trainer.world_size`` > 1 (or
+    ``trainer.strategy`` fsdp) the ``ShardedTrainer`` and its rank processes."""
+    args = (model_path, cfg.trainer, out_dir, cfg.rollout.temperature)
+    kw = dict(seed=cfg.run.seed, keep_weights=cfg.run.keep_weights, total_steps=cfg.run.steps)
+    if cfg.trainer.sharded:
+        from .cli import off_loop
+        from .trainer.sharded import ShardedTrainer
+
+        return await off_loop(lambda: ShardedTrainer(*args, **kw), "trainer start-up")
+    from .trainer.grpo import GRPOTrainer
+
+    return GRPOTrainer(*args, **kw)
+
+
 @dataclass
 class Engines:
     """The rollout and the trainer of a run, and whether this run started (and so closes)
@@ -272,8 +283,12 @@ class Engines:
     cluster: Any
     owned: bool
     startup_s: float = 0.0
+    own_trainer: bool = False  # built for this run in this process (closed with it)
 
     async def close(self) -> None:
+        close = getattr(self.trainer, "aclose", None)
+        if self.own_trainer and close is not None:  # the sharded trainer's rank processes
+            await close()
         if not self.owned:
             return
         if self.cluster is not None:

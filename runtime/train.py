@@ -217,13 +217,14 @@ def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-u
     tokenizer. Returns the model directory (None: the embedded tiny model). Raises
     ``InputError``."""
     from . import inputs
-    from .config import check_engine_args, check_precision, resolve_device
+    from .config import check_engine_args, check_precision, check_world_size, resolve_device
     from .inputs import InputError
     from .session import check_lengths
 
     try:
         device = resolve_device(cfg.trainer.device)
         check_precision(cfg.trainer.precision, device.split(":")[0])
+        check_world_size(cfg.trainer.world_size, device)
         if cfg.rollout.backend == "vllm":
             check_engine_args(cfg.rollout.engine_args)
         if cfg.run.backend == "ray" and cfg.ray.address is None:

@@ -119,6 +119,7 @@ class GRPOTrainer:
         self.ref = None
         if settings.kl_coef > 0:
             self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self._wrap_model()  # a hook: the sharded trainer shards here, before the optimizer
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=settings.lr,
                                      betas=tuple(settings.betas),
                                      weight_decay=settings.weight_decay)
@@ -237,8 +238,7 @@ class GRPOTrainer:
         def add(key: str, value: float) -> None:
             sums[key] = sums.get(key, 0.0) + value
 
-        for start in range(0, len(rows), s.micro_batch):
-            chunk = rows[start:start + s.micro_batch]
+        for chunk in self._micro_batches(rows):
             prompts, responses = [r[0] for r in chunk], [r[1] for r in chunk]
             logp, mask = self._logprobs(self.model, prompts, responses)
             old = torch.zeros_like(logp)
@@ -269,6 +269,15 @@ class GRPOTrainer:
                     fresh = mask * (ver == version).float()
                     add("onpolicy_err", float(((logp - old).abs() * fresh).sum()))
                     add("onpolicy_n", float(fresh.sum()))
+
+    def _wrap_model(self) -> None:
+        """A hook: change ``self.model`` before the optimizer is built over its parameters
+        (``runtime.trainer.rank`` shards it with FSDP2). Nothing here."""
+
+    def _micro_batches(self, rows: list[tuple]) -> list[list[tuple]]:
+        """A hook: the forward/backward passes ``_minibatch`` makes over ``rows``
+        (``runtime.trainer.rank`` pads them so that every rank makes as many)."""
+        return [rows[i:i + self.s.micro_batch] for i in range(0, len(rows), self.s.micro_batch)]
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.precision == "bf16-mixed":

@@ -1,0 +1,327 @@
+"""One rank of the sharded GRPO trainer (``runtime.trainer.sharded``): a process of its own,
+started by the driver's ``ShardedTrainer``, that runs ``GRPOTrainer``'s update on an FSDP2 model.
+
+What changes from the single-process trainer, and nothing else (``RankTrainer`` overrides):
+
+* The model: ``fully_shard`` on every decoder layer (the model's ``_no_split_modules``) and on
+  the root, over a one-dimensional device mesh of the ranks; ``trainer.precision bf16-mixed``
+  adds ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`` (the forward keeps
+  the single-process trainer's bfloat16 autocast as well); ``gradient_checkpointing`` is the
+  model's own, per decoder layer.
+* The rows: every rank receives the whole batch and trains its own share of each minibatch,
+  the rows dealt by tokens (``assign``: longest first to the rank with the fewest tokens), not
+  by count.
+* The normaliser: the loss stays the token mean over the whole minibatch, all ranks together.
+  Each rank divides its rows' summed loss by the minibatch's token count (which every rank
+  knows, having the whole batch), and FSDP's gradient reduction *sums* over the ranks
+  (``set_gradient_divide_factor(1.0)``; by default it averages, which would divide the update
+  by the world size). Streamed chunks are split the same way; ``_finish_step`` divides by the
+  batch's token count as before.
+* Lock step: FSDP gathers each layer's parameters in every forward, so every rank must make
+  as many forward/backward passes; a rank with fewer micro-batches pads with empty ones (one
+  pad token, no response token: no loss, a zero gradient).
+* Metrics: the per-rank sums are all-reduced (``ratio_max`` by maximum).
+* Weights: ``export`` gathers the full state dict (``get_model_state_dict`` with
+  ``full_state_dict`` and ``cpu_offload``: tensor by tensor, onto rank 0's CPU only) and rank 0
+  writes the same Hugging Face directory the single-process trainer writes.
+* Checkpoints: model and optimizer as a ``torch.distributed.checkpoint`` directory
+  (``sharded/``, each rank writing its shards; loadable at any world size), next to the
+  consolidated model (``model.safetensors``, ``config.json``, the tokenizer: a directory
+  transformers and vLLM load), the whole written atomically by rank 0 (``atomic_io.atomic_dir``).
+
+The control channel: one pipe per rank from the driver; a message is ``(command, args)``, each
+rank answers ``("ok", result)`` or ``("error", type name, message)``. Every rank runs every
+command, so collectives line up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .. import atomic_io
+from .grpo import GRPOTrainer
+
+# The per-rank metric sums of ``GRPOTrainer._minibatch`` that add up over ranks.
+SUM_KEYS = ("tokens", "loss", "clipped", "ratio", "kl_behaviour", "kl_ref", "onpolicy_err",
+            "onpolicy_n")
+SHARDED_DIR = "sharded"  # the torch.distributed.checkpoint directory inside a checkpoint
+STATE_NAME = "trainer_state.json"
+
+
+def assign(rows: list[tuple], world: int) -> list[list[int]]:
+    """The row indices each rank trains, balanced by tokens (prompt and response: what a
+    forward pass costs): longest row first, each to the rank with the fewest tokens so far
+    (ties: the lowest rank); each rank's rows in their original order. Deterministic, so
+    every rank computes the same split."""
+    load = [0] * world
+    out: list[list[int]] = [[] for _ in range(world)]
+    by_cost = sorted(range(len(rows)), key=lambda i: (-(len(rows[i][0]) + len(rows[i][1])), i))
+    for i in by_cost:
+        r = min(range(world), key=lambda k: (load[k], k))
+        out[r].append(i)
+        load[r] += len(rows[i][0]) + len(rows[i][1])
+    return [sorted(x) for x in out]
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules ``fully_shard`` wraps one by one: those of the classes the model names in
+    ``_no_split_modules`` (Hugging Face's decoder layers)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(f"{type(model).__name__}: no decoder layers to shard (the model names "
+                         f"none in _no_split_modules)")
+    return layers
+
+
+class RankTrainer(GRPOTrainer):
+    """``GRPOTrainer`` on one rank of an FSDP2 process group (see the module's docstring)."""
+
+    def __init__(self, rank: int, world: int, *args: Any, **kwargs: Any) -> None:
+        self.rank, self.world = rank, world
+        super().__init__(*args, **kwargs)
+
+    # ------------------------------------------------------------------ the model -----------
+
+    def _wrap_model(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(self.device.type, (self.world,))
+        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                  if self.precision == "bf16-mixed" else MixedPrecisionPolicy())
+        for layer in decoder_layers(self.model):
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(self.model, mesh=mesh, mp_policy=policy)
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                # sum over ranks (see _minibatch), as a plain SUM (gloo has no PREMUL_SUM)
+                module.set_gradient_divide_factor(1.0)
+                module.set_force_sum_reduction_for_comms(True)
+
+    # ------------------------------------------------------------------ the update ----------
+
+    def _micro_batches(self, rows: list[tuple]) -> list[list[tuple]]:
+        chunks = super()._micro_batches(rows)
+        n = torch.tensor([len(chunks)], dtype=torch.long, device=self._comm_device())
+        dist.all_reduce(n, op=dist.ReduceOp.MAX)
+        empty = ([self.pad_id], [], [], [], 0.0)  # no response token: no loss, zero gradient
+        return chunks + [[empty]] * (int(n.item()) - len(chunks))
+
+    def _minibatch(self, rows: list[tuple], version: int, sums: dict[str, float],
+                   first: bool, n_tokens: float | None = None) -> None:
+        """This rank's share of ``rows`` (the whole minibatch, the same on every rank), its
+        loss divided by the whole minibatch's ``n_tokens``; the sums all-reduced."""
+        if n_tokens is None:
+            n_tokens = sum(len(r[1]) for r in rows)
+        mine = [rows[i] for i in assign(rows, self.world)[self.rank]]
+        local: dict[str, float] = {}
+        super()._minibatch(mine, version, local, first, n_tokens=self._divisor(n_tokens, mine))
+        dev = self._comm_device()
+        total = torch.tensor([local.get(k, 0.0) for k in SUM_KEYS], dtype=torch.float64,
+                             device=dev)
+        dist.all_reduce(total)
+        top = torch.tensor([local.get("ratio_max", 0.0)], dtype=torch.float64, device=dev)
+        dist.all_reduce(top, op=dist.ReduceOp.MAX)
+        for k, v in zip(SUM_KEYS, total.tolist()):
+            if k in local or v:
+                sums[k] = sums.get(k, 0.0) + v
+        sums["ratio_max"] = max(sums.get("ratio_max", 0.0), float(top.item()))
+
+    def _divisor(self, n_tokens: float, mine: list[tuple]) -> float:
+        """What this rank divides its rows' summed loss by: the whole minibatch's tokens
+        (the ranks' gradients are then summed). A test overrides it with the per-rank mean."""
+        return n_tokens
+
+    def _optimizer_step(self) -> float:
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        limit = self.s.max_grad_norm if self.s.max_grad_norm is not None else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, limit)  # DTensor grads: a global norm
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def _comm_device(self) -> torch.device:
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
+
+    # ------------------------------------------------------------------ weights -------------
+
+    def _full_state(self) -> dict[str, torch.Tensor]:
+        """The full weights on rank 0's CPU (an empty dict on the others); a collective."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        state = get_model_state_dict(self.model, options=StateDictOptions(
+            full_state_dict=True, cpu_offload=True))
+        if self.rank != 0:
+            return {}
+        tied = _tied_keys(self.model)
+        out, seen = {}, set()
+        for k, v in state.items():
+            if k in tied or v.data_ptr() in seen:
+                continue
+            seen.add(v.data_ptr())
+            out[k] = v.detach().contiguous()
+        return out
+
+    def _write_full(self, state: dict[str, torch.Tensor], path: Path) -> None:
+        """``path`` as the Hugging Face directory ``GRPOTrainer._write_model`` writes (rank 0)."""
+        from safetensors.torch import save_file
+
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+        except Exception as exc:  # safetensors reports a full disk as SafetensorError
+            atomic_io.reraise_os_error(exc, path / "model.safetensors")
+            raise
+        self.model.config.save_pretrained(path)
+        gen = getattr(self.model, "generation_config", None)
+        if gen is not None:
+            gen.save_pretrained(path)
+
+    def _export(self, version: int) -> Path:
+        root = self.out_dir / "weights"
+        path = root / f"v{version}"
+        state = self._full_state()
+        if self.rank == 0:
+            with atomic_io.atomic_dir(path) as tmp:
+                self._write_full(state, tmp)
+            old = root / f"v{version - self.keep_weights}"
+            if version - self.keep_weights >= 0 and old.exists():
+                import shutil
+
+                shutil.rmtree(old, ignore_errors=True)
+        dist.barrier()  # the directory is complete before any rank answers
+        return path
+
+    # ------------------------------------------------------------------ checkpoints ---------
+
+    def _save(self, path: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.opt)
+        full = self._full_state()
+        with contextlib.ExitStack() as stack:
+            where: list[Any] = [None]
+            if self.rank == 0:
+                where[0] = str(stack.enter_context(atomic_io.atomic_dir(path)))
+            dist.broadcast_object_list(where, src=0)
+            tmp = Path(where[0])
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp / SHARDED_DIR)
+            if self.rank == 0:
+                self._write_full(full, tmp)
+                self.tokenizer.save_pretrained(tmp)
+                atomic_io.write_text(tmp / STATE_NAME, json.dumps(
+                    {"steps": self.steps, "precision": self.precision, "world_size": self.world,
+                     "format": "fsdp2-dcp"}))
+        dist.barrier()
+
+    def _load(self, path: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        if not (path / SHARDED_DIR).is_dir() or not (path / STATE_NAME).is_file():
+            raise FileNotFoundError(
+                f"{path}: not a sharded trainer checkpoint (no {SHARDED_DIR}/ or {STATE_NAME}; "
+                f"one the single-process trainer wrote resumes with trainer.strategy single)")
+        steps = json.loads((path / STATE_NAME).read_text())["steps"]
+        model_sd, optim_sd = get_state_dict(self.model, self.opt)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=path / SHARDED_DIR)  # reshards to this world size
+        set_state_dict(self.model, self.opt, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        self.steps = steps
+
+
+def _tied_keys(model: torch.nn.Module) -> set[str]:
+    """The state-dict keys ``save_pretrained`` leaves out as tied to another weight."""
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return set()
+    keys = getattr(model, "_tied_weights_keys", None) or ()
+    return set(keys.keys() if isinstance(keys, dict) else keys)
+
+
+# ---------------------------------------------------------------------- the rank process ----
+
+def _loopback_env(device_type: str) -> None:
+    """Gloo and NCCL bind their connections to the loopback interface (127.0.0.1 only)."""
+    lo = "lo0" if sys.platform == "darwin" else "lo"
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
+
+
+def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> None:
+    """A rank's process: join the group (the driver's store on 127.0.0.1:``port``), build the
+    trainer, answer ready, then serve commands until ``close`` or the driver's end closes."""
+    from ..config import resolve_device
+
+    device = resolve_device(spec["settings"].device)
+    _loopback_env(device)
+    try:
+        if device.startswith("cuda"):
+            torch.cuda.set_device(rank)
+            settings = spec["settings"].model_copy(update={"device": f"cuda:{rank}"})
+            backend = "nccl"
+        else:
+            settings, backend = spec["settings"], "gloo"
+        timeout = timedelta(seconds=spec["timeout_s"])
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                timeout=timeout)
+        module, _, name = spec["rank_class"].partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        trainer = cls(rank, world, spec["model_path"], settings, spec["out_dir"],
+                              spec["temperature"], seed=spec["seed"],
+                              keep_weights=spec["keep_weights"],
+                              total_steps=spec["total_steps"])
+        conn.send(("ok", os.getpid()))
+    except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit
+        _send_error(conn, exc)
+        return
+    commands = {
+        "train": lambda b: (trainer._train(b), trainer.steps),
+        "accumulate": lambda c: trainer._accumulate(c),
+        "finish": lambda b: (trainer._finish_step(b), trainer.steps),
+        "discard": lambda: trainer._discard(),
+        "export": lambda v: str(trainer._export(v)),
+        "save": lambda p: (trainer._save(Path(p)), trainer.steps)[1],
+        "load": lambda p: (trainer._load(Path(p)), trainer.steps)[1],
+    }
+    while True:
+        try:
+            cmd, args = conn.recv()
+        except (EOFError, OSError):  # the driver is gone
+            break
+        if cmd == "close":
+            conn.send(("ok", None))
+            break
+        try:
+            conn.send(("ok", commands[cmd](*args)))
+        except Exception as exc:  # noqa: BLE001 - the driver raises it
+            _send_error(conn, exc)
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+
+
+def _send_error(conn: Any, exc: BaseException) -> None:
+    with contextlib.suppress(Exception):
+        conn.send(("error", type(exc).__name__, str(exc) or repr(exc),
+                   "".join(traceback.format_exception(exc))[-4000:]))

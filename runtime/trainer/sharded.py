@@ -1,0 +1,227 @@
+"""The sharded GRPO trainer: ``trainer.world_size`` rank processes training one FSDP2 model,
+behind the same ``Trainer`` and ``StreamingTrainer`` interface as ``GRPOTrainer`` (the driver
+cannot tell the difference).
+
+``ShardedTrainer`` lives in the driver's process and holds no model. It starts the ranks
+(``runtime.trainer.rank``, spawned processes on this machine), hosts their rendezvous (a
+``TCPStore`` on 127.0.0.1, on a port the system picks), and sends every rank each command over
+its own pipe: every rank gets the whole batch and takes its share (what each does is in
+``runtime.trainer.rank``). The torch work therefore runs outside the driver's interpreter: its
+GIL is the driver's and the engines' alone.
+
+Failures: a rank process that exits (killed, out of memory) is seen at once through its
+process sentinel while the driver waits for the answers, and the call raises ``RankLost``
+naming the rank and how it ended; the remaining ranks are stopped and the trainer refuses every
+later call (a step some ranks took and others did not has no consistent weights; nothing of
+it is exported). A rank that hangs in a collective is caught by the process group's timeout
+(``trainer.collective_timeout_s``): the ranks waiting on it raise, and the call raises
+``RankLost`` with the first rank's error. A bad batch (``ValueError``, raised by every rank
+before any collective) is raised as it is and leaves the trainer usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import signal
+import threading
+import time
+import weakref
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from .base import TrainBatch
+
+# Errors a rank raises for its input before any collective, the same on every rank: raised
+# here as they are, the trainer still usable.
+_INPUT_ERRORS = {"ValueError": ValueError, "FileNotFoundError": FileNotFoundError,
+                 "NotADirectoryError": NotADirectoryError}
+_STOP_S = 10.0  # how long ``close`` waits for the ranks to leave before killing them
+
+
+class RankLost(RuntimeError):
+    """A trainer rank died or failed inside a collective: the sharded trainer is unusable."""
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _kill_all(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=_STOP_S)
+
+
+class ShardedTrainer:
+    def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
+                 temperature: float = 1.0, seed: int = 0, keep_weights: int = 2,
+                 total_steps: int | None = None, world_size: int | None = None,
+                 timeout_s: float | None = None,
+                 rank_class: str = "runtime.trainer.rank:RankTrainer") -> None:
+        """The same arguments as ``GRPOTrainer``; ``world_size`` and ``timeout_s`` default to
+        ``settings.world_size`` and ``settings.collective_timeout_s``; ``rank_class``: the
+        ``RankTrainer`` each rank runs, as ``module:name`` (tests run variants of it). Returns once every rank
+        has loaded and sharded the model; raises ``RankLost`` if one fails to."""
+        import torch.distributed as dist
+
+        self.world = int(world_size or getattr(settings, "world_size", 1))
+        if self.world < 1:
+            raise ValueError(f"trainer.world_size must be >= 1 (got {self.world})")
+        self.timeout_s = float(timeout_s or getattr(settings, "collective_timeout_s", 300.0))
+        self.out_dir = Path(out_dir)
+        self.steps = 0
+        self._broken: str | None = None
+        self._lock = threading.Lock()  # one command at a time
+        # The rendezvous: the driver hosts the store, so the port is the system's pick and no
+        # other process can take it between choosing and binding.
+        self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        spec = {"model_path": str(model_path), "settings": settings, "out_dir": str(out_dir),
+                "temperature": temperature, "seed": seed, "keep_weights": keep_weights,
+                "total_steps": total_steps, "timeout_s": self.timeout_s,
+                "rank_class": rank_class}
+        ctx = mp.get_context("spawn")
+        from . import rank as rank_module
+
+        self._conns, self.procs = [], []
+        for r in range(self.world):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=rank_module.main, args=(r, self.world, self._store.port,
+                                                              child, spec),
+                               name=f"ro-trainer-rank{r}", daemon=True)
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self.procs.append(proc)
+        self._finalizer = weakref.finalize(self, _kill_all, list(self.procs))
+        try:
+            self.pids = self._gather(None, startup=True)
+        except BaseException:
+            self._stop()
+            raise
+
+    # ------------------------------------------------------------------ the channel ---------
+
+    def _gather(self, message: tuple[str, tuple] | None, startup: bool = False) -> list[Any]:
+        """Send ``message`` to every rank (None: only wait) and return their answers, in rank
+        order; a rank that dies while the others work raises ``RankLost`` at once."""
+        if self._broken is not None:
+            raise RankLost(f"the sharded trainer is stopped: {self._broken}")
+        with self._lock:
+            if message is not None:
+                for r, conn in enumerate(self._conns):
+                    try:
+                        conn.send(message)
+                    except OSError:
+                        pass  # its sentinel reports it below
+            answers: dict[int, tuple] = {}
+            by_conn = {c: r for r, c in enumerate(self._conns)}
+            by_sentinel = {p.sentinel: r for r, p in enumerate(self.procs)}
+            while len(answers) < self.world:
+                pending = [c for c, r in by_conn.items() if r not in answers]
+                ready = wait(pending + list(by_sentinel))
+                for obj in ready:
+                    if obj in by_conn:
+                        try:
+                            answers[by_conn[obj]] = obj.recv()
+                        except (EOFError, OSError):
+                            pass  # the process is ending; its sentinel follows
+                for obj in ready:
+                    r = by_sentinel.get(obj)  # type: ignore[call-overload]
+                    if r is not None and r not in answers:
+                        self.procs[r].join(timeout=_STOP_S)
+                        what = "starting" if startup else f"in '{message[0]}'" \
+                            if message else "waiting"
+                        self._fail(f"trainer rank {r} (pid {self.procs[r].pid}) "
+                                   f"{_describe_exit(self.procs[r].exitcode)} while {what}")
+            errors = [(r, a) for r, a in sorted(answers.items()) if a[0] == "error"]
+            if errors:
+                r, (_, kind, text, tb) = errors[0]
+                if not startup and all(a[1] == kind for _, a in errors) \
+                        and len(errors) == self.world and kind in _INPUT_ERRORS:
+                    raise _INPUT_ERRORS[kind](text)
+                self._fail(f"trainer rank {r}: {kind}: {text}")
+            return [answers[r][1] for r in range(self.world)]
+
+    def _fail(self, reason: str) -> None:
+        self._broken = reason
+        self._stop()
+        raise RankLost(reason)
+
+    def _stop(self) -> None:
+        _kill_all(self.procs)
+        for c in self._conns:
+            c.close()
+
+    def _run(self, cmd: str, *args: Any) -> Any:
+        return self._gather((cmd, args))[0]
+
+    def close(self) -> None:
+        """Stop the ranks (they finish the command they are in first, up to ``_STOP_S``)."""
+        if self._broken is None:
+            self._broken = "closed"
+            for c in self._conns:
+                with contextlib.suppress(OSError):
+                    c.send(("close", ()))
+            deadline = time.monotonic() + _STOP_S
+            for p in self.procs:
+                p.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._stop()
+        self._finalizer.detach()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    # ------------------------------------------------------------------ the Trainer --------
+
+    def _train(self, batch: TrainBatch) -> dict[str, float]:
+        metrics, self.steps = self._run("train", batch)
+        return metrics
+
+    def _accumulate(self, chunk: TrainBatch) -> None:
+        self._run("accumulate", chunk)
+
+    def _finish_step(self, batch: TrainBatch) -> dict[str, float]:
+        metrics, self.steps = self._run("finish", batch)
+        return metrics
+
+    def _discard(self) -> None:
+        self._run("discard")
+
+    def _export(self, version: int) -> Path:
+        return Path(self._run("export", version))
+
+    def _save(self, path: Path) -> None:
+        self.steps = self._run("save", str(path))
+
+    def _load(self, path: Path) -> None:
+        self.steps = self._run("load", str(path))
+
+    async def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        return await asyncio.to_thread(self._train, batch)
+
+    async def accumulate(self, chunk: TrainBatch) -> None:
+        await asyncio.to_thread(self._accumulate, chunk)
+
+    async def finish_step(self, batch: TrainBatch) -> dict[str, float]:
+        return await asyncio.to_thread(self._finish_step, batch)
+
+    async def export_weights(self, version: int) -> Path:
+        return await asyncio.to_thread(self._export, version)
+
+    async def save_checkpoint(self, path: Path) -> None:
+        await asyncio.to_thread(self._save, Path(path))
+
+    async def load_checkpoint(self, path: Path) -> None:
+        await asyncio.to_thread(self._load, Path(path))

@@ -1,0 +1,189 @@
+"""The sharded GRPO trainer (``runtime.trainer.sharded``, FSDP2 over gloo on CPU) takes the
+single-process trainer's update: the same weights after a whole-batch step and after a
+streamed one, at 1, 2 and 4 ranks; the per-rank token mean (the wrong normalisation) does not.
+
+Each ``ShardedTrainer`` starts its ranks as processes (each imports torch and transformers:
+15-40 s on 2 busy cores), so each test starts one trainer and checks several things on it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from runtime.config import TrainerConfig
+from runtime.trainer.base import GroupSample, Sample, TrainBatch
+from runtime.trainer.grpo import GRPOTrainer
+from runtime.trainer.rank import RankTrainer, assign
+from runtime.trainer.sharded import ShardedTrainer
+
+from .test_grpo_streaming import _batch, _chunks
+
+SETTINGS = dict(lr=1e-3, kl_coef=0.05)
+
+
+def _apart(weights: dict[str, torch.Tensor],
+           ref: dict[str, torch.Tensor]) -> tuple[float, float]:
+    """(mean, max) absolute difference between exported weights and the reference's.
+
+    Adam's first steps are about lr * sign(g): where a gradient entry is near Adam's eps, the
+    float rounding of a sum taken in another order (the ranks' partial gradients) is a
+    visible fraction of lr on a few entries, while the mean stays at rounding level (measured
+    at 2 ranks: mean 8e-11, max 1e-6 at lr 1e-3). The per-rank mean is another update: a
+    mean difference near 1e-4 (measured: see test_per_rank_mean_is_another_update)."""
+    assert set(weights) == set(ref)
+    d = torch.cat([(weights[k] - v).abs().flatten() for k, v in ref.items()])
+    return float(d.mean()), float(d.max())
+
+
+MEAN_TOL, MAX_TOL = 1e-8, 1e-4  # lr 1e-3: the same update within rounding (see _apart)
+
+
+def _weights(trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_sharded_steps_match_the_single_process_trainer(tiny_model, tmp_path, world):
+    """Three steps: a whole batch, a streamed one (two chunks accumulated, the last group
+    trained by ``finish_step``), and a whole batch whose rows cannot be dealt evenly; each
+    batch is built from the reference's weights before it."""
+    ref = GRPOTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "ref", seed=0)
+    ref_metrics, ref_weights = [], []
+    batches = [_batch(ref, version=1)]
+    ref_metrics.append(ref._train(batches[0]))
+    ref_weights.append(_weights(ref))
+    batches.append(_batch(ref, version=2))
+    for chunk in _chunks(batches[1]):
+        ref._accumulate(chunk)
+    ref_metrics.append(ref._finish_step(batches[1]))
+    ref_weights.append(_weights(ref))
+    batches.append(_uneven_batch(ref, version=3))
+    ref_metrics.append(ref._train(batches[2]))
+    ref_weights.append(_weights(ref))
+
+    sharded = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "sh", seed=0,
+                             world_size=world)
+    try:
+        metrics, weights = [], []
+        metrics.append(sharded._train(batches[0]))
+        weights.append(load_file(str(sharded._export(1) / "model.safetensors")))
+        for chunk in _chunks(batches[1]):
+            sharded._accumulate(chunk)
+        metrics.append(sharded._finish_step(batches[1]))
+        weights.append(load_file(str(sharded._export(2) / "model.safetensors")))
+        metrics.append(sharded._train(batches[2]))
+        weights.append(load_file(str(sharded._export(3) / "model.safetensors")))
+        assert sharded.steps == 3
+    finally:
+        sharded.close()
+    for step, (w, ref_w, m, ref_m) in enumerate(zip(weights, ref_weights, metrics,
+                                                     ref_metrics)):
+        mean, top = _apart(w, ref_w)
+        assert mean < MEAN_TOL and top < MAX_TOL, (step, mean, top)
+        # Adam's step barely changes when the whole gradient is scaled (m / sqrt(v)); the
+        # gradient norm does: a normaliser off by a constant factor fails here
+        for key in ("loss", "tokens", "grad_norm", "ratio_max", "kl_ref", "clip_frac"):
+            assert m[key] == pytest.approx(ref_m[key], rel=1e-5, abs=1e-7), (step, key)
+
+
+class PerRankMean(RankTrainer):
+    """The wrong normalisation: each rank's token mean of its own rows, averaged over ranks."""
+
+    def _divisor(self, n_tokens: float, mine: list[tuple]) -> float:
+        return max(1, sum(len(r[1]) for r in mine)) * self.world
+
+
+def _uneven_batch(trainer: GRPOTrainer, version: int = 1) -> TrainBatch:
+    """Two groups whose rows cannot be dealt evenly: one response of 30 tokens, three of
+    2-4, so rank 0 trains 30 response tokens and rank 1 nine (the per-rank mean then weighs
+    rank 1's tokens 30/9 times as much as rank 0's)."""
+    groups = []
+    for g, (prompt, responses, rewards) in enumerate([
+            ([5, 6, 14, 11], [[4] * 29 + [2], [3, 3, 2]], [1.0, 0.0]),
+            ([7, 14, 3, 11], [[6, 6, 6, 2], [5, 2]], [0.0, 1.0])]):
+        own = trainer.score([prompt] * len(responses), responses)
+        samples = tuple(Sample(tuple(r), tuple(x + 0.1 for x in lp), tuple([version] * len(r)),
+                               rw, "stop", 1, i)
+                        for i, (r, lp, rw) in enumerate(zip(responses, own, rewards)))
+        groups.append(GroupSample(f"u{g}", g, tuple(prompt), version, 0, samples))
+    return TrainBatch(version, tuple(groups))
+
+
+def test_per_rank_mean_is_another_update(tiny_model, tmp_path):
+    ref = GRPOTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "ref", seed=0)
+    batch = _uneven_batch(ref)
+    assert [sum(len(batch.samples[i][1].token_ids) for i in part)
+            for part in assign(ref._rows(batch.groups), 2)] == [30, 9]
+    ref_m = ref._train(batch)
+    wrong = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "wrong", seed=0,
+                           world_size=2, rank_class=f"{__name__}:PerRankMean")
+    try:
+        m = wrong._train(batch)
+        weights = load_file(str(wrong._export(1) / "model.safetensors"))
+    finally:
+        wrong.close()
+    mean, top = _apart(weights, _weights(ref))
+    assert mean > 100 * MEAN_TOL, (mean, top)
+    assert m["grad_norm"] != pytest.approx(ref_m["grad_norm"], rel=1e-2)
+
+
+def test_rows_are_dealt_by_tokens_not_by_count():
+    # One long row and many short ones: by count, one rank would hold the long row and half
+    # the short ones.
+    rows = [([1] * 4, [2] * 60, [], [], 0.0)] + [([1] * 4, [2] * 4, [], [], 0.0)] * 15
+    split = assign(rows, 2)
+    assert sorted(i for part in split for i in part) == list(range(len(rows)))
+    tokens = [sum(len(rows[i][0]) + len(rows[i][1]) for i in part) for part in split]
+    assert abs(tokens[0] - tokens[1]) <= 8  # within one short row (by count: 120 vs 64)
+    assert 0 in split[0] and len(split[0]) < len(split[1])
+    assert assign(rows, 2) == split  # every rank computes the same
+    assert assign(rows[:1], 4) == [[0], [], [], []]  # a rank may have no rows
+
+
+def test_checkpoints_resume_at_another_world_size(tiny_model, tmp_path):
+    """2 ranks train a step and checkpoint; 1 rank resumes it and takes step 2 as the two
+    ranks did, checkpoints; 2 ranks resume that and take step 3 as the one rank did. Adam's
+    moments travel with the checkpoint: a trainer that restarts from the checkpoint's weights
+    with a fresh optimizer takes a different step 2 (the check can fail)."""
+    base = GRPOTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "base", seed=0)
+    batches = [_batch(base, version=v) for v in (1, 2, 3)]
+    settings = TrainerConfig(**SETTINGS, strategy="fsdp")
+
+    def run(world: int, load=None, steps=(), save=None):
+        tr = ShardedTrainer(tiny_model, settings, tmp_path / f"w{world}", seed=0,
+                            world_size=world)
+        try:
+            if load is not None:
+                tr._load(load)
+            weights = []
+            for step in steps:
+                tr._train(batches[step - 1])
+                if save is not None and step == save[0]:
+                    tr._save(save[1])
+                weights.append(load_file(str(tr._export(step) / "model.safetensors")))
+            return tr.steps, weights
+        finally:
+            tr.close()
+
+    ck1, ck2 = tmp_path / "ck1", tmp_path / "ck2"
+    _, (_, two_ranks_w2) = run(2, steps=(1, 2), save=(1, ck1))
+    assert (ck1 / "sharded" / ".metadata").is_file() and (ck1 / "model.safetensors").is_file()
+    assert json.loads((ck1 / "trainer_state.json").read_text())["world_size"] == 2
+    steps, (one_rank_w2, one_rank_w3) = run(1, load=ck1, steps=(2, 3), save=(2, ck2))
+    assert steps == 3
+    mean, top = _apart(one_rank_w2, two_ranks_w2)
+    assert mean < MEAN_TOL and top < MAX_TOL, (mean, top)
+    steps, (two_ranks_w3,) = run(2, load=ck2, steps=(3,))
+    assert steps == 3
+    mean, top = _apart(two_ranks_w3, one_rank_w3)
+    assert mean < MEAN_TOL and top < MAX_TOL, (mean, top)
+    # The consolidated checkpoint loads in transformers (GRPOTrainer's from_pretrained) ...
+    fresh = GRPOTrainer(ck1, TrainerConfig(**SETTINGS), tmp_path / "fresh", seed=0)
+    # ... and without the optimizer's moments, step 2 is another update
+    fresh._train(batches[1])
+    mean, _ = _apart(_weights(fresh), two_ranks_w2)
+    assert mean > 100 * MEAN_TOL, mean
