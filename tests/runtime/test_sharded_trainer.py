@@ -9,6 +9,7 @@ Each ``ShardedTrainer`` starts its ranks as processes (each imports torch and tr
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -187,3 +188,20 @@ def test_checkpoints_resume_at_another_world_size(tiny_model, tmp_path):
     fresh._train(batches[1])
     mean, _ = _apart(_weights(fresh), two_ranks_w2)
     assert mean > 100 * MEAN_TOL, mean
+
+
+# ------------------------------------------------------------------- train --check ---------
+
+@pytest.mark.parametrize("settings, needle", [
+    (["trainer.world_size=0"], "trainer.world_size"),
+    (["trainer.world_size=2", "trainer.strategy=single"], "strategy single trains in one"),
+    (["trainer.strategy=ddp"], "trainer.strategy"),
+    (["trainer.collective_timeout_s=0"], "trainer.collective_timeout_s"),
+    (["trainer.world_size=2", "run.backend=ray"], "runs with run.backend local"),
+    ([f"trainer.world_size={len(os.sched_getaffinity(0)) + 1}"],
+     f"CPU(s), fewer than one per rank"),
+])
+def test_check_refuses_bad_sharding_settings(tmp_path, capsys, settings, needle):
+    from .test_check_validates import _refused
+
+    _refused(capsys, tmp_path, [x for s in settings for x in ("--set", s)], needle)
