@@ -57,6 +57,7 @@ SUM_KEYS = ("tokens", "loss", "clipped", "ratio", "kl_behaviour", "kl_ref", "onp
             "onpolicy_n")
 SHARDED_DIR = "sharded"  # the torch.distributed.checkpoint directory inside a checkpoint
 STATE_NAME = "trainer_state.json"
+STARTUP_S = 600.0  # the collective timeout while the ranks start (load and shard the model)
 
 
 def assign(rows: list[tuple], world: int) -> list[list[int]]:
@@ -98,7 +99,7 @@ class RankTrainer(GRPOTrainer):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-        mesh = init_device_mesh(self.device.type, (self.world,))
+        mesh = self.mesh = init_device_mesh(self.device.type, (self.world,))
         policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
                   if self.precision == "bf16-mixed" else MixedPrecisionPolicy())
         for layer in decoder_layers(self.model):
@@ -109,6 +110,15 @@ class RankTrainer(GRPOTrainer):
                 # sum over ranks (see _minibatch), as a plain SUM (gloo has no PREMUL_SUM)
                 module.set_gradient_divide_factor(1.0)
                 module.set_force_sum_reduction_for_comms(True)
+
+    def set_timeout(self, seconds: float) -> None:
+        """How long a collective waits for the other ranks before it raises
+        (``trainer.collective_timeout_s``): a rank that hangs fails the step on the others."""
+        from torch.distributed.distributed_c10d import _get_default_group, _set_pg_timeout
+
+        groups = {id(g): g for g in (_get_default_group(), self.mesh.get_group())}
+        for group in groups.values():
+            _set_pg_timeout(timedelta(seconds=seconds), group)
 
     # ------------------------------------------------------------------ the update ----------
 
@@ -282,16 +292,19 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
             backend = "nccl"
         else:
             settings, backend = spec["settings"], "gloo"
-        timeout = timedelta(seconds=spec["timeout_s"])
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+        # Start-up (loading the model, the first collectives) may take minutes on a busy
+        # machine: its own timeout; the configured one from the first command on.
+        startup = timedelta(seconds=max(spec["timeout_s"], STARTUP_S))
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=startup)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world,
-                                timeout=timeout)
+                                timeout=startup)
         module, _, name = spec["rank_class"].partition(":")
         cls = getattr(importlib.import_module(module), name)
         trainer = cls(rank, world, spec["model_path"], settings, spec["out_dir"],
                               spec["temperature"], seed=spec["seed"],
                               keep_weights=spec["keep_weights"],
                               total_steps=spec["total_steps"])
+        trainer.set_timeout(spec["timeout_s"])
         conn.send(("ok", os.getpid()))
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit
         _send_error(conn, exc)

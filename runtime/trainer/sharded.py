@@ -56,6 +56,11 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
+def _first_line(text: str, limit: int = 300) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[:limit] + " ..."
+
+
 def _kill_all(procs: list[Any]) -> None:
     for p in procs:
         if p.is_alive():
@@ -134,9 +139,16 @@ class ShardedTrainer:
                 for obj in ready:
                     if obj in by_conn:
                         try:
-                            answers[by_conn[obj]] = obj.recv()
+                            answer = answers[by_conn[obj]] = obj.recv()
                         except (EOFError, OSError):
-                            pass  # the process is ending; its sentinel follows
+                            continue  # the process is ending; its sentinel follows
+                        if answer[0] == "error" and (startup or answer[1] not in _INPUT_ERRORS):
+                            # a collective timed out, or worse: the others may never answer
+                            silent = [r for r in range(self.world) if r not in answers]
+                            self._fail(f"trainer rank {by_conn[obj]}: {answer[1]}: "
+                                       f"{_first_line(answer[2])}" + (
+                                           f" (rank(s) {', '.join(map(str, silent))} had not "
+                                           f"answered)" if silent else ""))
                 for obj in ready:
                     r = by_sentinel.get(obj)  # type: ignore[call-overload]
                     if r is not None and r not in answers:
@@ -151,7 +163,7 @@ class ShardedTrainer:
                 if not startup and all(a[1] == kind for _, a in errors) \
                         and len(errors) == self.world and kind in _INPUT_ERRORS:
                     raise _INPUT_ERRORS[kind](text)
-                self._fail(f"trainer rank {r}: {kind}: {text}")
+                self._fail(f"trainer rank {r}: {kind}: {_first_line(text)}")
             return [answers[r][1] for r in range(self.world)]
 
     def _fail(self, reason: str) -> None:

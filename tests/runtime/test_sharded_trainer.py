@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import threading
+import time
 
 import pytest
 import torch
@@ -19,7 +23,7 @@ from runtime.config import TrainerConfig
 from runtime.trainer.base import GroupSample, Sample, TrainBatch
 from runtime.trainer.grpo import GRPOTrainer
 from runtime.trainer.rank import RankTrainer, assign
-from runtime.trainer.sharded import ShardedTrainer
+from runtime.trainer.sharded import RankLost, ShardedTrainer
 
 from .test_grpo_streaming import _batch, _chunks
 
@@ -205,3 +209,55 @@ def test_check_refuses_bad_sharding_settings(tmp_path, capsys, settings, needle)
     from .test_check_validates import _refused
 
     _refused(capsys, tmp_path, [x for s in settings for x in ("--set", s)], needle)
+
+
+# ------------------------------------------------------------------- a rank lost ----------
+
+class KilledMidStep(RankTrainer):
+    """Rank 1 SIGKILLs itself inside its second step, after rank 0 entered it."""
+
+    def _micro_batches(self, rows):
+        if self.rank == 1 and self.steps == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super()._micro_batches(rows)
+
+
+class HungMidStep(RankTrainer):
+    """Rank 1 stops answering inside its second step (a hang outside any collective)."""
+
+    def _micro_batches(self, rows):
+        if self.rank == 1 and self.steps == 1:
+            threading.Event().wait()
+        return super()._micro_batches(rows)
+
+
+@pytest.mark.parametrize("variant, timeout_s, message", [
+    pytest.param("KilledMidStep", 300.0, r"^trainer rank 1 \(pid \d+\) was killed by SIGKILL "
+                                         r"while in 'train'$", id="killed"),
+    pytest.param("HungMidStep", 5.0, r"^trainer rank 0: RuntimeError: .*(?i:timed out).* "
+                                     r"\(rank\(s\) 1 had not answered\)$", id="hung"),
+])
+def test_a_lost_rank_stops_the_trainer_naming_it(tiny_model, tmp_path, variant, timeout_s,
+                                                 message):
+    """A rank killed mid-step is seen at once (its process sentinel), long before the
+    collective timeout; a hung one by the others' collective timeout (5 s here). Either way
+    one line names the rank, every rank process is gone, nothing of the step was exported,
+    and the trainer refuses further work."""
+    base = GRPOTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "base", seed=0)
+    tr = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "run", seed=0,
+                        world_size=2, timeout_s=timeout_s, rank_class=f"{__name__}:{variant}")
+    try:
+        tr._train(_batch(base, version=1))
+        tr._export(1)
+        t0 = time.monotonic()
+        with pytest.raises(RankLost) as info:
+            tr._train(_batch(base, version=2))
+        assert time.monotonic() - t0 < 300.0  # bounded (a correctness bound, not a speed)
+        assert re.match(message, str(info.value)), str(info.value)
+        assert "\n" not in str(info.value)
+        assert all(p.exitcode is not None for p in tr.procs)
+        assert not (tmp_path / "run" / "weights" / "v2").exists()
+        with pytest.raises(RankLost, match="stopped"):
+            tr._export(2)
+    finally:
+        tr.close()
