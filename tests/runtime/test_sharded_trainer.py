@@ -261,3 +261,51 @@ def test_a_lost_rank_stops_the_trainer_naming_it(tiny_model, tmp_path, variant, 
             tr._export(2)
     finally:
         tr.close()
+
+
+def test_a_run_that_loses_a_rank_resumes_at_another_world_size(tiny_model, tmp_path):
+    """A run on the fake engine with two ranks and a trainer checkpoint before every publish:
+    rank 1 is SIGKILLed before the second step; the run fails naming the rank, with one
+    version published; resumed with one rank it loads the two ranks' sharded checkpoint and
+    finishes the run."""
+    import asyncio
+
+    from runtime.config import load_config
+    from runtime.data import load_prompts
+    from runtime.recovery.journal import read_log
+    from runtime.session import run_training
+    from runtime.tasks.arithmetic import ExactAnswerReward
+
+    def cfg(world: int):
+        return load_config(None, {
+            "rollout.backend": "fake", "run.progress": False, "run.plot": False,
+            "run.eval_prompts": 0, "run.output_dir": str(tmp_path), "run.steps": 3,
+            "staleness.batch_size": 2, "staleness.group_size": 2, "rollout.max_tokens": 4,
+            "staleness.filter_zero_variance": False, "recovery.commit_every": 1,
+            "trainer.world_size": world, "trainer.strategy": "fsdp"})
+
+    def kill_rank_1(driver):
+        trainer, train_step = driver.trainer, driver.trainer.train_step
+
+        async def spy(batch):
+            if trainer.steps == 1:
+                os.kill(trainer.pids[1], signal.SIGKILL)
+            return await train_step(batch)
+
+        driver.trainer.train_step = spy
+
+    def run(world: int, hook=None, resume=None):
+        return asyncio.run(run_training(cfg(world), tiny_model, load_prompts(),
+                                        ExactAnswerReward(), tmp_path, log=lambda _: None,
+                                        driver_hook=hook, resume=resume))
+
+    with pytest.raises(RankLost, match=r"^trainer rank 1 \(pid \d+\) was killed by SIGKILL"):
+        run(2, kill_rank_1)
+    published = [e for e in read_log(tmp_path / "events.jsonl").events if e.op == "publish"]
+    assert len(published) == 1 and not (tmp_path / "weights" / "v2").exists()
+    state = json.loads(next((tmp_path / "checkpoints").glob("step-*/trainer_state.json"))
+                       .read_text())
+    assert state["world_size"] == 2 and state["steps"] == 1
+    result = run(1, resume=tmp_path)
+    assert result.driver.controller.version == 3 and result.driver.trainer.steps == 3
+    assert [r["step"] for r in result.rows] == [0, 1, 2]  # the run's rows, all three
