@@ -107,8 +107,24 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[:len(data) // 2])
 
 
+def _edit_header(edit):
+    """A damage that rewrites the first tensor's entry of a safetensors header (the data kept)."""
+    def damage(path: Path) -> None:
+        data = path.read_bytes()
+        n = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + n])
+        edit(header[next(k for k in header if k != "__metadata__")])
+        raw = json.dumps(header).encode()
+        path.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + n:])
+    return damage
+
+
 @pytest.mark.parametrize("name, damage, needle", [
     ("trainer_state.json", lambda p: p.write_text('{"steps": '), "not valid JSON"),
+    # Before: both passed --check (only the file's length was checked) and failed in the engine
+    ("model.safetensors", _edit_header(lambda t: t.update(dtype="F42")), "unknown dtype 'F42'"),
+    ("model.safetensors", _edit_header(lambda t: t.update(shape=t["shape"] + [2])),
+     "its data_offsets span"),
     ("trainer_state.json", lambda p: p.write_text('{"steps": -3}'), "whole number of steps"),
     ("model.safetensors", _truncate, "truncated"),
     ("model.safetensors", Path.unlink, "has no model.safetensors"),
