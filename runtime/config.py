@@ -399,10 +399,17 @@ def _describe(exc: ValidationError) -> list[str]:
 MAX_CONFIG_BYTES = 16 << 20  # a config file (or a run's config.json) read by load_config
 
 
+MAX_YAML_VALUES = 1_000_000  # values a config may stand for once its aliases are expanded
+
+
 def safe_yaml(text: str) -> Any:
-    """``yaml.safe_load``, refusing a document nested deeper than ``MAX_JSON_DEPTH`` levels
-    with ``ValueError`` (PyYAML's composer recurses: 1,000 levels are a ``RecursionError``).
-    The depth is counted on the parser's events, which it produces without recursing."""
+    """``yaml.safe_load``, refusing with ``ValueError`` a document nested deeper than
+    ``MAX_JSON_DEPTH`` levels (PyYAML's composer recurses: 1,000 levels are a
+    ``RecursionError``; the depth is counted on the parser's events, which it produces without
+    recursing), and one whose aliases expand it past ``MAX_YAML_VALUES`` values, past that
+    depth, or into itself. PyYAML shares an aliased node rather than copying it, so nine
+    lines of ``&a [*b, *b, ...]`` load at once -- and then the run's ``config.json``, which
+    writes every copy out, takes gigabytes ("billion laughs")."""
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
@@ -411,7 +418,45 @@ def safe_yaml(text: str) -> Any:
                 raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        _check_expansion(root)
     return yaml.safe_load(text)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """The values and depth ``root`` stands for with every alias expanded, counted once per
+    node (memoised by identity, iteratively: an alias chain is as long as the file allows)."""
+    done: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth), values capped
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in done:
+            continue
+        kids: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            kids = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            kids = [n for pair in node.value for n in pair]
+        if not children_done:
+            open_.add(id(node))
+            stack.append((node, True))
+            for kid in kids:
+                if id(kid) in open_:
+                    raise ValueError("a YAML alias refers to a value that contains it")
+                if id(kid) not in done:
+                    stack.append((kid, False))
+            continue
+        open_.discard(id(node))
+        values = 1 + sum(done[id(k)][0] for k in kids)
+        deep = (1 if kids or isinstance(node, yaml.CollectionNode) else 0) + max(
+            (done[id(k)][1] for k in kids), default=0)
+        if values > MAX_YAML_VALUES:
+            raise ValueError(f"its aliases expand it to more than {MAX_YAML_VALUES:,} values")
+        if deep > MAX_JSON_DEPTH:
+            raise ValueError(f"its aliases nest it deeper than {MAX_JSON_DEPTH} levels")
+        done[id(node)] = (values, deep)
 
 
 def load_config(path: str | Path | None = None,
