@@ -55,7 +55,18 @@ class _Section(BaseModel):
         field = cls.model_fields.get(info.field_name or "")
         if field is not None:
             _check_number(field.annotation, value)
+            _check_bool(field.annotation, value)
         return value
+
+
+def _check_bool(annotation: Any, value: Any) -> None:
+    """``ValueError`` if a yes/no field (``bool``, or optional) is given anything but
+    ``true``/``false`` (or null where optional): pydantic reads ``0``, ``1``, ``"off"`` and
+    ``"y"`` as booleans, so ``streaming: 2`` or a number meant for another key passed."""
+    kinds = set(get_args(annotation) or (annotation,))
+    if bool in kinds and not kinds - {bool, type(None)} and not isinstance(value, bool) \
+            and not (value is None and type(None) in kinds):
+        raise ValueError(f"must be true or false, not {value!r:.40}")
 
 
 def _check_number(annotation: Any, value: Any) -> None:

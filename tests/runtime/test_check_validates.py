@@ -216,6 +216,35 @@ def test_yaml_inf_is_refused_at_check_and_config_json_never_holds_null(tmp_path,
     assert TrainConfig.model_validate_json(cfg.model_dump_json()) == cfg
 
 
+def _bool_fields(model: type, prefix: str = "") -> list[str]:
+    """Every yes/no field of the config, found from the models (a later one is covered too)."""
+    out = []
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, TrainConfig.__mro__[1]):  # a section
+            out += _bool_fields(ann, f"{prefix}{name}.")
+        elif ann is bool or set(get_args(ann)) == {bool, type(None)}:
+            out.append(prefix + name)
+    return out
+
+
+BOOL_FIELDS = _bool_fields(TrainConfig)
+
+
+def test_every_bool_field_is_found():
+    assert {"trainer.streaming", "run.plot", "trainer.gradient_checkpointing"} <= set(
+        BOOL_FIELDS), BOOL_FIELDS
+
+
+@pytest.mark.parametrize("key", BOOL_FIELDS)
+@pytest.mark.parametrize("value", [0, 1, 2, "yes", "off", 0.0])
+def test_a_yes_no_field_takes_only_true_or_false(key, value):
+    # Before: pydantic read 0, 1, "yes", "off" as booleans (2 and 0.0 it refused in its words)
+    with pytest.raises(ConfigFileError, match=rf"{key}: .*must be true or false"):
+        load_config(None, {key: value})
+    assert getattr(load_config(None, {key: True}), key.split(".")[0]) is not None
+
+
 # ------------------------------------------------------------------- class 7: data --------
 
 def test_a_reward_that_needs_answers_without_an_answer_field(tmp_path, capsys):
