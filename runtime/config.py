@@ -229,7 +229,14 @@ class TrainerConfig(_Section):
     scale_rewards: bool = True  # divide advantages by the group's reward std
     epochs: int = Field(1, ge=1, le=1000)  # passes over each batch
     minibatches: int = Field(1, ge=1)  # optimiser steps per pass (the batch split evenly)
-    micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only)
+    micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only; padded path)
+    # Packed sequences (docs/runtime.md, "Packed sequences"): a micro-batch is several samples'
+    # prompt + response concatenated in one row, attention kept within each sample, so no
+    # padding is computed; false: one padded row per sample. Micro-batches hold at most
+    # max_tokens_per_micro_batch tokens (prompt + response; padded: rows x the longest row),
+    # which must fit the longest sample (train --check refuses less).
+    packing: bool = True
+    max_tokens_per_micro_batch: int = Field(8192, ge=1)
     device: str = "cpu"  # auto: cuda when available, else cpu; checked by resolve_device
     threads: int | None = Field(None, ge=1)
     # fp32; bf16-mixed: float32 weights, bfloat16 autocast; bf16: weights and optimizer state
@@ -322,6 +329,14 @@ class TrainConfig(_Section):
             raise ValueError(f"trainer.chunk_groups ({t.chunk_groups}) must be <= "
                              f"staleness.batch_size ({self.staleness.batch_size}): a chunk is "
                              f"part of one batch")
+        return self
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> TrainConfig:
+        # The exact bound (the longest prompt + rollout.max_tokens) needs the prompts and the
+        # tokenizer: train --check applies it (check_token_budget); this is what the config
+        # alone shows, a response of max_tokens after a one-token prompt.
+        check_token_budget(self.trainer.max_tokens_per_micro_batch, 1, self.rollout.max_tokens)
         return self
 
     @model_validator(mode="after")
@@ -538,6 +553,17 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
     except ValueError as exc:
         raise ConfigFileError(f"--set {key.strip()}: {exc}") from None
+
+
+def check_token_budget(budget: int, longest_prompt: int, max_tokens: int) -> None:
+    """Refuse ``trainer.max_tokens_per_micro_batch`` below the longest sample the run can
+    train (its longest prompt and a response of ``rollout.max_tokens``) with one line naming
+    the setting: such a sample fits no micro-batch."""
+    longest = longest_prompt + max_tokens
+    if budget < longest:
+        raise ValueError(f"trainer.max_tokens_per_micro_batch {budget} is below the longest "
+                         f"sample, {longest} tokens (a {longest_prompt}-token prompt and "
+                         f"rollout.max_tokens {max_tokens}): raise it to at least {longest}")
 
 
 def check_precision(precision: str, device_type: str) -> None:
