@@ -169,9 +169,12 @@ def request_features(calls: list[Call], pauses: list[tuple[float, float]],
     return out
 
 
-def fit_decode(rows: list[dict[str, float]], with_training: bool = False) -> dict[str, float]:
+def fit_decode(rows: list[dict[str, float]], with_training: bool = False,
+               tie_prefill: bool = False) -> dict[str, float]:
     """``d = prefill_per_token_s * P + n * (step_s + per_request_s * k)`` [+ ``trainer_overlap_s
-    * train``] by non-negative least squares (``request_features`` rows)."""
+    * train``] by non-negative least squares (``request_features`` rows). ``tie_prefill``:
+    ``prefill_per_token_s = per_request_s`` (a prompt token costs the forward pass what one
+    running request's token does), fitted as one coefficient of ``n * k + P``."""
     term = "decode time per token against concurrency"
     if len(rows) < 8:
         raise FitError(term, f"{len(rows)} requests (at least 8)")
@@ -180,16 +183,20 @@ def fit_decode(rows: list[dict[str, float]], with_training: bool = False) -> dic
         raise FitError(term, f"the concurrency never varied (k in [{min(ks):.2f}, "
                              f"{max(ks):.2f}]): per-request and per-step costs are "
                              f"indistinguishable")
-    cols = [[r["P"], r["n"], r["n"] * r["k"]] + ([r["train"]] if with_training else [])
-            for r in rows]
+    cols = [([] if tie_prefill else [r["P"]]) + [r["n"], r["n"] * r["k"]
+                                                  + (r["P"] if tie_prefill else 0.0)]
+            + ([r["train"]] if with_training else []) for r in rows]
     x, y = np.array(cols, dtype=float), np.array([r["d"] for r in rows], dtype=float)
     if not np.isfinite(x).all() or not np.isfinite(y).all():
         raise FitError(term, "a timing is not finite")
     coef = nnls(x, y)
+    r2 = _r2(x, y, coef)
+    if tie_prefill:
+        coef = np.concatenate([coef[1:2], coef])  # prefill_per_token_s = per_request_s
     if coef[1] + coef[2] * fmean(ks) <= 0:
         raise FitError(term, "the fitted time per token is 0")
     out = {"prefill_per_token_s": float(coef[0]), "step_s": float(coef[1]),
-           "per_request_s": float(coef[2]), "r2": _r2(x, y, coef), "requests": len(rows),
+           "per_request_s": float(coef[2]), "r2": r2, "requests": len(rows),
            "k_min": min(ks), "k_max": max(ks)}
     if with_training:
         out["trainer_overlap_s"] = float(coef[3])
@@ -275,7 +282,7 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
     """Every term, from the runs' ``measure``s (each with its ``refit``)."""
     requests = [q for m in measured for q in m["requests"]]
     decode = fit_decode(requests)
-    diag = fit_decode(requests, with_training=True)
+    diag = fit_decode(requests, with_training=True, tie_prefill=True)
     train = fit_train([s for m in measured for s in m["whole"]])
     sync: dict[str, float] = {}
     for mode in peers.REFITS:
@@ -286,22 +293,33 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
         raise FitError("the refit pause", "no step synced weights")
     streamed = [s for m in measured for s in m["streamed"]]
     chunk = fit_chunk(streamed, train["per_token_s"]) if streamed else None
+    g = diag["trainer_overlap_s"]
+    if g >= 1.0:
+        raise FitError("the trainer's contention", f"decode loses {g:.2f} s per second of "
+                                                    f"training (must be < 1)")
+    # decode at 1 / (1 + s) of its speed while training loses s / (1 + s) of each second
     return {"decode": decode, "train": train, "sync_s": sync, "chunk": chunk,
-            "trainer_overlap_s": diag["trainer_overlap_s"], "decode_with_overlap": diag}
+            "trainer_overlap_s": g, "train_slowdown": g / (1.0 - g),
+            "decode_with_overlap": diag}
 
 
-def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str) -> Any:
-    """The simulator's ``CostModel`` of one row, from ``fit_costs``."""
+def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
+               revised: bool = False) -> Any:
+    """The simulator's ``CostModel`` of one row, from ``fit_costs``. ``revised``: the model
+    with the trainer's contention (``train_slowdown``) and its decode fit, which separates the
+    time requests lost to training and ties ``prefill_per_token_s`` to ``per_request_s``."""
     from runtime.sim.model.cost import CostModel, RolloutCost, TrainCost
 
-    d, t, c = fit["decode"], fit["train"], fit["chunk"]
+    d = fit["decode_with_overlap"] if revised else fit["decode"]
+    t, c = fit["train"], fit["chunk"]
     if refit not in fit["sync_s"]:
         raise FitError("the refit pause", f"no {refit!r} step was measured")
     if streaming and c is None:
         raise FitError("the chunk overhead", "no streaming step was measured")
     rollout = RolloutCost(floor_s=0.0, step_s=d["step_s"], per_request_s=d["per_request_s"],
                           per_ctx_token_s=0.0, prefill_per_token_s=d["prefill_per_token_s"],
-                          reprefill_on_update=refit == "abort")
+                          reprefill_on_update=refit == "abort",
+                          train_slowdown=fit["train_slowdown"] if revised else 0.0)
     train = TrainCost(fixed_s=t["fixed_s"], per_token_s=t["per_token_s"],
                       sync_s=fit["sync_s"][refit], chunk_groups=1 if streaming else 0,
                       chunk_overhead_s=c["chunk_overhead_s"] if c else 0.0,
@@ -325,30 +343,40 @@ def workload(seed: int, prompts: dict[str, int], prompt_mean: float, groups: int
     return Workload(f"long-tail(seed={seed})", specs)
 
 
-def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any) -> dict[str, float]:
+def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: bool = False
+                 ) -> dict[str, float]:
     """The simulator's figures of one run (answer tokens, as the runtime counts)."""
     from runtime.sim.model.runner import RunSpec, simulate
 
-    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"])
+    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised)
+    # Reserve-Occupy streams only when told (Config.streaming); NeMo-RL's rules hand chunks
+    # whenever the trainer takes them, but the runtime runs no peer with streaming
+    options = (("streaming", True),) if run["streaming"] else ()
     _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
-                              batch_size=BATCH), wl, cost)
+                              batch_size=BATCH, options=options), wl, cost)
     by_tid = {r.tid: r for r in sim.ledger.requests}
     trained = sum(by_tid[t].length for b in sim.ledger.batches for t in b.tids)
     decoded = sum(i.decoded for i in sim.instances)
     wall = sim.now
     return {"wall_s": wall, "gen_tok_s": decoded / wall, "trained_tok_s": trained / wall,
-            "steps_per_s": len(sim.ledger.batches) / wall}
+            "steps_per_s": len(sim.ledger.batches) / wall,
+            "chunks": sum(len(b.chunks) for b in sim.ledger.batches)}
+
+
+SIMS = ("sim", "sim_revised")  # the cost model as it was; revised (``cost_model``)
 
 
 def add_sim_ratios(runs: list[dict[str, Any]]) -> None:
-    """Each run's simulated figures as a ratio to the simulated reference of its seed and
-    eta (the measured ratios are ``peers_compare.add_ratios``')."""
+    """Each run's simulated figures (``sim``, ``sim_revised``) as a ratio to the simulated
+    reference of its seed and eta (``sim_ratio``, ``sim_revised_ratio``; the measured
+    ratios are ``peers_compare.add_ratios``')."""
     ref = {(r["seed"], r["eta"]): r for r in runs
            if (r["policy"], r["streaming"], r["refit"]) == peers.REF}
     for r in runs:
         base = ref.get((r["seed"], r["eta"]))
-        r["sim_ratio"] = {k: (r["sim"][k] / base["sim"][k] if base else None)
-                          for k in peers.RATIO_KEYS}
+        for sim in SIMS:
+            r[f"{sim}_ratio"] = {k: (r[sim][k] / base[sim][k] if base else None)
+                                 for k in peers.RATIO_KEYS}
 
 
 # ------------------------------------------------------------------------------ the page ----
@@ -373,56 +401,106 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         row["seeds"] = len(rs)
         for k in ("gen_tok_s", "trained_tok_s"):
             meas = peers._mean([r["ratio"][k] for r in rs])
-            sim = peers._mean([r["sim_ratio"][k] for r in rs])
-            row[k] = (meas, sim, sim / meas - 1.0 if meas and sim is not None else None)
+            row[k] = {"measured": meas}
+            for sim in SIMS:
+                x = peers._mean([r[f"{sim}_ratio"][k] for r in rs])
+                row[k][sim] = (x, x / meas - 1.0 if meas and x is not None else None)
         row["abs"] = (fmean(r["trained_tok_s"] for r in rs),
-                      fmean(r["sim"]["trained_tok_s"] for r in rs))
+                      *(fmean(r[sim]["trained_tok_s"] for r in rs) for sim in SIMS))
         out.append(row)
     return out
+
+
+def _within(rows: list[dict[str, Any]], sim: str) -> int:
+    return sum(1 for r in rows if r["trained_tok_s"][sim][1] is not None
+               and abs(r["trained_tok_s"][sim][1]) <= TARGET)
+
+
+def _median_gap(rows: list[dict[str, Any]], sim: str) -> float:
+    gaps = [abs(r["trained_tok_s"][sim][1]) for r in rows
+            if r["trained_tok_s"][sim][1] is not None
+            and (r["policy"], r["streaming"], r["refit"]) != peers.REF]
+    return median(gaps) if gaps else math.nan
+
+
+def _abs_gap(rows: list[dict[str, Any]], which: int) -> float:
+    """Median over the rows of |simulated / measured trained tok/s - 1| (``which``: 1 as it
+    was, 2 revised)."""
+    return median(abs(r["abs"][which] / r["abs"][0] - 1) for r in rows)
+
+
+def _spread(results: dict[str, Any], key: str = "ratio") -> float:
+    """Median over the non-reference rows of |ratio of the first seed / of the second - 1|
+    (``key``: ``ratio``, measured, or ``sim_ratio``, simulated)."""
+    seeds, which = results["seeds"][:2], key
+    by: dict[tuple[Any, ...], dict[int, float]] = {}
+    for r in results["runs"]:
+        if (r["policy"], r["streaming"], r["refit"]) != peers.REF and r["seed"] in seeds:
+            key = (r["eta"], r["policy"], r["streaming"], r["refit"])
+            by.setdefault(key, {})[r["seed"]] = r[which]["trained_tok_s"]
+    xs = [abs(v[seeds[0]] / v[seeds[1]] - 1) for v in by.values() if len(v) == 2]
+    return median(xs) if xs else math.nan
 
 
 def render(results: dict[str, Any]) -> str:
     """The generated part of docs/calibration.md, from the results file."""
     fit = results["fit"]
-    d, t, c = fit["decode"], fit["train"], fit["chunk"]
+    d, t, c, o = fit["decode"], fit["train"], fit["chunk"], fit["decode_with_overlap"]
     rows = table_rows(results)
-    met = [r for r in rows if r["trained_tok_s"][2] is not None
-           and abs(r["trained_tok_s"][2]) <= TARGET]
     lines = [f"Fitted on this machine from {d['requests']} engine requests and "
-             f"{t['steps']} whole-batch steps ({len(results['runs'])} runs):", "",
-             "| term of the cost model | fitted | fit |", "|---|---|---|",
+             f"{t['steps']} whole-batch steps ({len(results['runs'])} runs, "
+             f"{results['grid_wall_s']:.0f} s); the revised model adds the trainer's "
+             f"contention and ties prefill to the per-request cost (see below):", "",
+             "| term of the cost model | as it was | revised | fit |",
+             "|---|---|---|---|",
              f"| decode step: `step_s` + `per_request_s` x running requests | "
              f"{d['step_s'] * 1e3:.3f} ms + {d['per_request_s'] * 1e3:.4f} ms x k | "
-             f"R² {d['r2']:.2f}, k {d['k_min']:.1f}-{d['k_max']:.1f} |",
+             f"{o['step_s'] * 1e3:.3f} ms + {o['per_request_s'] * 1e3:.4f} ms x k | "
+             f"R² {d['r2']:.2f} / {o['r2']:.2f}, k {d['k_min']:.1f}-{d['k_max']:.1f} |",
              f"| prefill per prompt token `prefill_per_token_s` | "
-             f"{d['prefill_per_token_s'] * 1e3:.4f} ms | (same fit) |",
+             f"{d['prefill_per_token_s'] * 1e3:.4f} ms | {o['prefill_per_token_s'] * 1e3:.4f} ms"
+             f" | (same fits) |",
+             f"| decode slowdown while the trainer trains `train_slowdown` | (not in the model) "
+             f"| {fit['train_slowdown']:.2f} ({fit['trainer_overlap_s']:.2f} s of decode lost "
+             f"per s of training) | (same fit) |",
              f"| train per trajectory token `per_token_s` + per step `fixed_s` | "
-             f"{t['per_token_s'] * 1e3:.4f} ms + {t['fixed_s']:.3f} s | "
+             f"{t['per_token_s'] * 1e3:.4f} ms + {t['fixed_s']:.3f} s | (same) | "
              f"R² {t['r2']:.2f} over {t['steps']} steps |",
              "| refit pause `sync_s` | " + ", ".join(
-                 f"{m} {s:.3f} s" for m, s in fit["sync_s"].items()) + " | mean per mode |",
+                 f"{m} {s:.3f} s" for m, s in fit["sync_s"].items()) + " | (same) | "
+             "mean per mode |",
              ("| streaming chunk overhead `chunk_overhead_s` (`chunk_share` 1) | "
-              f"{c['chunk_overhead_s']:.3f} s | {c['chunks']} chunks in {c['steps']} steps |"
-              if c else "| streaming chunk overhead | not measured | no streaming run |"),
-             f"| not in the model: decode time lost per second of training "
-             f"(`trainer_overlap_s`) | {fit['trainer_overlap_s']:.3f} s/s | "
-             f"R² {fit['decode_with_overlap']['r2']:.2f} with it |", "",
-             f"Within {TARGET:.0%} (trained tok/s ratio): **{len(met)} of {len(rows)} rows**.",
+              f"{c['chunk_overhead_s']:.3f} s | (same) | {c['chunks']} chunks in "
+              f"{c['steps']} steps |"
+              if c else "| streaming chunk overhead | not measured | | no streaming run |"),
              "",
+             f"Within {TARGET:.0%} of the measured trained tok/s ratio: **{_within(rows, 'sim')}"
+             f" of {len(rows)} rows** with the cost model as it was, **"
+             f"{_within(rows, 'sim_revised')} of {len(rows)}** with the revised model; "
+             f"median |gap| {_median_gap(rows, 'sim'):.0%} and "
+             f"{_median_gap(rows, 'sim_revised'):.0%}; the absolute trained tok/s, simulated / "
+             f"measured - 1: median |gap| {_abs_gap(rows, 1):.0%} and {_abs_gap(rows, 2):.0%}."
+             f" Between two seeds a row's measured "
+             f"trained tok/s ratio moves by {_spread(results):.0%}, its simulated one by "
+             f"{_spread(results, 'sim_ratio'):.0%} (median over the rows of |seed a / seed b "
+             f"- 1|; the seeds' answer lengths differ too).", "",
              "| eta | policy | streaming | refit | seeds | trained tok/s measured (x ref) "
-             "| simulated (x ref) | gap | gen tok/s measured (x ref) | simulated (x ref) "
-             "| gap | trained tok/s measured / simulated |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| simulated, as it was (x ref) | gap | revised (x ref) | gap "
+             "| gen tok/s measured (x ref) | revised (x ref) | gap "
+             "| trained tok/s measured / as it was / revised |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ref = " (ref)" if (r["policy"], r["streaming"], r["refit"]) == peers.REF else ""
+        tr, gen = r["trained_tok_s"], r["gen_tok_s"]
 
-        def trio(k: str, row: dict[str, Any] = r) -> str:
-            m, s, g = row[k]
-            return f"{_g(m, '.2f')} | {_g(s, '.2f')} | {_g(g, '+.0%')}"
+        def pair(x: tuple[Any, Any]) -> str:
+            return f"{_g(x[0], '.2f')} | {_g(x[1], '+.0%')}"
 
         lines.append(f"| {r['eta']} | {r['policy']}{ref} | {'on' if r['streaming'] else 'off'} "
-                     f"| {r['refit']} | {r['seeds']} | {trio('trained_tok_s')} | "
-                     f"{trio('gen_tok_s')} | {r['abs'][0]:.0f} / {r['abs'][1]:.0f} |")
+                     f"| {r['refit']} | {r['seeds']} | {_g(tr['measured'], '.2f')} | "
+                     f"{pair(tr['sim'])} | {pair(tr['sim_revised'])} | "
+                     f"{_g(gen['measured'], '.2f')} | {pair(gen['sim_revised'])} | "
+                     + " / ".join(f"{x:.0f}" for x in r["abs"]) + " |")
     return "\n".join(lines)
 
 
@@ -494,6 +572,7 @@ async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], st
             await engine.close()
     if raw is not None:  # what the fit reads, to fit again without the engine (--from-raw)
         raw.write_text(json.dumps({"steps": steps, "seeds": seeds, "median": med,
+                                   "grid_wall_s": time.perf_counter() - t0,
                                    "sigma": sigma, "runs": runs, "measured": measured}))
     return finish(runs, measured, steps, seeds, med, sigma, time.perf_counter() - t0)
 
@@ -508,6 +587,7 @@ def finish(runs: list[dict[str, Any]], measured: list[dict[str, Any]], steps: in
         wl = workload(row["seed"], m["prompts"], m["prompt_mean"],
                       max(64, 8 * (row["eta"] + 2) * BATCH * steps), max_tokens, med, sigma)
         row["sim"] = simulate_row(row, fit, wl)
+        row["sim_revised"] = simulate_row(row, fit, wl, revised=True)
     add_sim_ratios(runs)
     return {"steps": steps, "seeds": seeds, "lognormal": {"median": med, "sigma": sigma},
             "reference": dict(zip(("policy", "streaming", "refit"), peers.REF)),
@@ -577,7 +657,7 @@ if __name__ == "__main__":
         for r in dump["runs"]:
             r.pop("sim", None)
         results = finish(dump["runs"], dump["measured"], dump["steps"], dump["seeds"],
-                         dump["median"], dump["sigma"], 0.0)
+                         dump["median"], dump["sigma"], dump.get("grid_wall_s", 0.0))
     else:
         results = asyncio.run(main(args.grid, args.seed_list, args.steps, args.median,
                                    args.sigma, raw=args.raw))

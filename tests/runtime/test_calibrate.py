@@ -95,9 +95,10 @@ def test_the_page_is_rendered_from_the_results_file():
     bench = _bench()
     results = json.loads(bench.RESULTS.read_text())
     assert bench.doc_block(bench.DOC.read_text()) == bench.render(results)
-    refs = [r for r in results["runs"] if (r["policy"], r["streaming"], r["refit"]) == bench.peers.REF]
+    refs = [r for r in results["runs"]
+            if (r["policy"], r["streaming"], r["refit"]) == bench.peers.REF]
     assert refs and all(r["ratio"]["trained_tok_s"] == 1.0 == r["sim_ratio"]["trained_tok_s"]
-                        for r in refs)
+                        == r["sim_revised_ratio"]["trained_tok_s"] for r in refs)
     assert all(math.isfinite(r["sim"]["trained_tok_s"]) for r in results["runs"])
     results["runs"][1]["sim"]["trained_tok_s"] *= 1.1  # a changed number is caught
     bench.add_sim_ratios(results["runs"])
@@ -135,6 +136,8 @@ async def test_a_tiny_calibration_runs_end_to_end(engine, tmp_path):
                                                              ("nemo_in_order", False)]
     for r in runs:
         assert r["sim"]["wall_s"] > 0 and r["sim"]["trained_tok_s"] > 0
+    # the simulated streaming run streams (chunks of one group), the whole-batch one does not
+    assert runs[0]["sim"]["chunks"] > 4 and runs[1]["sim"]["chunks"] == 0
     assert runs[1]["ratio"]["trained_tok_s"] == 1.0 == runs[1]["sim_ratio"]["trained_tok_s"]
     assert runs[0]["sim_ratio"]["trained_tok_s"] == pytest.approx(
         runs[0]["sim"]["trained_tok_s"] / runs[1]["sim"]["trained_tok_s"])
