@@ -34,9 +34,14 @@ The fit (``fit_costs``), one term of ``runtime/sim/model/cost.py`` each
 * the chunk overhead: the streaming steps, ``stream_s = chunks * chunk_overhead_s + per_token_s
   * chunk tokens``; ``chunk_share`` is 1 (the runtime's ``accumulate`` runs forward and backward
   per chunk), the per-token cost the whole-batch one.
-* a diagnostic term the simulator does not have: the decode fit again with the seconds each
-  request overlapped a training step (``trainer_overlap_s``: decode time lost per second of
-  training on the same cores).
+* the trainer's contention for the cores (``RolloutCost.train_slowdown``, which the simulator
+  had not had): the decode fit again with the seconds each request overlapped a training step;
+  a request losing ``g`` s of decoding per second of training decodes at ``1 / (1 + s)`` of its
+  speed, ``s = g / (1 - g)``. This fit ties ``prefill_per_token_s`` to ``per_request_s`` (fresh
+  prompts are all 4 tokens, so a free prefill term acts as a per-request constant).
+
+Each row is simulated twice: with the cost model as it was (the first decode fit, no
+contention) and revised (the second fit, ``train_slowdown``); docs/calibration.md says why.
 
 The simulator run of each row: one instance with ``(eta + 1) x 4 x 4`` sequence slots (the
 in-flight bound the runtime's rules keep: ``(eta + 1) x batch_size`` groups of 4), batches of 4
@@ -480,10 +485,12 @@ def render(results: dict[str, Any]) -> str:
              f"median |gap| {_median_gap(rows, 'sim'):.0%} and "
              f"{_median_gap(rows, 'sim_revised'):.0%}; the absolute trained tok/s, simulated / "
              f"measured - 1: median |gap| {_abs_gap(rows, 1):.0%} and {_abs_gap(rows, 2):.0%}."
-             f" Between two seeds a row's measured "
-             f"trained tok/s ratio moves by {_spread(results):.0%}, its simulated one by "
-             f"{_spread(results, 'sim_ratio'):.0%} (median over the rows of |seed a / seed b "
-             f"- 1|; the seeds' answer lengths differ too).", "",
+             + (f" Between two seeds a row's measured trained tok/s ratio moves by "
+                f"{_spread(results):.0%}, its simulated one by "
+                f"{_spread(results, 'sim_ratio'):.0%} (median over the rows of |seed a / "
+                f"seed b - 1|; the seeds' answer lengths differ too)."
+                if len(results["seeds"]) > 1 else " (One seed: no spread between seeds.)"),
+             "",
              "| eta | policy | streaming | refit | seeds | trained tok/s measured (x ref) "
              "| simulated, as it was (x ref) | gap | revised (x ref) | gap "
              "| gen tok/s measured (x ref) | revised (x ref) | gap "
