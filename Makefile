@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl bench-peers proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl bench-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,12 @@ bench-precision: $(STAMP)
 ## and the table of docs/peers.md. `python bench/peers_compare.py --help` for a smaller grid.
 bench-peers: $(STAMP)
 	$(PY) bench/peers_compare.py --seeds 0,1,2 --etas 1,2 --steps 10 --write
+
+## The simulator held to the engine: the bench-peers grid (seeds 0-1, eta 1,2, 8 steps) with
+## every engine request timed; fits the simulator's cost terms to it, simulates each row with
+## them and writes docs/results/calibration.json and the tables of docs/calibration.md.
+calibrate: $(STAMP)
+	$(PY) bench/calibrate.py --seeds 0,1 --etas 1,2 --steps 8 --write
 
 ## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
 bench-gpu: $(STAMP)

@@ -56,7 +56,18 @@ class _Section(BaseModel):
         field = cls.model_fields.get(info.field_name or "")
         if field is not None:
             _check_number(field.annotation, value)
+            _check_bool(field.annotation, value)
         return value
+
+
+def _check_bool(annotation: Any, value: Any) -> None:
+    """``ValueError`` if a yes/no field (``bool``, or optional) is given anything but
+    ``true``/``false`` (or null where optional): pydantic reads ``0``, ``1``, ``"off"`` and
+    ``"y"`` as booleans, so ``streaming: 2`` or a number meant for another key passed."""
+    kinds = set(get_args(annotation) or (annotation,))
+    if bool in kinds and not kinds - {bool, type(None)} and not isinstance(value, bool) \
+            and not (value is None and type(None) in kinds):
+        raise ValueError(f"must be true or false, not {value!r:.40}")
 
 
 def _check_number(annotation: Any, value: Any) -> None:
@@ -219,7 +230,14 @@ class TrainerConfig(_Section):
     scale_rewards: bool = True  # divide advantages by the group's reward std
     epochs: int = Field(1, ge=1, le=1000)  # passes over each batch
     minibatches: int = Field(1, ge=1)  # optimiser steps per pass (the batch split evenly)
-    micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only)
+    micro_batch: int = Field(64, ge=1)  # sequences per forward/backward (memory only; padded path)
+    # Packed sequences (docs/runtime.md, "Packed sequences"): a micro-batch is several samples'
+    # prompt + response concatenated in one row, attention kept within each sample, so no
+    # padding is computed; false: one padded row per sample. Micro-batches hold at most
+    # max_tokens_per_micro_batch tokens (prompt + response; padded: rows x the longest row),
+    # which must fit the longest sample (train --check refuses less).
+    packing: bool = True
+    max_tokens_per_micro_batch: int = Field(8192, ge=1)
     device: str = "cpu"  # auto: cuda when available, else cpu; checked by resolve_device
     threads: int | None = Field(None, ge=1)
     # fp32; bf16-mixed: float32 weights, bfloat16 autocast; bf16: weights and optimizer state
@@ -341,6 +359,14 @@ class TrainConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _budget_fits(self) -> TrainConfig:
+        # The exact bound (the longest prompt + rollout.max_tokens) needs the prompts and the
+        # tokenizer: train --check applies it (check_token_budget); this is what the config
+        # alone shows, a response of max_tokens after a one-token prompt.
+        check_token_budget(self.trainer.max_tokens_per_micro_batch, 1, self.rollout.max_tokens)
+        return self
+
+    @model_validator(mode="after")
     def _peer_fits(self) -> TrainConfig:
         """A peer's rule (runtime.peers) runs without what only Reserve–Occupy has."""
         s = self.staleness
@@ -426,10 +452,17 @@ def _describe(exc: ValidationError) -> list[str]:
 MAX_CONFIG_BYTES = 16 << 20  # a config file (or a run's config.json) read by load_config
 
 
+MAX_YAML_VALUES = 1_000_000  # values a config may stand for once its aliases are expanded
+
+
 def safe_yaml(text: str) -> Any:
-    """``yaml.safe_load``, refusing a document nested deeper than ``MAX_JSON_DEPTH`` levels
-    with ``ValueError`` (PyYAML's composer recurses: 1,000 levels are a ``RecursionError``).
-    The depth is counted on the parser's events, which it produces without recursing."""
+    """``yaml.safe_load``, refusing with ``ValueError`` a document nested deeper than
+    ``MAX_JSON_DEPTH`` levels (PyYAML's composer recurses: 1,000 levels are a
+    ``RecursionError``; the depth is counted on the parser's events, which it produces without
+    recursing), and one whose aliases expand it past ``MAX_YAML_VALUES`` values, past that
+    depth, or into itself. PyYAML shares an aliased node rather than copying it, so nine
+    lines of ``&a [*b, *b, ...]`` load at once -- and then the run's ``config.json``, which
+    writes every copy out, takes gigabytes ("billion laughs")."""
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
@@ -438,7 +471,45 @@ def safe_yaml(text: str) -> Any:
                 raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        _check_expansion(root)
     return yaml.safe_load(text)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """The values and depth ``root`` stands for with every alias expanded, counted once per
+    node (memoised by identity, iteratively: an alias chain is as long as the file allows)."""
+    done: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth), values capped
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in done:
+            continue
+        kids: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            kids = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            kids = [n for pair in node.value for n in pair]
+        if not children_done:
+            open_.add(id(node))
+            stack.append((node, True))
+            for kid in kids:
+                if id(kid) in open_:
+                    raise ValueError("a YAML alias refers to a value that contains it")
+                if id(kid) not in done:
+                    stack.append((kid, False))
+            continue
+        open_.discard(id(node))
+        values = 1 + sum(done[id(k)][0] for k in kids)
+        deep = (1 if kids or isinstance(node, yaml.CollectionNode) else 0) + max(
+            (done[id(k)][1] for k in kids), default=0)
+        if values > MAX_YAML_VALUES:
+            raise ValueError(f"its aliases expand it to more than {MAX_YAML_VALUES:,} values")
+        if deep > MAX_JSON_DEPTH:
+            raise ValueError(f"its aliases nest it deeper than {MAX_JSON_DEPTH} levels")
+        done[id(node)] = (values, deep)
 
 
 def load_config(path: str | Path | None = None,
@@ -509,6 +580,17 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigFileError(f"--set {item}: the value is not valid YAML ({detail})") from None
     except ValueError as exc:
         raise ConfigFileError(f"--set {key.strip()}: {exc}") from None
+
+
+def check_token_budget(budget: int, longest_prompt: int, max_tokens: int) -> None:
+    """Refuse ``trainer.max_tokens_per_micro_batch`` below the longest sample the run can
+    train (its longest prompt and a response of ``rollout.max_tokens``) with one line naming
+    the setting: such a sample fits no micro-batch."""
+    longest = longest_prompt + max_tokens
+    if budget < longest:
+        raise ValueError(f"trainer.max_tokens_per_micro_batch {budget} is below the longest "
+                         f"sample, {longest} tokens (a {longest_prompt}-token prompt and "
+                         f"rollout.max_tokens {max_tokens}): raise it to at least {longest}")
 
 
 def check_precision(precision: str, device_type: str) -> None:

@@ -80,8 +80,11 @@ class Persistence(Protocol):
     def group_finished(self, g: GroupRun) -> None:
         """Before the group's ``occupy`` is logged: its trajectory must be durable."""
 
-    async def before_publish(self, version: int, batch: Batch) -> None:
-        """After ``batch`` trained and its weights were exported, before ``publish``."""
+    async def before_publish(self, version: int, batch: Batch,
+                             figures: tuple[int, dict[str, Any]] | None = None) -> None:
+        """After ``batch`` trained and its weights were exported, before ``publish``.
+        ``figures``: (response tokens trained, the trainer's metrics) of that batch, kept
+        with a checkpoint so that a crash before the step's metrics row loses no figures."""
 
 
 class Driver:
@@ -492,7 +495,10 @@ class Driver:
             tail_s = self.clock.now() - ready
             weights = await self.trainer.export_weights(batch.version + 1)
             if self.persist is not None:  # a trainer checkpoint, before the version is public
-                await self.persist.before_publish(batch.version + 1, batch)
+                await self.persist.before_publish(
+                    batch.version + 1, batch,
+                    (sum(len(s.token_ids) for _, s in train_batch.samples),
+                     dict(metrics) if isinstance(metrics, dict) else {}))
             t_sync = self.clock.now()
             await self._sync_weights(weights)
             t_end = self.clock.now()

@@ -346,11 +346,51 @@ def safetensors_file(path: str | os.PathLike[str], what: str) -> None:
     if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends):
         raise FileInputError(p, 0, "not a safetensors file (a tensor without data_offsets)",
                              what)
+    for name, tensor in header.items():
+        if name != "__metadata__":
+            problem = _tensor_entry_problem(tensor)
+            if problem:
+                raise FileInputError(p, 0, f"not a safetensors file we can load (tensor "
+                                           f"{str(name)[:80]!r}: {problem})", what)
     expected = 8 + n + max(ends, default=0)
     if expected != size:
         state = "truncated" if size < expected else "longer than its header says"
         raise FileInputError(p, 0, f"{state}: its header describes {expected:,} bytes, the "
                                    f"file has {size:,}", what)
+
+
+# Bytes per element of each dtype name the safetensors format defines (the format's README,
+# huggingface/safetensors; what safetensors 0.8's torch loader maps); the sub-byte float
+# types have no whole byte count and are checked by name only.
+SAFETENSORS_DTYPES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E4M3FNUZ": 1, "F8_E5M2": 1,
+    "F8_E5M2FNUZ": 1, "F8_E8M0": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2, "U32": 4,
+    "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8,
+    "F4": None, "F6_E2M3": None, "F6_E3M2": None,
+}
+
+
+def _tensor_entry_problem(tensor: Any) -> str | None:
+    """What is wrong with one tensor's header entry (dtype, shape, data_offsets), or None.
+    A file whose header names a dtype no loader knows, or whose byte range does not hold
+    ``prod(shape)`` elements, passed ``--check`` and failed later inside the engine."""
+    dtype, shape, offsets = tensor.get("dtype"), tensor.get("shape"), tensor.get("data_offsets")
+    if dtype not in SAFETENSORS_DTYPES:
+        return f"unknown dtype {str(dtype)[:40]!r}"
+    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool)
+                                            and d >= 0 for d in shape)):
+        return "its shape is not a list of whole numbers >= 0"
+    if not (isinstance(offsets, list) and len(offsets) == 2
+            and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        return "its data_offsets are not [begin, end] with 0 <= begin <= end"
+    size = SAFETENSORS_DTYPES[dtype]
+    if size is not None:
+        count = math.prod(shape)
+        if offsets[1] - offsets[0] != count * size:
+            return (f"{dtype} of shape {shape} is {count * size:,} bytes, its data_offsets "
+                    f"span {offsets[1] - offsets[0]:,}")
+    return None
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "*.safetensors",

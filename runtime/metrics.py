@@ -18,9 +18,10 @@ Per-step fields (``metrics.jsonl``):
   run goes on from the last row its earlier incarnations wrote (the time between a crash and
   the resume, and the tokens generated after that row, are not counted). A step the crash
   cut short before its row gets a ``recovered`` row with recovery's retraining figures; when
-  its checkpoint was committed before the crash, recovery retrains nothing, the step's tokens
-  are not known (``tokens_unknown``: true on its row), and ``tokens_trained`` from that row on
-  leaves them out.
+  its checkpoint was committed before the crash, recovery retrains nothing and the row takes
+  the figures that checkpoint's ``COMMIT.json`` recorded (a checkpoint without them, from an
+  earlier version: ``tokens_unknown``: true on its row, and ``tokens_trained`` from that row
+  on leaves them out).
 * ``trainer_idle`` / ``rollout_idle`` -- fractions of wall time so far in which the trainer waited
   for a batch / no request was running in the engine (weight syncs count as rollout idle).
 * ``tail_s`` -- seconds from the batch's last unit becoming final (the head buffer turned
@@ -185,8 +186,9 @@ class MetricsSink:
         recovery's retraining (``figures``: step -> (tokens, metrics)); what only the dead
         process measured (rewards, timings, staleness) is not known, and the cumulative
         figures go on from the previous row. A step recovery did not retrain (its checkpoint
-        was committed before the crash) has no figures: its row says ``tokens_unknown``: true,
-        adds no tokens and has no ``train/*``."""
+        was committed before the crash) has the figures that checkpoint recorded; one without
+        figures (an older checkpoint) gets a row that says ``tokens_unknown``: true, adds no
+        tokens and has no ``train/*``."""
         last = self.rows[-1] if self.rows and isinstance(self.rows[-1], dict) else {}
         done = last.get("step", -1)
         for k in range(done + 1 if isinstance(done, int) else step, step):

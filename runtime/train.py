@@ -251,6 +251,7 @@ def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-u
         prompts = render_prompts(prompts, tokenizer, cfg.data.chat_template, "the tiny model")
         check_lengths(None, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
                       tokenizer=tokenizer)
+        _check_budget(cfg, prompts, tokenizer)
         return None
     model_path = Path(cfg.model.path)
     where = f"model.path {cfg.model.path}"
@@ -282,7 +283,22 @@ def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-u
         raise InputError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
                   tokenizer=tokenizer)
+    _check_budget(cfg, prompts, tokenizer)
     return model_path
+
+
+def _check_budget(cfg, prompts, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """``trainer.max_tokens_per_micro_batch`` holds the longest sample the run can train
+    (its longest prompt with ``rollout.max_tokens`` of response); ``InputError`` if not."""
+    from .config import check_token_budget
+    from .inputs import InputError
+
+    longest = max(len(tokenizer.encode(p.text)) for p in prompts)
+    try:
+        check_token_budget(cfg.trainer.max_tokens_per_micro_batch, longest,
+                           cfg.rollout.max_tokens)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-untyped-def]

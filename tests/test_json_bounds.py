@@ -226,3 +226,25 @@ def test_a_deep_config_file_or_set_value_is_one_line(tmp_path, capsys):
                        "nested deeper than 64 levels")
     _exit_2_naming(capsys, ["train", "--set", f"run.x={DEEP}", "--check"], "--set run.x",
                    "nested deeper than 64 levels")
+
+
+def test_a_config_whose_aliases_expand_past_a_million_values_is_one_line(tmp_path, capsys):
+    """"Billion laughs": nine lines of aliases load at once (PyYAML shares an aliased node)
+    and then take ~387 M values (gigabytes) in the run's config.json. Before: accepted."""
+    lines = ["  l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    config = tmp_path / "c.yaml"
+    config.write_text("reward:\n  options:\n" + "\n".join("  " + line for line in lines) + "\n")
+    _exit_2_naming(capsys, ["train", "--config", str(config), "--check"], str(config),
+                   "expand it to more than 1,000,000 values")
+    # a chain of 100 aliases, each one level deeper: within the parser's depth, not expanded
+    config.write_text("reward:\n  options:\n    a0: &a0 [1]\n" + "".join(
+        f"    a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 100)))
+    _exit_2_naming(capsys, ["train", "--config", str(config), "--check"], str(config),
+                   "nest it deeper than 64 levels")
+    _exit_2_naming(capsys, ["train", "--set", "reward.options={a: &a [*a]}", "--check"],
+                   "--set reward.options", "refers to a value that contains it")
+    # aliases that expand to little are a config like any other
+    config.write_text("staleness:\n  batch_size: &n 4\n  group_size: *n\n")
+    assert main(["train", "--config", str(config), "--set", "rollout.backend=fake",
+                 "--output-dir", str(tmp_path / "run"), "--check"]) == 0

@@ -179,11 +179,7 @@ def check(lines: Iterable[str], mode: str = STRICT,
     ref = StalenessController(config) if mode == STRICT else None
     produced_events: list[Event] = []
     for entry in entries:
-        report.events += 1
-        if progress is not None and report.events % PROGRESS_EVERY == 0:
-            progress(report.events)
-        report.refused += entry.refused
-        report.logged.setdefault(entry.op, set()).update(entry.logged)
+        _tally(report, entry, progress)
         diffs: list[Difference] = []
         expected = ""
         produced = None
@@ -285,6 +281,16 @@ def _rule_terms(peer: str, config: Config, line: int, written: dict[str, Any]
     return bounded, eta
 
 
+def _tally(report: Report, entry: TraceEntry, progress: Callable[[int], None] | None) -> None:
+    """What every check counts for each entry, strict, lenient or a peer's: the event, the
+    refusals, the fields logged per op, and a progress call every ``PROGRESS_EVERY``."""
+    report.events += 1
+    if progress is not None and report.events % PROGRESS_EVERY == 0:
+        progress(report.events)
+    report.refused += entry.refused
+    report.logged.setdefault(entry.op, set()).update(entry.logged)
+
+
 def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, bounded: bool,
                 eta: int, progress: Callable[[int], None] | None) -> Report:
     """A peer's log: no reference to replay; ``PeerTracker`` checks what every rule must do."""
@@ -292,11 +298,7 @@ def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, boun
     tracker = PeerTracker(config, policy, bounded, eta)
     report.eta = tracker.eta
     for entry in entries:
-        report.events += 1
-        if progress is not None and report.events % PROGRESS_EVERY == 0:
-            progress(report.events)
-        report.refused += entry.refused
-        report.logged.setdefault(entry.op, set()).update(entry.logged)
+        _tally(report, entry, progress)
         violation = tracker.step(entry)
         if violation is not None:
             report.problem = Problem(entry, [], violation, tracked=tracker.describe())

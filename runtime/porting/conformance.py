@@ -220,6 +220,27 @@ def _save(failure: Failure, vector_config: dict[str, Any], directory: Path) -> P
     return path
 
 
+def _progress(n: int) -> None:
+    print(f"  ... {n} vectors", file=sys.stderr)
+
+
+def _run_watched(adapter: SubprocessAdapter, vectors: Any, mode: str) -> Any:
+    """Run an ``--adapter-cmd`` port under the watchdog ``train`` uses (runtime/watchdog.py):
+    the port (and whatever it starts) ends with this process, ``kill -9`` of it included. A
+    port that keeps running after its input closed would otherwise be left behind, reparented
+    to init; on a normal end (pass, fail, Ctrl-C) ``close`` and ``reap_children`` end it."""
+    from ..watchdog import Watchdog, children, reap_children
+
+    before = children()
+    watchdog = Watchdog.start(before)
+    try:
+        return run_vectors(adapter, vectors, mode, progress=_progress)
+    finally:
+        reap_children(before, spare=[watchdog.proc.pid] if watchdog else [])
+        if watchdog is not None:
+            watchdog.stop()
+
+
 def _run(args: argparse.Namespace) -> int:
     adapter = _load_adapter(args)
     mode = "lenient" if args.lenient else "strict"
@@ -247,8 +268,10 @@ def _run(args: argparse.Namespace) -> int:
                 yield v
 
     t0 = time.perf_counter()
-    result = run_vectors(adapter, selected(), mode,
-                 progress=lambda n: print(f"  ... {n} vectors", file=sys.stderr))
+    if isinstance(adapter, SubprocessAdapter):
+        result = _run_watched(adapter, selected(), mode)
+    else:
+        result = run_vectors(adapter, selected(), mode, progress=_progress)
     took = time.perf_counter() - t0
     if not result.vectors:  # a pass must have checked something
         raise UsageError(f"no vectors to run in {args.dir} for {', '.join(families) or 'no '}"

@@ -345,7 +345,7 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
         adapter.start(config)
     except AdapterError:
         raise
-    except SystemExit as exc:
+    except (SystemExit, GeneratorExit) as exc:
         raise _exited(exc, "start(config)") from None
     except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer
         result.failures.append(Failure(vector["id"], 0, "start(config)",
@@ -371,7 +371,7 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
                        f"(field {exc.field})")
         except AdapterError:
             raise  # no answer at all: not a verdict on this vector
-        except SystemExit as exc:  # the port tried to end the process: no verdict either
+        except (SystemExit, GeneratorExit) as exc:  # the port tried to end: no verdict either
             raise _exited(exc, f"{op}()" if op not in UNIT_OPS else f"{op}({unit_id!r})") \
                 from None
         except Exception as exc:  # noqa: BLE001 -- the port raised: that is its answer
@@ -388,10 +388,16 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
             return
 
 
-def _exited(exc: SystemExit, call: str) -> AdapterError:
+def _exited(exc: SystemExit | GeneratorExit, call: str) -> AdapterError:
     """An adapter that raises ``SystemExit`` would end the conformance run with the port's own
-    exit status (0: a silent pass): it is reported as an adapter that stopped answering."""
-    return AdapterError(f"the adapter raised SystemExit({exc.code!r}) in {call}: an adapter "
+    exit status (0: a silent pass), one that raises ``GeneratorExit`` (a ``BaseException``,
+    as ``SystemExit`` is) with a traceback: either is reported as an adapter that stopped
+    answering. ``KeyboardInterrupt`` is the user's, and goes through. An in-process adapter
+    that calls ``os._exit`` cannot be caught by anything in the process: run such a port with
+    ``--adapter-cmd``, whose exit is seen."""
+    what = (f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else
+            f"GeneratorExit({str(exc)!r})")
+    return AdapterError(f"the adapter raised {what} in {call}: an adapter "
                         f"must return or raise an exception, not exit")
 
 

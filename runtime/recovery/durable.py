@@ -114,7 +114,8 @@ class RunStore:
     def group_finished(self, g: GroupRun) -> None:
         self.trajectories.save(g.unit_id, group_record(g))
 
-    async def before_publish(self, version: int, batch: Batch) -> None:
+    async def before_publish(self, version: int, batch: Batch,
+                             figures: tuple[int, dict[str, Any]] | None = None) -> None:
         self.uncheckpointed.extend(batch.unit_ids)
         every = self.settings.commit_every
         if not every or version % every:
@@ -122,14 +123,21 @@ class RunStore:
         if version in self.committed_steps:  # committed before a crash; recovery publishes it
             self.uncheckpointed = []
             return
-        await self.checkpoint(version)
+        await self.checkpoint(version, figures)
 
-    async def checkpoint(self, version: int) -> None:
-        """Commit the trainer's state after ``version`` batches, then drop what it covers."""
+    async def checkpoint(self, version: int,
+                         figures: tuple[int, dict[str, Any]] | None = None) -> None:
+        """Commit the trainer's state after ``version`` batches, then drop what it covers.
+        ``figures`` (tokens, metrics) of batch ``version - 1``, the one just trained, go into
+        ``COMMIT.json``: a crash after this commit and before that step's metrics row is
+        resumed from here, retraining nothing, and the row is written from them."""
         assert self.log is not None
         self.log.sync()  # the checkpoint depends on the consume lines before it
-        await self.checkpoints.commit(version, self.trainer.save_checkpoint,
-                                      {"version": version})
+        meta: dict[str, Any] = {"version": version}
+        if figures is not None:
+            meta["figures"] = {"step": version - 1, "tokens": figures[0],
+                               "metrics": figures[1]}
+        await self.checkpoints.commit(version, self.trainer.save_checkpoint, meta)
         self.committed_steps.append(version)
         done, self.uncheckpointed = self.uncheckpointed, []
         for unit in done:

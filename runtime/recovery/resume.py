@@ -64,7 +64,8 @@ class RecoveryReport:
     checkpoint: int | None = None  # step of the checkpoint loaded
     retrained: list[int] = field(default_factory=list)  # batch versions trained again
     # batch version -> (response tokens trained, the trainer's metrics) of each retrained
-    # batch: the metrics row of a step the crash cut short is written from these
+    # batch, and of the batch the loaded checkpoint recorded it had just trained (its
+    # COMMIT.json): the metrics row of a step the crash cut short is written from these
     retrained_figures: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     published: bool = False  # recovery published the batch that was training
     salvaged: list[UnitId] = field(default_factory=list)  # IN_FLIGHT, data complete: occupied
@@ -194,6 +195,13 @@ class Recovery:
                     f"(was recovery.fsync off during a machine crash?)")
             await self.trainer.load_checkpoint(path)
             self.checkpoint = self.report.checkpoint = c
+            try:
+                meta = self.store.checkpoints.meta(c)
+            except (OSError, ValueError):  # its record unreadable: the figures are unknown
+                meta = None
+            recorded = _recorded_figures(meta, c)
+            if recorded is not None:
+                self.report.retrained_figures[c - 1] = recorded
         self.store.committed_steps = self.store.checkpoints.committed()
 
     def settle_in_flight(self) -> None:
@@ -258,7 +266,8 @@ class Recovery:
             return
         batch = self.batches[-1]
         await self.trainer.export_weights(batch.version + 1)
-        await self.store.before_publish(batch.version + 1, batch)
+        await self.store.before_publish(batch.version + 1, batch,
+                                        self.report.retrained_figures.get(batch.version))
         self.controller.publish(meta={"reason": "recovered"})
         self.report.published = True
 
@@ -330,3 +339,17 @@ def _report(store: RunStore, report: RecoveryReport, log: Callable[[str], None])
         log(line)
     with (store.run_dir / "recovery.jsonl").open("a", encoding="utf-8") as f:
         f.write(json.dumps(asdict(report), default=str) + "\n")
+
+
+def _recorded_figures(meta: Any, step: int) -> tuple[int, dict[str, Any]] | None:
+    """(tokens, metrics) of batch ``step - 1`` as checkpoint ``step`` recorded them, or None
+    (a checkpoint written before figures were kept, or one whose record is not this shape:
+    its step's row then says ``tokens_unknown``, as before)."""
+    figures = meta.get("figures") if isinstance(meta, dict) else None
+    if not isinstance(figures, dict) or figures.get("step") != step - 1:
+        return None
+    tokens, metrics = figures.get("tokens"), figures.get("metrics")
+    if not (isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
+            and isinstance(metrics, dict)):
+        return None
+    return tokens, metrics

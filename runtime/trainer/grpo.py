@@ -27,6 +27,20 @@ Checkpoints and exported weights are Hugging Face model directories (``save_pret
 ``config.json``, ``model.safetensors``, and in checkpoints the tokenizer), so
 ``AutoModelForCausalLM.from_pretrained`` and vLLM load them as they are.
 
+Micro-batches (``trainer.packing``, ``max_tokens_per_micro_batch``): with packing, a
+micro-batch is one row of several samples' prompt + response tokens, ``position_ids`` restarting
+at 0 for each sample and attention kept within each sample, so no padding is computed (the
+samples are assigned to micro-batches first-fit-decreasing by tokens); without, it is one padded
+row per sample. Either way a micro-batch holds at most ``max_tokens_per_micro_batch`` tokens, and
+the loss is the token mean over the whole minibatch (``_token_total``), however it is split.
+How attention is kept within a sample depends on the model's attention implementation
+(``packed_attention``): under ``sdpa`` the trainer runs the model with ``per_sample_sdpa``
+(transformers' sdpa on each sample's slice of the row: attention work is the samples' squares,
+where a block-diagonal mask over the row would cost the row's square); under ``eager`` a
+block-diagonal causal 4D mask; under the others (``flash_attention_2``/``_3``'s
+variable-length path, ``flex_attention``) ``position_ids`` alone, which transformers turns
+into per-sample attention only when the forward has no KV cache, hence ``use_cache=False``.
+
 Torch work runs in a worker thread (``asyncio.to_thread``) so generation continues meanwhile.
 """
 
@@ -86,18 +100,103 @@ def torch_save(obj: Any, path: Path) -> None:
             raise
 
 
+class TokenBudgetError(ValueError):
+    """A sample longer than ``trainer.max_tokens_per_micro_batch``: it fits no micro-batch."""
+
+
+# The attention implementation a packed row runs under where the model's own is ``sdpa``
+PER_SAMPLE_SDPA = "ro_per_sample_sdpa"
+
+
+def per_sample_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, attention_mask: torch.Tensor | None,
+                    dropout: float = 0.0, scaling: float | None = None,
+                    packed_segments: Sequence[tuple[int, int]] | None = None,
+                    **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Attention for a packed row on any device: transformers' own ``sdpa`` attention, causal,
+    on each sample's slice ``[start, end)`` of the row (``packed_segments``), so that a token
+    attends only within its sample and the work is the sum of the samples' squares, not the
+    row's square (a block-diagonal mask over the whole row costs the row's square). Without
+    segments, the row is one sequence. Registered with transformers' ``AttentionInterface``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if attention_mask is not None:
+        raise ValueError(f"{PER_SAMPLE_SDPA} attends within packed samples; it takes no mask")
+    segments = packed_segments or ((0, query.shape[2]),)
+    outs = [sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b],
+                                   value[:, :, a:b], None, dropout=dropout, scaling=scaling,
+                                   **kwargs)[0] for a, b in segments]
+    return torch.cat(outs, dim=1), None
+
+
+def packed_attention(implementation: str | None) -> str:
+    """How a packed row keeps attention within each sample under ``implementation`` (the
+    model's ``config._attn_implementation``): ``per-sample`` (``sdpa``, which the trainer
+    replaces by ``per_sample_sdpa``), ``mask`` (``eager``: a block-diagonal causal additive
+    4D mask) or ``position_ids`` (flash-attention's variable-length path, flex_attention:
+    transformers finds the samples where ``position_ids`` restart, without a KV cache)."""
+    if implementation in (None, "sdpa", PER_SAMPLE_SDPA):
+        return "per-sample"
+    if implementation == "eager":
+        return "mask"
+    return "position_ids"
+
+
+def plan_micro_batches(lengths: Sequence[int], budget: int, packed: bool,
+                       max_rows: int | None = None) -> list[list[int]]:
+    """The micro-batches (lists of indices into ``lengths``, each sample's prompt + response
+    tokens), deterministic. Packed: first-fit-decreasing: samples longest first (ties by
+    index), each into the first micro-batch whose tokens stay within ``budget``. Padded: in
+    order, a micro-batch grows while its rows x its longest row stay within ``budget`` and it
+    has at most ``max_rows`` rows. A sample longer than ``budget`` gets a micro-batch of its
+    own (``GRPOTrainer`` refuses such a sample before training; ``score`` takes it)."""
+    if packed:
+        bins: list[list[int]] = []
+        used: list[int] = []
+        for i in sorted(range(len(lengths)), key=lambda k: (-lengths[k], k)):
+            for b, u in enumerate(used):
+                if u + lengths[i] <= budget:
+                    bins[b].append(i)
+                    used[b] += lengths[i]
+                    break
+            else:
+                bins.append([i])
+                used.append(lengths[i])
+        return bins
+    out: list[list[int]] = []
+    cur: list[int] = []
+    width = 0
+    for i, n in enumerate(lengths):
+        w = max(width, n)
+        if cur and (w * (len(cur) + 1) > budget or (max_rows and len(cur) >= max_rows)):
+            out.append(cur)
+            cur, w = [], n
+        cur.append(i)
+        width = w
+    if cur:
+        out.append(cur)
+    return out
+
+
 class GRPOTrainer:
     def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
                  temperature: float = 1.0, seed: int = 0, keep_weights: int = 2,
-                 total_steps: int | None = None) -> None:
+                 total_steps: int | None = None, max_sample_tokens: int | None = None) -> None:
         """``settings``: a ``runtime.config.TrainerConfig`` (lr, betas, weight_decay, clip_low,
         clip_high, kl_coef, max_grad_norm, scale_rewards, epochs, minibatches, micro_batch,
-        device, threads, precision, gradient_checkpointing, warmup_steps, lr_schedule,
-        min_lr_ratio). ``total_steps``: the run's steps, where the schedule ends."""
+        packing, max_tokens_per_micro_batch, device, threads, precision,
+        gradient_checkpointing, warmup_steps, lr_schedule, min_lr_ratio). ``total_steps``: the
+        run's steps, where the schedule ends. ``max_sample_tokens``: the longest sample (prompt
+        + response) the run can produce, if known: a token budget below it raises
+        ``TokenBudgetError`` here, before the model loads."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from ..config import check_precision, resolve_device
 
+        self.packing = bool(getattr(settings, "packing", False))
+        self.token_budget = int(getattr(settings, "max_tokens_per_micro_batch", 1 << 62))
+        if max_sample_tokens is not None and self.token_budget < max_sample_tokens:
+            raise TokenBudgetError(self._budget_message(max_sample_tokens))
         self.s = settings
         self.device = torch.device(resolve_device(settings.device))  # "auto" -> cuda or cpu
         self.precision = getattr(settings, "precision", "fp32")
@@ -109,6 +208,12 @@ class GRPOTrainer:
         dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
         self.model.to(self.device).train()
+        if self.packing and packed_attention(self.model.config._attn_implementation) \
+                == "per-sample":
+            from transformers import AttentionInterface
+
+            AttentionInterface.register(PER_SAMPLE_SDPA, per_sample_sdpa)
+            self.model.set_attn_implementation(PER_SAMPLE_SDPA)
         if getattr(settings, "gradient_checkpointing", False):
             # Non-reentrant: works with inputs that need no grad and with autocast.
             self.model.gradient_checkpointing_enable(
@@ -133,6 +238,24 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ log-probabilities ----
 
+    def _budget_message(self, longest: int) -> str:
+        return (f"trainer.max_tokens_per_micro_batch {self.token_budget} is below the longest "
+                f"sample, {longest} tokens (prompt + response): raise it to at least {longest}")
+
+    def _check_budget(self, rows: list[tuple]) -> None:
+        """``TokenBudgetError`` (before any work) if a row's prompt + response exceeds the
+        micro-batch token budget."""
+        longest = max((len(r[0]) + len(r[1]) for r in rows), default=0)
+        if longest > self.token_budget:
+            raise TokenBudgetError(self._budget_message(longest))
+
+    def _micro_batches(self, prompts: list[list[int]], responses: list[list[int]]
+                       ) -> list[list[int]]:
+        """``plan_micro_batches`` for these samples under this trainer's settings."""
+        lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        return plan_micro_batches(lengths, self.token_budget, self.packing,
+                                  None if self.packing else self.s.micro_batch)
+
     def _pad(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(map(len, seqs))
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
@@ -142,31 +265,80 @@ class GRPOTrainer:
             mask[i, :len(s)] = 1
         return ids.to(self.device), mask.to(self.device)
 
+    def _packed_inputs(self, model: torch.nn.Module, seqs: list[list[int]]
+                       ) -> dict[str, Any]:
+        """One row of ``seqs`` concatenated: ``input_ids``, ``position_ids`` restarting at 0
+        per sample, and what the model's attention implementation needs to keep each token's
+        attention within its own sample (``packed_attention``): the samples' spans, or a
+        block-diagonal causal mask, or nothing more."""
+        ids = torch.tensor([t for q in seqs for t in q], dtype=torch.long)
+        pos = torch.cat([torch.arange(len(q)) for q in seqs])
+        out: dict[str, Any] = {"input_ids": ids[None].to(self.device),
+                               "position_ids": pos[None].to(self.device)}
+        how = packed_attention(getattr(model.config, "_attn_implementation", None))
+        ends = torch.tensor([len(q) for q in seqs]).cumsum(0).tolist()
+        if how == "per-sample":
+            out["packed_segments"] = tuple(zip([0, *ends[:-1]], ends))
+        elif how == "mask":
+            seg = torch.repeat_interleave(torch.arange(len(seqs)),
+                                          torch.tensor([len(q) for q in seqs]))
+            n = len(seg)
+            keep = (seg[:, None] == seg[None, :]) & torch.ones(n, n, dtype=torch.bool).tril()
+            dtype = next(model.parameters()).dtype
+            mask = torch.zeros(n, n, dtype=dtype).masked_fill_(~keep, torch.finfo(dtype).min)
+            out["attention_mask"] = mask[None, None].to(self.device)
+        return out
+
     def _logprobs(self, model: torch.nn.Module, prompts: list[list[int]],
                   responses: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probabilities of each response given its prompt, as a padded
-        [n, max_response] tensor with its 0/1 mask."""
+        [n, max_response] tensor with its 0/1 mask: one forward pass over all of them, packed
+        into one row (``trainer.packing``) or one padded row each. Only the logits that predict
+        a response token go through the softmax."""
         seqs = [p + r for p, r in zip(prompts, responses)]
-        ids, mask = self._pad(seqs)
-        with self._autocast():
-            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        logits = logits[:, :-1].float()
-        logp = torch.log_softmax(logits / self.temperature, dim=-1)
-        logp = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         width = max(1, max(map(len, responses)))
-        out = torch.zeros((len(seqs), width), device=self.device)
-        rmask = torch.zeros((len(seqs), width), device=self.device)
+        n = len(seqs)
+        # row and position of the logits predicting response token t of sample i
+        row = torch.zeros((n, width), dtype=torch.long)
+        at = torch.zeros((n, width), dtype=torch.long)
+        target = torch.zeros((n, width), dtype=torch.long)
+        rmask = torch.zeros((n, width))
+        offset = 0
         for i, (p, r) in enumerate(zip(prompts, responses)):
+            if self.packing:
+                start = offset + len(p) - 1
+                offset += len(p) + len(r)
+            else:
+                row[i] = i
+                start = len(p) - 1
             if r:
-                out[i, :len(r)] = logp[i, len(p) - 1:len(p) - 1 + len(r)]
+                at[i, :len(r)] = torch.arange(start, start + len(r))
+                target[i, :len(r)] = torch.tensor(r)
                 rmask[i, :len(r)] = 1
-        return out, rmask
+        if self.packing:
+            inputs = self._packed_inputs(model, seqs)
+        else:
+            ids, mask = self._pad(seqs)
+            inputs = {"input_ids": ids, "attention_mask": mask}
+        with self._autocast():
+            logits = model(**inputs, use_cache=False).logits
+        picked = logits[row.to(self.device), at.to(self.device)].float()
+        logp = torch.log_softmax(picked / self.temperature, dim=-1)
+        logp = logp.gather(-1, target.to(self.device).unsqueeze(-1)).squeeze(-1)
+        rmask = rmask.to(self.device)
+        return logp * rmask, rmask
 
     @torch.no_grad()
     def score(self, prompts: list[list[int]], responses: list[list[int]]) -> list[list[float]]:
-        """The current weights' log-probabilities of each response token (for checks)."""
-        lp, _ = self._logprobs(self.model, prompts, responses)
-        return [lp[i, :len(r)].tolist() for i, r in enumerate(responses)]
+        """The current weights' log-probabilities of each response token (for checks), in
+        the micro-batches training would use."""
+        out: list[list[float]] = [[] for _ in responses]
+        for part in self._micro_batches(prompts, responses):
+            lp, _ = self._logprobs(self.model, [prompts[i] for i in part],
+                                   [responses[i] for i in part])
+            for k, i in enumerate(part):
+                out[i] = lp[k, :len(responses[i])].tolist()
+        return out
 
     # ------------------------------------------------------------------ the update ------------
 
@@ -183,6 +355,7 @@ class GRPOTrainer:
         rows = self._rows(batch.groups)
         if not rows:
             raise ValueError(f"batch {batch.version} has no response tokens to train on")
+        self._check_budget(rows)
         n_once = sum(len(r[1]) for r in rows)
         stale = sum(v < batch.version for r in rows for v in r[3])
         self.model.train()
@@ -229,16 +402,19 @@ class GRPOTrainer:
 
     def _minibatch(self, rows: list[tuple], version: int, sums: dict[str, float],
                    first: bool, n_tokens: float | None = None) -> None:
-        """Accumulate the gradient of one optimiser step over ``rows`` (in micro-batches),
-        divided by ``n_tokens`` (default: the rows' own tokens, a token mean)."""
+        """Accumulate the gradient of one optimiser step over ``rows`` (in micro-batches of at
+        most ``max_tokens_per_micro_batch`` tokens), divided by ``n_tokens`` (default:
+        ``_token_total`` of the rows, a token mean over all of them however they are split)."""
         s = self.s
         if n_tokens is None:
-            n_tokens = sum(len(r[1]) for r in rows)
+            n_tokens = self._token_total(sum(len(r[1]) for r in rows))
 
         def add(key: str, value: float) -> None:
             sums[key] = sums.get(key, 0.0) + value
 
-        for chunk in self._micro_batches(rows):
+        plan = self._micro_batches([r[0] for r in rows], [r[1] for r in rows])
+        for part in plan:
+            chunk = [rows[i] for i in part]
             prompts, responses = [r[0] for r in chunk], [r[1] for r in chunk]
             logp, mask = self._logprobs(self.model, prompts, responses)
             old = torch.zeros_like(logp)
@@ -274,10 +450,12 @@ class GRPOTrainer:
         """A hook: change ``self.model`` before the optimizer is built over its parameters
         (``runtime.trainer.rank`` shards it with FSDP2). Nothing here."""
 
-    def _micro_batches(self, rows: list[tuple]) -> list[list[tuple]]:
-        """A hook: the forward/backward passes ``_minibatch`` makes over ``rows``
-        (``runtime.trainer.rank`` pads them so that every rank makes as many)."""
-        return [rows[i:i + self.s.micro_batch] for i in range(0, len(rows), self.s.micro_batch)]
+    def _token_total(self, local: int) -> float:
+        """The loss's normaliser: the response tokens of the whole minibatch (or streamed
+        batch), given the ones this process holds. The token-mean loss divides by it once,
+        never per micro-batch; a trainer sharded over several processes returns the sum of
+        ``local`` over them (an all-reduce)."""
+        return float(local)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.precision == "bf16-mixed":
@@ -340,11 +518,12 @@ class GRPOTrainer:
         dup = [u for u in ids if u in seen] or [u for u in ids if ids.count(u) > 1]
         if dup:
             raise ValueError(f"unit {dup[0]!r} is already accumulated for batch {chunk.version}")
+        rows = self._rows(chunk.groups)
+        self._check_budget(rows)
         if p is None:
             self.opt.zero_grad(set_to_none=True)
             p = self._pending = {"version": chunk.version, "units": [], "sums": {},
                                  "tokens": 0, "stale": 0, "chunks": 0}
-        rows = self._rows(chunk.groups)
         self.model.train()
         if rows:
             self._minibatch(rows, chunk.version, p["sums"], True, n_tokens=1.0)
@@ -377,7 +556,7 @@ class GRPOTrainer:
         if rest or p is None:
             self._accumulate(TrainBatch(batch.version, rest))
         p = self._pending
-        n = p["tokens"]
+        n = self._token_total(p["tokens"])
         for param in self.model.parameters():
             if param.grad is not None:
                 param.grad.div_(n)

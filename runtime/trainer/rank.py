@@ -91,6 +91,7 @@ class RankTrainer(GRPOTrainer):
 
     def __init__(self, rank: int, world: int, *args: Any, **kwargs: Any) -> None:
         self.rank, self.world = rank, world
+        self._plan: list[list[int]] | None = None
         super().__init__(*args, **kwargs)
 
     # ------------------------------------------------------------------ the model -----------
@@ -122,22 +123,34 @@ class RankTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ the update ----------
 
-    def _micro_batches(self, rows: list[tuple]) -> list[list[tuple]]:
-        chunks = super()._micro_batches(rows)
-        n = torch.tensor([len(chunks)], dtype=torch.long, device=self._comm_device())
+    def _micro_batches(self, prompts: list[list[int]], responses: list[list[int]]
+                       ) -> list[list[int]]:
+        if self._plan is not None:  # _minibatch's plan for its padded rows (used once)
+            plan, self._plan = self._plan, None
+            return plan
+        return super()._micro_batches(prompts, responses)
+
+    def _padded(self, mine: list[tuple]) -> list[tuple]:
+        """``mine`` and as many empty rows as make this rank's forward/backward passes as many
+        as the rank with the most; the plan for them is left for ``_micro_batches``."""
+        plan = super()._micro_batches([r[0] for r in mine], [r[1] for r in mine])
+        n = torch.tensor([len(plan)], dtype=torch.long, device=self._comm_device())
         dist.all_reduce(n, op=dist.ReduceOp.MAX)
+        extra = int(n.item()) - len(plan)
         empty = ([self.pad_id], [], [], [], 0.0)  # no response token: no loss, zero gradient
-        return chunks + [[empty]] * (int(n.item()) - len(chunks))
+        self._plan = plan + [[len(mine) + k] for k in range(extra)]
+        return mine + [empty] * extra
 
     def _minibatch(self, rows: list[tuple], version: int, sums: dict[str, float],
                    first: bool, n_tokens: float | None = None) -> None:
         """This rank's share of ``rows`` (the whole minibatch, the same on every rank), its
         loss divided by the whole minibatch's ``n_tokens``; the sums all-reduced."""
-        if n_tokens is None:
-            n_tokens = sum(len(r[1]) for r in rows)
+        if n_tokens is None:  # every rank holds the whole minibatch: no all-reduce needed
+            n_tokens = self._token_total(sum(len(r[1]) for r in rows))
         mine = [rows[i] for i in assign(rows, self.world)[self.rank]]
         local: dict[str, float] = {}
-        super()._minibatch(mine, version, local, first, n_tokens=self._divisor(n_tokens, mine))
+        divisor = self._divisor(n_tokens, mine)
+        super()._minibatch(self._padded(mine), version, local, first, n_tokens=divisor)
         dev = self._comm_device()
         total = torch.tensor([local.get(k, 0.0) for k in SUM_KEYS], dtype=torch.float64,
                              device=dev)

@@ -30,6 +30,13 @@ class ExitsInPublish(ReferenceAdapter):
         raise SystemExit(0)
 
 
+class GeneratorExitInPublish(ReferenceAdapter):
+    """``publish`` raises ``GeneratorExit``, a ``BaseException`` as ``SystemExit`` is."""
+
+    def publish(self):
+        raise GeneratorExit("closed")
+
+
 class NoStream:
     """The reference core without ``stream`` (a port without streaming consume)."""
 
@@ -71,6 +78,13 @@ def _exit_2(capsys, argv: list[str], needle: str) -> str:
 def test_an_adapter_that_exits_is_exit_2_not_a_silent_pass(capsys):
     err = _exit_2(capsys, ["conformance", "--family", "scenarios",
                            "--adapter", f"{__name__}:ExitsInPublish"], "SystemExit(0)")
+    assert "publish()" in err
+
+
+def test_an_adapter_that_raises_generator_exit_is_exit_2_not_a_traceback(capsys):
+    # Before: GeneratorExit passed every handler and ended the run with a traceback, exit 1
+    err = _exit_2(capsys, ["conformance", "--family", "scenarios",
+                           "--adapter", f"{__name__}:GeneratorExitInPublish"], "GeneratorExit")
     assert "publish()" in err
 
 

@@ -107,8 +107,24 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[:len(data) // 2])
 
 
+def _edit_header(edit):
+    """A damage that rewrites the first tensor's entry of a safetensors header (the data kept)."""
+    def damage(path: Path) -> None:
+        data = path.read_bytes()
+        n = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + n])
+        edit(header[next(k for k in header if k != "__metadata__")])
+        raw = json.dumps(header).encode()
+        path.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + n:])
+    return damage
+
+
 @pytest.mark.parametrize("name, damage, needle", [
     ("trainer_state.json", lambda p: p.write_text('{"steps": '), "not valid JSON"),
+    # Before: both passed --check (only the file's length was checked) and failed in the engine
+    ("model.safetensors", _edit_header(lambda t: t.update(dtype="F42")), "unknown dtype 'F42'"),
+    ("model.safetensors", _edit_header(lambda t: t.update(shape=t["shape"] + [2])),
+     "its data_offsets span"),
     ("trainer_state.json", lambda p: p.write_text('{"steps": -3}'), "whole number of steps"),
     ("model.safetensors", _truncate, "truncated"),
     ("model.safetensors", Path.unlink, "has no model.safetensors"),
@@ -198,6 +214,35 @@ def test_yaml_inf_is_refused_at_check_and_config_json_never_holds_null(tmp_path,
     # what config.json holds reads back as the same config (no inf written as null)
     cfg = load_config(None, {"trainer.lr": 1e-3, "timeouts.unit_s": 30.5})
     assert TrainConfig.model_validate_json(cfg.model_dump_json()) == cfg
+
+
+def _bool_fields(model: type, prefix: str = "") -> list[str]:
+    """Every yes/no field of the config, found from the models (a later one is covered too)."""
+    out = []
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, TrainConfig.__mro__[1]):  # a section
+            out += _bool_fields(ann, f"{prefix}{name}.")
+        elif ann is bool or set(get_args(ann)) == {bool, type(None)}:
+            out.append(prefix + name)
+    return out
+
+
+BOOL_FIELDS = _bool_fields(TrainConfig)
+
+
+def test_every_bool_field_is_found():
+    assert {"trainer.streaming", "run.plot", "trainer.gradient_checkpointing"} <= set(
+        BOOL_FIELDS), BOOL_FIELDS
+
+
+@pytest.mark.parametrize("key", BOOL_FIELDS)
+@pytest.mark.parametrize("value", [0, 1, 2, "yes", "off", 0.0])
+def test_a_yes_no_field_takes_only_true_or_false(key, value):
+    # Before: pydantic read 0, 1, "yes", "off" as booleans (2 and 0.0 it refused in its words)
+    with pytest.raises(ConfigFileError, match=rf"{key}: .*must be true or false"):
+        load_config(None, {key: value})
+    assert getattr(load_config(None, {key: True}), key.split(".")[0]) is not None
 
 
 # ------------------------------------------------------------------- class 7: data --------

@@ -183,19 +183,21 @@ def test_a_run_that_trained_a_step_is_kept_when_it_fails(tmp_path, tiny_model, m
 # ----------------------------------------------------------------- class 8: a full disk ----
 
 
-@pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize("checkpointed", ["no", "yes", "without figures"])
 def test_a_step_trained_before_a_crash_but_without_its_row_gets_one_on_resume(
         tmp_path, tiny_model, monkeypatch, checkpointed):
     """The process dies after step 2's consume (its batch trained, weights exported) and
     before its metrics row: recovery retrains and publishes the batch. Before: the resumed
     run wrote rows 0, 1, 3, 4 and its tokens_trained lacked step 2's tokens. ``checkpointed``:
     step 2's checkpoint (version 3) was committed before the crash, so recovery retrains
-    nothing and the step's tokens are not known: its row says so (before: it claimed 0)."""
+    nothing: the row is written from the figures the checkpoint's COMMIT.json recorded
+    (before: its row said ``tokens_unknown`` and tokens_trained left the step out). A
+    checkpoint without them (written by an earlier version) still gives ``tokens_unknown``."""
     from runtime import metrics
 
     out = tmp_path / "run"
     write = metrics.MetricsSink.__call__
-    settings = ["--set", "recovery.commit_every=3"] if checkpointed else []
+    settings = ["--set", "recovery.commit_every=3"] if checkpointed != "no" else []
 
     def dies_at_step_2(self, record):
         if record.step == 2:
@@ -205,16 +207,26 @@ def test_a_step_trained_before_a_crash_but_without_its_row_gets_one_on_resume(
     monkeypatch.setattr(metrics.MetricsSink, "__call__", dies_at_step_2)
     assert _train(out, *settings, steps=5) != 0
     assert [r["step"] for r in _rows(out)] == [0, 1]
+    unknown = checkpointed == "without figures"
+    if checkpointed != "no":
+        commit = out / "checkpoints" / "step-000003" / "COMMIT.json"
+        meta = json.loads(commit.read_text())
+        assert meta["figures"]["step"] == 2 and meta["figures"]["tokens"] > 0
+        if unknown:
+            del meta["figures"]
+            commit.write_text(json.dumps(meta))
     monkeypatch.setattr(metrics.MetricsSink, "__call__", write)
     assert main(["train", "--resume", str(out), "--no-progress"]) == 0
     rows = _rows(out)
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     assert [r.get("recovered", False) for r in rows] == [False, False, True, False, False]
     assert [r.get("tokens_unknown", False) for r in rows] == [
-        False, False, checkpointed, False, False]
+        False, False, unknown, False, False]
     per_step = [r.get("train/tokens", 0) for r in rows]
-    assert all(t > 0 for k, t in enumerate(per_step) if not (checkpointed and k == 2))
-    assert ("train/tokens" in rows[2]) is not checkpointed
+    assert all(t > 0 for k, t in enumerate(per_step) if not (unknown and k == 2))
+    assert ("train/tokens" in rows[2]) is not unknown
+    if checkpointed == "yes":
+        assert per_step[2] == meta["figures"]["tokens"]
     assert [r["tokens_trained"] for r in rows] == [
         sum(per_step[:i + 1]) for i in range(5)]
     summary = json.loads((out / "summary.json").read_text())

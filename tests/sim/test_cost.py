@@ -53,3 +53,12 @@ def test_bad_json_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(CostError, match="not valid JSON"):
         load_cost(path)
+
+
+def test_train_slowdown_is_a_cost_field():
+    m = cost_from_dict({"rollout": {"train_slowdown": 1.5}}, base=PRESETS["qwen3-8b-h20"])
+    assert m.rollout.train_slowdown == 1.5
+    assert PRESETS["qwen3-8b-h20"].rollout.train_slowdown == 0.0
+    with pytest.raises(CostError) as err:
+        cost_from_dict({"rollout": {"train_slowdown": -1}}, base=PRESETS["qwen3-8b-h20"])
+    assert err.value.field == "rollout.train_slowdown"

@@ -83,3 +83,37 @@ def test_pause_stops_decoding_and_resume_reprefills():
     inst.resume(reprefill=True)
     assert inst.stall == pytest.approx(1e-3 * 200)  # prompt + 100 generated tokens
     assert inst.next_event() == pytest.approx(5.0 + 0.2 + 900 * 0.01)
+
+
+def test_a_slowed_instance_decodes_at_the_slowed_speed():
+    """``Instance.slow`` (the trainer's contention, ``RolloutCost.train_slowdown``) scales every
+    decode step: the same progress takes ``slow`` times as long."""
+    fast, slowed = Instance(0, COST, capacity=8), Instance(0, COST, capacity=8)
+    for inst in (fast, slowed):
+        for i in range(5):
+            inst.join(Request(i, None, i, 10_000, 300), 0.0, i)
+    slowed.slow = 3.0
+    for u in (1.0, 40.0, 900.0):
+        assert slowed.time_for(u) == pytest.approx(3.0 * fast.time_for(u))
+        assert slowed.steps_in(fast.time_for(u)) == pytest.approx(u / 3.0, rel=1e-6)
+
+
+def test_the_trainer_slows_decoding_only_while_it_trains():
+    """With ``train_slowdown`` the decode steps that overlap a training step are slower, and
+    nothing else changes; 0 (every preset) gives the run without the term."""
+    from dataclasses import replace
+
+    from runtime.sim.model.cost import TOY
+    from runtime.sim.model.workload import MathReasoningShape, generate
+    from sim_helpers import run_policy
+
+    wl = generate(3, MathReasoningShape(groups=64, group_size=4, response_median=300,
+                                        max_response=2000, min_response=10))
+    zero = replace(TOY, rollout=replace(TOY.rollout, train_slowdown=0.0))
+    slowed = replace(TOY, rollout=replace(TOY.rollout, train_slowdown=1.0))
+    base = run_policy(("reserve_occupy", 1), wl, TOY)
+    same = run_policy(("reserve_occupy", 1), wl, zero)
+    slow = run_policy(("reserve_occupy", 1), wl, slowed)
+    assert same.now == base.now and same.events == base.events
+    assert slow.now > base.now
+    assert all(i.slow == 1.0 for i in slow.instances)  # the run ended idle: full speed again

@@ -500,6 +500,7 @@ class Simulator:
         self.trainer_idle_time += self.now - self._idle_since
         self._trainer = "training"
         self._trainer_until = self.now + self.cost.train.batch_time(lengths)
+        self._contend(True)
 
     def _stream(self) -> None:
         """Streaming: hand the idle trainer the next chunk of the open step, if the policy has
@@ -537,10 +538,21 @@ class Simulator:
         self.trainer_idle_time += self.now - self._idle_since
         self._trainer = "training"
         self._trainer_until = self.now + duration
+        self._contend(True)
         self.policy.admit()
+
+    def _contend(self, training: bool) -> None:
+        """A trainer on the rollout's processors (``RolloutCost.train_slowdown``) slows every
+        decode step while it trains; the instances are advanced to ``now`` when this is
+        called, so the new speed applies from here on."""
+        slow = 1.0 + self.cost.rollout.train_slowdown if training else 1.0
+        for inst in self.instances:
+            inst.slow = slow
 
     def _trainer_event(self) -> None:
         record = self.ledger.batches[-1]
+        if self._trainer == "training":
+            self._contend(False)
         if self._trainer == "training" and self.chunk_groups \
                 and len(record.tids) < self.batch_size * self.group_size:
             self._trainer = "idle"  # a chunk ended; the step is still open

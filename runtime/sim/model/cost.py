@@ -5,7 +5,10 @@ Rollout (one instance, continuous batching): a decode step with ``k`` running re
 contexts sum to ``ctx`` tokens takes ``max(F, a + b*k + c*ctx)`` seconds and produces one token per
 running request. A request that joins pays ``prefill_per_token * prompt_tokens`` of prefill, and
 after a weight update every running request re-prefills its whole context (partial rollout: the
-KV cache computed with the old weights is not reused).
+KV cache computed with the old weights is not reused). ``train_slowdown`` (default 0) is for a
+trainer that shares the rollout's processors: while the trainer trains, every decode step takes
+``1 + train_slowdown`` times as long (fitted by bench/calibrate.py on the CPU runtime, where
+vLLM and the torch trainer share the cores; 0 for separate GPUs, as in every preset).
 
 Training (one batch): ``(fixed + per_token * tokens + per_token_sq * sum(L_i^2)) * (1 + bubble)``
 where ``bubble = (pipeline_stages - 1) / microbatches`` (1F1B pipeline) and ``L_i`` is the length
@@ -54,6 +57,7 @@ class RolloutCost:
     per_ctx_token_s: float  # c: reading one token of KV cache per step
     prefill_per_token_s: float  # prefill of one prompt (or re-prefilled context) token
     reprefill_on_update: bool = True  # partial rollout re-prefills the context on new weights
+    train_slowdown: float = 0.0  # decode steps take 1 + this times as long while training
 
     def step_time(self, k: int, ctx: float) -> float:
         """Duration of one decode step with ``k`` running requests and ``ctx`` context tokens."""

@@ -65,6 +65,7 @@ class Instance:
         self.progress = 0.0
         self.stall = 0.0
         self.paused = False
+        self.slow = 1.0  # decode steps take this times as long (1 + train_slowdown: training)
         self.k = 0
         self.ctx_base = 0.0  # context sum = ctx_base + k * progress
         self._heap: list[tuple[float, int, Request]] = []
@@ -80,8 +81,9 @@ class Instance:
     def _coeffs(self) -> tuple[float, float, float]:
         c = self.cost
         ctx = self.ctx_base + self.k * self.progress
-        return (c.floor_s, c.step_s + c.per_request_s * self.k + c.per_ctx_token_s * ctx,
-                c.per_ctx_token_s * self.k)
+        m = self.slow
+        alpha = c.step_s + c.per_request_s * self.k + c.per_ctx_token_s * ctx
+        return m * c.floor_s, m * alpha, m * c.per_ctx_token_s * self.k
 
     def time_for(self, u: float) -> float:
         """Seconds of decoding needed to advance progress by ``u`` steps from now."""

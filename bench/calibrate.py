@@ -1,0 +1,673 @@
+"""The simulator held to the engine: ``make calibrate``.
+
+Runs the grid of ``bench/peers_compare.py`` (every ``staleness.policy`` x trainer streaming x
+``rollout.refit`` x eta, per seed, on the real vLLM CPU engine, long-tail lengths) while timing
+every engine request, fits the simulator's cost terms to what this machine measured, runs the
+simulator with the fitted costs on the same workload (same rule, eta, streaming, refit, seed,
+answer lengths, batch shape), and puts each row's measured ratio to the reference row next to
+the simulated one.
+
+What is measured, and where it comes from
+-----------------------------------------
+* Engine requests: ``Timed`` wraps the engine as ``LongTail`` does (it *is* the bench's
+  ``LongTail``, plus a clock): per ``generate`` call its start and end (``time.monotonic``), its
+  prompt tokens (with the kept tokens of a resumed segment) and the tokens it produced.
+* Steps: the run's ``metrics.jsonl`` rows (``train_s``, ``sync_s``, ``stream_s``,
+  ``tokens_trained``, ``time_s``), and ``driver_notes.jsonl`` (``run.trace``): each streamed
+  chunk (``train_chunk``, with its units) and each unit's ``occupy`` time, which places the
+  requests' clock on the run's (the median gap between a unit's last request returning and its
+  ``occupy``).
+
+The fit (``fit_costs``), one term of ``runtime/sim/model/cost.py`` each
+------------------------------------------------------------------------
+* decode time per token against concurrency, and prefill per token: every training request of
+  every run, ``d = prefill_per_token_s * P + n * (step_s + per_request_s * k)``, where ``d`` is
+  its time in the engine less any weight-sync pause it spanned, ``P`` its prompt tokens, ``n``
+  the tokens it produced and ``k`` the mean number of requests in the engine over its life
+  (itself included). Non-negative least squares; ``floor_s`` and ``per_ctx_token_s`` are 0 (the
+  tiny model's contexts are under 128 tokens).
+* train time per token: the whole-batch steps, ``train_s = fixed_s + per_token_s * tokens``
+  (trajectory tokens: prompt and answer of the 16 samples; ``train_s`` includes the weight
+  export, which the simulator's batch time must then hold too).
+* the refit pause: ``sync_s``, the mean over the steps of each ``rollout.refit`` mode (``abort``
+  waits for the running requests to return, ``keep`` does not).
+* the chunk overhead: the streaming steps, ``stream_s = chunks * chunk_overhead_s + per_token_s
+  * chunk tokens``; ``chunk_share`` is 1 (the runtime's ``accumulate`` runs forward and backward
+  per chunk), the per-token cost the whole-batch one.
+* the trainer's contention for the cores (``RolloutCost.train_slowdown``, which the simulator
+  had not had): the decode fit again with the seconds each request overlapped a training step;
+  a request losing ``g`` s of decoding per second of training decodes at ``1 / (1 + s)`` of its
+  speed, ``s = g / (1 - g)``. This fit ties ``prefill_per_token_s`` to ``per_request_s`` (fresh
+  prompts are all 4 tokens, so a free prefill term acts as a per-request constant).
+
+Each row is simulated twice: with the cost model as it was (the first decode fit, no
+contention) and revised (the second fit, ``train_slowdown``); docs/calibration.md says why.
+
+The simulator run of each row: one instance with ``(eta + 1) x 4 x 4`` sequence slots (the
+in-flight bound the runtime's rules keep: ``(eta + 1) x batch_size`` groups of 4), batches of 4
+groups of 4, ``reprefill_on_update`` for ``abort`` (the driver resumes a paused request with its
+tokens as a new prompt) and not for ``keep``, the fitted sync of the row's refit mode, chunks of
+one group with streaming; the workload is the run's: group ``i`` is unit ``g{i}``, its answer
+lengths the caps ``LongTail`` gives that unit's candidates with the row's seed, its prompt the
+prompt tokens the run's first request of that unit had. Throughputs count answer tokens, as the
+runtime's do.
+
+    python bench/calibrate.py --seeds 0 --etas 1,2 --steps 8 --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import fmean, median
+from typing import Any, NamedTuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import peers_compare as peers  # noqa: E402  (configures vLLM's env through refit_compare)
+from refit_compare import _g  # noqa: E402
+
+DOC = ROOT / "docs" / "calibration.md"
+RESULTS = ROOT / "docs" / "results" / "calibration.json"
+BEGIN, END = "<!-- begin: calibration (generated) -->", "<!-- end: calibration -->"
+TARGET = 0.05  # every simulated ratio within 5 % of the measured one (issue 27 item 4)
+BATCH, GROUP = 4, 4  # peers_compare's staleness.batch_size / group_size (refit_compare)
+
+
+class FitError(ValueError):
+    """A cost term cannot be fitted from these measurements; ``term`` names it."""
+
+    def __init__(self, term: str, message: str) -> None:
+        self.term = term
+        super().__init__(f"cannot fit {term}: {message}")
+
+
+class Call(NamedTuple):
+    """One engine request (a segment of a candidate) as ``Timed`` saw it."""
+
+    request_id: str
+    t0: float
+    t1: float
+    prompt: int
+    tokens: int
+
+    @property
+    def unit(self) -> str:
+        return self.request_id.split("-c")[0]
+
+
+class Timed(peers.LongTail):
+    """The bench's long-tail engine, timing every training request it serves."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[Call] = []
+
+    async def generate(self, request: Any) -> Any:
+        t0 = time.monotonic()
+        segment = await super().generate(request)
+        if not request.request_id.startswith("eval"):
+            self.calls.append(Call(request.request_id, t0, time.monotonic(),
+                                   len(request.prompt_ids), len(segment.token_ids)))
+        return segment
+
+
+# ------------------------------------------------------------------------------ the fit -----
+
+def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0 (an active set: the most negative coefficient
+    is pinned at 0 and the rest refitted, until none is negative)."""
+    free = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while free:
+        sol, *_ = np.linalg.lstsq(x[:, free], y, rcond=None)
+        if (sol >= 0).all():
+            coef[free] = sol
+            break
+        free.pop(int(np.argmin(sol)))
+    return coef
+
+
+def _r2(x: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
+    resid = y - x @ coef
+    total = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - float((resid ** 2).sum()) / total if total > 0 else 0.0
+
+
+def overlap(t0: float, t1: float, spans: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(t1, b) - max(t0, a)) for a, b in spans)
+
+
+def request_features(calls: list[Call], pauses: list[tuple[float, float]],
+                     training: list[tuple[float, float]]) -> list[dict[str, float]]:
+    """Per request that produced tokens: its time in the engine less the pauses it spanned
+    (``d``), prompt tokens (``P``), tokens (``n``), the mean number of requests in the engine
+    over its life (``k``, itself included) and its overlap with training steps (``train``).
+    ``pauses`` and ``training`` are on the requests' clock."""
+    edges = sorted([(c.t0, 1) for c in calls] + [(c.t1, -1) for c in calls])
+    times = [t for t, _ in edges]
+    levels = list(np.cumsum([d for _, d in edges]))  # requests in the engine after each edge
+    out = []
+    for c in calls:
+        if c.tokens < 1 or c.t1 <= c.t0:
+            continue
+        i = int(np.searchsorted(times, c.t0, side="right"))
+        area, t, level = 0.0, c.t0, levels[i - 1]
+        while i < len(times) and times[i] < c.t1:
+            area += level * (times[i] - t)
+            t, level = times[i], levels[i]
+            i += 1
+        area += level * (c.t1 - t)
+        out.append({"d": c.t1 - c.t0 - overlap(c.t0, c.t1, pauses), "P": c.prompt,
+                    "n": c.tokens, "k": area / (c.t1 - c.t0),
+                    "train": overlap(c.t0, c.t1, training)})
+    return out
+
+
+def fit_decode(rows: list[dict[str, float]], with_training: bool = False,
+               tie_prefill: bool = False) -> dict[str, float]:
+    """``d = prefill_per_token_s * P + n * (step_s + per_request_s * k)`` [+ ``trainer_overlap_s
+    * train``] by non-negative least squares (``request_features`` rows). ``tie_prefill``:
+    ``prefill_per_token_s = per_request_s`` (a prompt token costs the forward pass what one
+    running request's token does), fitted as one coefficient of ``n * k + P``."""
+    term = "decode time per token against concurrency"
+    if len(rows) < 8:
+        raise FitError(term, f"{len(rows)} requests (at least 8)")
+    ks = [r["k"] for r in rows]
+    if max(ks) - min(ks) < 1.0:
+        raise FitError(term, f"the concurrency never varied (k in [{min(ks):.2f}, "
+                             f"{max(ks):.2f}]): per-request and per-step costs are "
+                             f"indistinguishable")
+    cols = [([] if tie_prefill else [r["P"]]) + [r["n"], r["n"] * r["k"]
+                                                  + (r["P"] if tie_prefill else 0.0)]
+            + ([r["train"]] if with_training else []) for r in rows]
+    x, y = np.array(cols, dtype=float), np.array([r["d"] for r in rows], dtype=float)
+    if not np.isfinite(x).all() or not np.isfinite(y).all():
+        raise FitError(term, "a timing is not finite")
+    coef = nnls(x, y)
+    r2 = _r2(x, y, coef)
+    if tie_prefill:
+        coef = np.concatenate([coef[1:2], coef])  # prefill_per_token_s = per_request_s
+    if coef[1] + coef[2] * fmean(ks) <= 0:
+        raise FitError(term, "the fitted time per token is 0")
+    out = {"prefill_per_token_s": float(coef[0]), "step_s": float(coef[1]),
+           "per_request_s": float(coef[2]), "r2": r2, "requests": len(rows),
+           "k_min": min(ks), "k_max": max(ks)}
+    if with_training:
+        out["trainer_overlap_s"] = float(coef[3])
+    return out
+
+
+def fit_train(steps: list[tuple[float, float]]) -> dict[str, float]:
+    """``train_s = fixed_s + per_token_s * tokens`` over (tokens, train_s) of whole-batch
+    steps."""
+    term = "train time per token"
+    if len(steps) < 3:
+        raise FitError(term, f"{len(steps)} whole-batch steps (at least 3)")
+    tokens = [t for t, _ in steps]
+    if max(tokens) <= min(tokens):
+        raise FitError(term, "every step trained the same number of tokens")
+    x = np.array([[1.0, t] for t in tokens])
+    y = np.array([s for _, s in steps], dtype=float)
+    coef = nnls(x, y)
+    return {"fixed_s": float(coef[0]), "per_token_s": float(coef[1]), "r2": _r2(x, y, coef),
+            "steps": len(steps)}
+
+
+def fit_chunk(steps: list[tuple[int, float, float]], per_token_s: float) -> dict[str, float]:
+    """``stream_s = chunks * chunk_overhead_s + per_token_s * tokens`` over (chunks, tokens,
+    stream_s) of streaming steps, ``per_token_s`` the whole-batch fit's."""
+    used = [s for s in steps if s[0] > 0]
+    if not used:
+        raise FitError("the chunk overhead", "no streaming step trained a chunk")
+    num = sum(n * (s - per_token_s * t) for n, t, s in used)
+    den = sum(n * n for n, _, _ in used)
+    return {"chunk_overhead_s": max(0.0, num / den), "chunk_share": 1.0, "steps": len(used),
+            "chunks": sum(n for n, _, _ in used)}
+
+
+# ------------------------------------------------------------------------ from the runs -----
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str, Any]]
+            ) -> dict[str, Any]:
+    """What one run gives the fit: request features, whole-batch and streaming steps, syncs,
+    and the prompt tokens of each unit (for the simulator's workload)."""
+    last_end: dict[str, float] = {}
+    prompts: dict[str, int] = {}
+    unit_tokens: dict[str, int] = {}
+    for c in calls:
+        last_end[c.unit] = max(last_end.get(c.unit, -math.inf), c.t1)
+        unit_tokens[c.unit] = unit_tokens.get(c.unit, 0) + c.tokens
+        if c.request_id.endswith("-s0") and c.unit not in prompts:
+            prompts[c.unit] = c.prompt
+    gaps = [last_end[n["unit"]] - n["t"] for n in notes
+            if n.get("event") == "occupy" and n.get("unit") in last_end]
+    origin = median(gaps) if gaps else min((c.t0 for c in calls), default=0.0)
+    prompt_mean = fmean(prompts.values()) if prompts else 0.0
+    samples = BATCH * GROUP
+    pauses, training, whole, streamed, syncs = [], [], [], [], []
+    prev_t, prev_tokens = 0.0, 0
+    chunks = [n for n in notes if n.get("event") == "train_chunk"]
+    for r in rows:
+        end = r["time_s"]
+        pauses.append((origin + end - r["sync_s"], origin + end))
+        training.append((origin + end - r["sync_s"] - r["train_s"], origin + end - r["sync_s"]))
+        syncs.append(r["sync_s"])
+        tokens = r["tokens_trained"] - prev_tokens + samples * prompt_mean
+        mine = [n for n in chunks if prev_t < n["t"] <= end]
+        if mine or r.get("streamed_units"):
+            chunk_tokens = sum(unit_tokens.get(u, 0) + GROUP * prompts.get(u, prompt_mean)
+                               for n in mine for u in n["units"])
+            streamed.append((len(mine), chunk_tokens, r["stream_s"]))
+        else:
+            whole.append((tokens, r["train_s"]))
+        prev_t, prev_tokens = end, r["tokens_trained"]
+    return {"requests": request_features(calls, pauses, training), "whole": whole,
+            "streamed": streamed, "syncs": syncs, "prompts": prompts,
+            "prompt_mean": prompt_mean}
+
+
+def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every term, from the runs' ``measure``s (each with its ``refit``)."""
+    requests = [q for m in measured for q in m["requests"]]
+    decode = fit_decode(requests)
+    diag = fit_decode(requests, with_training=True, tie_prefill=True)
+    train = fit_train([s for m in measured for s in m["whole"]])
+    sync: dict[str, float] = {}
+    for mode in peers.REFITS:
+        xs = [s for m in measured if m["refit"] == mode for s in m["syncs"]]
+        if xs:
+            sync[mode] = fmean(xs)
+    if not sync:
+        raise FitError("the refit pause", "no step synced weights")
+    streamed = [s for m in measured for s in m["streamed"]]
+    chunk = fit_chunk(streamed, train["per_token_s"]) if streamed else None
+    g = diag["trainer_overlap_s"]
+    if g >= 1.0:
+        raise FitError("the trainer's contention", f"decode loses {g:.2f} s per second of "
+                                                    f"training (must be < 1)")
+    # decode at 1 / (1 + s) of its speed while training loses s / (1 + s) of each second
+    return {"decode": decode, "train": train, "sync_s": sync, "chunk": chunk,
+            "trainer_overlap_s": g, "train_slowdown": g / (1.0 - g),
+            "decode_with_overlap": diag}
+
+
+def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
+               revised: bool = False) -> Any:
+    """The simulator's ``CostModel`` of one row, from ``fit_costs``. ``revised``: the model
+    with the trainer's contention (``train_slowdown``) and its decode fit, which separates the
+    time requests lost to training and ties ``prefill_per_token_s`` to ``per_request_s``."""
+    from runtime.sim.model.cost import CostModel, RolloutCost, TrainCost
+
+    d = fit["decode_with_overlap"] if revised else fit["decode"]
+    t, c = fit["train"], fit["chunk"]
+    if refit not in fit["sync_s"]:
+        raise FitError("the refit pause", f"no {refit!r} step was measured")
+    if streaming and c is None:
+        raise FitError("the chunk overhead", "no streaming step was measured")
+    rollout = RolloutCost(floor_s=0.0, step_s=d["step_s"], per_request_s=d["per_request_s"],
+                          per_ctx_token_s=0.0, prefill_per_token_s=d["prefill_per_token_s"],
+                          reprefill_on_update=refit == "abort",
+                          train_slowdown=fit["train_slowdown"] if revised else 0.0)
+    train = TrainCost(fixed_s=t["fixed_s"], per_token_s=t["per_token_s"],
+                      sync_s=fit["sync_s"][refit], chunk_groups=1 if streaming else 0,
+                      chunk_overhead_s=c["chunk_overhead_s"] if c else 0.0,
+                      chunk_share=c["chunk_share"] if c else 1.0)
+    return CostModel(name="calibrated", rollout=rollout, train=train, instances=1,
+                     concurrency=(eta + 1) * BATCH * GROUP,
+                     derivation={"status": "fitted by bench/calibrate.py"})
+
+
+def workload(seed: int, prompts: dict[str, int], prompt_mean: float, groups: int,
+             max_tokens: int, med: float, sigma: float) -> Any:
+    """The run's workload for the simulator: group ``i`` is unit ``g{i}``, its answers the
+    caps ``LongTail`` draws for that unit's candidates."""
+    from runtime.sim.model.workload import GroupSpec, Workload
+
+    tail = peers.LongTail(None, max_tokens, seed, med, sigma)
+    fallback = max(1, round(prompt_mean))
+    specs = tuple(GroupSpec(i, prompts.get(f"g{i}", fallback),
+                            tuple(tail.cap(f"g{i}-c{j}") for j in range(GROUP)))
+                  for i in range(groups))
+    return Workload(f"long-tail(seed={seed})", specs)
+
+
+def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: bool = False
+                 ) -> dict[str, float]:
+    """The simulator's figures of one run (answer tokens, as the runtime counts)."""
+    from runtime.sim.model.runner import RunSpec, simulate
+
+    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised)
+    # Reserve-Occupy streams only when told (Config.streaming); NeMo-RL's rules hand chunks
+    # whenever the trainer takes them, but the runtime runs no peer with streaming
+    options = (("streaming", True),) if run["streaming"] else ()
+    _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
+                              batch_size=BATCH, options=options), wl, cost)
+    by_tid = {r.tid: r for r in sim.ledger.requests}
+    trained = sum(by_tid[t].length for b in sim.ledger.batches for t in b.tids)
+    decoded = sum(i.decoded for i in sim.instances)
+    wall = sim.now
+    return {"wall_s": wall, "gen_tok_s": decoded / wall, "trained_tok_s": trained / wall,
+            "steps_per_s": len(sim.ledger.batches) / wall,
+            "chunks": sum(len(b.chunks) for b in sim.ledger.batches)}
+
+
+SIMS = ("sim", "sim_revised")  # the cost model as it was; revised (``cost_model``)
+
+
+def add_sim_ratios(runs: list[dict[str, Any]]) -> None:
+    """Each run's simulated figures (``sim``, ``sim_revised``) as a ratio to the simulated
+    reference of its seed and eta (``sim_ratio``, ``sim_revised_ratio``; the measured
+    ratios are ``peers_compare.add_ratios``')."""
+    ref = {(r["seed"], r["eta"]): r for r in runs
+           if (r["policy"], r["streaming"], r["refit"]) == peers.REF}
+    for r in runs:
+        base = ref.get((r["seed"], r["eta"]))
+        for sim in SIMS:
+            r[f"{sim}_ratio"] = {k: (r[sim][k] / base[sim][k] if base else None)
+                                 for k in peers.RATIO_KEYS}
+
+
+# ------------------------------------------------------------------------------ the page ----
+
+def _keys(runs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    keys: list[tuple[Any, ...]] = []
+    for r in runs:
+        k = (r["eta"], r["policy"], r["streaming"], r["refit"])
+        if k not in keys:
+            keys.append(k)
+    return keys
+
+
+def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (eta, policy, streaming, refit): the means over the seeds of the measured
+    and the simulated ratios, and the gap (simulated / measured - 1) of each."""
+    out = []
+    for key in _keys(results["runs"]):
+        rs = [r for r in results["runs"]
+              if (r["eta"], r["policy"], r["streaming"], r["refit"]) == key]
+        row: dict[str, Any] = dict(zip(("eta", "policy", "streaming", "refit"), key))
+        row["seeds"] = len(rs)
+        for k in ("gen_tok_s", "trained_tok_s"):
+            meas = peers._mean([r["ratio"][k] for r in rs])
+            row[k] = {"measured": meas}
+            for sim in SIMS:
+                x = peers._mean([r[f"{sim}_ratio"][k] for r in rs])
+                row[k][sim] = (x, x / meas - 1.0 if meas and x is not None else None)
+        row["abs"] = (fmean(r["trained_tok_s"] for r in rs),
+                      *(fmean(r[sim]["trained_tok_s"] for r in rs) for sim in SIMS))
+        out.append(row)
+    return out
+
+
+def _within(rows: list[dict[str, Any]], sim: str) -> int:
+    return sum(1 for r in rows if r["trained_tok_s"][sim][1] is not None
+               and abs(r["trained_tok_s"][sim][1]) <= TARGET)
+
+
+def _median_gap(rows: list[dict[str, Any]], sim: str) -> float:
+    gaps = [abs(r["trained_tok_s"][sim][1]) for r in rows
+            if r["trained_tok_s"][sim][1] is not None
+            and (r["policy"], r["streaming"], r["refit"]) != peers.REF]
+    return median(gaps) if gaps else math.nan
+
+
+def _abs_gap(rows: list[dict[str, Any]], which: int) -> float:
+    """Median over the rows of |simulated / measured trained tok/s - 1| (``which``: 1 as it
+    was, 2 revised)."""
+    return median(abs(r["abs"][which] / r["abs"][0] - 1) for r in rows)
+
+
+def _spread(results: dict[str, Any], key: str = "ratio") -> float:
+    """Median over the non-reference rows of |ratio of the first seed / of the second - 1|
+    (``key``: ``ratio``, measured, or ``sim_ratio``, simulated)."""
+    seeds, which = results["seeds"][:2], key
+    by: dict[tuple[Any, ...], dict[int, float]] = {}
+    for r in results["runs"]:
+        if (r["policy"], r["streaming"], r["refit"]) != peers.REF and r["seed"] in seeds:
+            key = (r["eta"], r["policy"], r["streaming"], r["refit"])
+            by.setdefault(key, {})[r["seed"]] = r[which]["trained_tok_s"]
+    xs = [abs(v[seeds[0]] / v[seeds[1]] - 1) for v in by.values() if len(v) == 2]
+    return median(xs) if xs else math.nan
+
+
+def render(results: dict[str, Any]) -> str:
+    """The generated part of docs/calibration.md, from the results file."""
+    fit = results["fit"]
+    d, t, c, o = fit["decode"], fit["train"], fit["chunk"], fit["decode_with_overlap"]
+    rows = table_rows(results)
+    lines = [f"Fitted on this machine from {d['requests']} engine requests and "
+             f"{t['steps']} whole-batch steps ({len(results['runs'])} runs, "
+             f"{results['grid_wall_s']:.0f} s); the revised model adds the trainer's "
+             f"contention and ties prefill to the per-request cost (see below):", "",
+             "| term of the cost model | as it was | revised | fit |",
+             "|---|---|---|---|",
+             f"| decode step: `step_s` + `per_request_s` x running requests | "
+             f"{d['step_s'] * 1e3:.3f} ms + {d['per_request_s'] * 1e3:.4f} ms x k | "
+             f"{o['step_s'] * 1e3:.3f} ms + {o['per_request_s'] * 1e3:.4f} ms x k | "
+             f"R² {d['r2']:.2f} / {o['r2']:.2f}, k {d['k_min']:.1f}-{d['k_max']:.1f} |",
+             f"| prefill per prompt token `prefill_per_token_s` | "
+             f"{d['prefill_per_token_s'] * 1e3:.4f} ms | {o['prefill_per_token_s'] * 1e3:.4f} ms"
+             f" | (same fits) |",
+             f"| decode slowdown while the trainer trains `train_slowdown` | (not in the model) "
+             f"| {fit['train_slowdown']:.2f} ({fit['trainer_overlap_s']:.2f} s of decode lost "
+             f"per s of training) | (same fit) |",
+             f"| train per trajectory token `per_token_s` + per step `fixed_s` | "
+             f"{t['per_token_s'] * 1e3:.4f} ms + {t['fixed_s']:.3f} s | (same) | "
+             f"R² {t['r2']:.2f} over {t['steps']} steps |",
+             "| refit pause `sync_s` | " + ", ".join(
+                 f"{m} {s:.3f} s" for m, s in fit["sync_s"].items()) + " | (same) | "
+             "mean per mode |",
+             ("| streaming chunk overhead `chunk_overhead_s` (`chunk_share` 1) | "
+              f"{c['chunk_overhead_s']:.3f} s | (same) | {c['chunks']} chunks in "
+              f"{c['steps']} steps |"
+              if c else "| streaming chunk overhead | not measured | | no streaming run |"),
+             "",
+             f"Within {TARGET:.0%} of the measured trained tok/s ratio: **{_within(rows, 'sim')}"
+             f" of {len(rows)} rows** with the cost model as it was, **"
+             f"{_within(rows, 'sim_revised')} of {len(rows)}** with the revised model; "
+             f"median |gap| {_median_gap(rows, 'sim'):.0%} and "
+             f"{_median_gap(rows, 'sim_revised'):.0%}; the absolute trained tok/s, simulated / "
+             f"measured - 1: median |gap| {_abs_gap(rows, 1):.0%} and {_abs_gap(rows, 2):.0%}."
+             + (f" Between two seeds a row's measured trained tok/s ratio moves by "
+                f"{_spread(results):.0%}, its simulated one by "
+                f"{_spread(results, 'sim_ratio'):.0%} (median over the rows of |seed a / "
+                f"seed b - 1|; the seeds' answer lengths differ too)."
+                if len(results["seeds"]) > 1 else " (One seed: no spread between seeds.)"),
+             "",
+             "| eta | policy | streaming | refit | seeds | trained tok/s measured (x ref) "
+             "| simulated, as it was (x ref) | gap | revised (x ref) | gap "
+             "| gen tok/s measured (x ref) | revised (x ref) | gap "
+             "| trained tok/s measured / as it was / revised |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ref = " (ref)" if (r["policy"], r["streaming"], r["refit"]) == peers.REF else ""
+        tr, gen = r["trained_tok_s"], r["gen_tok_s"]
+
+        def pair(x: tuple[Any, Any]) -> str:
+            return f"{_g(x[0], '.2f')} | {_g(x[1], '+.0%')}"
+
+        lines.append(f"| {r['eta']} | {r['policy']}{ref} | {'on' if r['streaming'] else 'off'} "
+                     f"| {r['refit']} | {r['seeds']} | {_g(tr['measured'], '.2f')} | "
+                     f"{pair(tr['sim'])} | {pair(tr['sim_revised'])} | "
+                     f"{_g(gen['measured'], '.2f')} | {pair(gen['sim_revised'])} | "
+                     + " / ".join(f"{x:.0f}" for x in r["abs"]) + " |")
+    return "\n".join(lines)
+
+
+def doc_block(text: str) -> str:
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[start:end].strip("\n")
+
+
+def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC) -> None:
+    results_path.write_text(json.dumps(results, indent=1) + "\n")
+    text = doc.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    doc.write_text(text[:start] + "\n" + render(results) + "\n" + text[end:])
+
+
+# ------------------------------------------------------------------------------ the runs ----
+
+async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, streaming: bool,
+               refit: str, eta: int, seed: int, steps: int, out: Path, med: float,
+               sigma: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    from runtime.config import load_config
+    from runtime.session import run_training
+
+    cfg = load_config(None, {**peers.SETTINGS, "run.steps": steps, "run.seed": seed,
+                             "run.output_dir": str(out), "staleness.policy": policy,
+                             "staleness.max_staleness": eta, "trainer.streaming": streaming,
+                             "rollout.refit": refit})
+    tail = Timed(engine, cfg.rollout.max_tokens, seed, med, sigma)
+    result = await run_training(cfg, model, prompts, peers.ones_fraction, out, rollout=tail,
+                                log=lambda _: None)
+    row = peers._row(result, policy, streaming, refit, eta, seed)
+    m = measure(tail.calls, _jsonl(out / "metrics.jsonl"), _jsonl(out / "driver_notes.jsonl"))
+    m["refit"] = refit
+    return row, m
+
+
+async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], steps: int,
+               med: float, sigma: float, engine: Any = None, raw: Path | None = None
+               ) -> dict[str, Any]:
+    """Measure the grid, fit, simulate each row: the results file's content."""
+    from runtime.data import load_prompts
+    from runtime.models.tiny import ensure_tiny_model
+    from runtime.rollout.vllm_engine import VLLMRollout
+
+    model = ensure_tiny_model(log=None)
+    prompts = load_prompts()
+    owned = engine is None
+    if owned:
+        engine = VLLMRollout(model, max_model_len=128, max_num_seqs=64, seed=0)
+    runs: list[dict[str, Any]] = []
+    measured: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for seed in seeds:
+                for policy, streaming, refit, eta in runs_grid:
+                    out = Path(tmp) / f"{policy}-{int(streaming)}-{refit}-{eta}-{seed}"
+                    row, m = await _one(engine, model, prompts, policy, streaming, refit, eta,
+                                        seed, steps, out, med, sigma)
+                    runs.append(row)
+                    measured.append(m)
+                    print(f"[{len(runs)}/{len(runs_grid) * len(seeds)} "
+                          f"{time.perf_counter() - t0:.0f}s] {policy} streaming="
+                          f"{'on' if streaming else 'off'} refit={refit} eta={eta} seed={seed}:"
+                          f" {row['trained_tok_s']:.0f} trained tok/s, "
+                          f"{len(m['requests'])} requests timed", flush=True)
+    finally:
+        if owned:
+            await engine.close()
+    if raw is not None:  # what the fit reads, to fit again without the engine (--from-raw)
+        raw.write_text(json.dumps({"steps": steps, "seeds": seeds, "median": med,
+                                   "grid_wall_s": time.perf_counter() - t0,
+                                   "sigma": sigma, "runs": runs, "measured": measured}))
+    return finish(runs, measured, steps, seeds, med, sigma, time.perf_counter() - t0)
+
+
+def finish(runs: list[dict[str, Any]], measured: list[dict[str, Any]], steps: int,
+           seeds: list[int], med: float, sigma: float, wall: float) -> dict[str, Any]:
+    """Fit the runs' measurements, simulate each run with the fit: the results."""
+    peers.add_ratios(runs)
+    fit = fit_costs(measured)
+    max_tokens = peers.SETTINGS["rollout.max_tokens"]
+    for row, m in zip(runs, measured):
+        wl = workload(row["seed"], m["prompts"], m["prompt_mean"],
+                      max(64, 8 * (row["eta"] + 2) * BATCH * steps), max_tokens, med, sigma)
+        row["sim"] = simulate_row(row, fit, wl)
+        row["sim_revised"] = simulate_row(row, fit, wl, revised=True)
+    add_sim_ratios(runs)
+    return {"steps": steps, "seeds": seeds, "lognormal": {"median": med, "sigma": sigma},
+            "reference": dict(zip(("policy", "streaming", "refit"), peers.REF)),
+            "grid_wall_s": round(wall, 1), "fit": fit, "runs": runs}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
+    parser.add_argument("--etas", default="1,2", help="comma-separated max staleness values")
+    parser.add_argument("--policies", default=",".join(peers.POLICY_CHOICES),
+                        help=f"comma-separated, of: {', '.join(peers.POLICY_CHOICES)} "
+                             f"(the reference {peers.REF[0]} must be one)")
+    parser.add_argument("--refits", default=",".join(peers.REFITS), help="abort, keep or both "
+                        "(keep must be one: the reference row)")
+    parser.add_argument("--streaming", default="off,on",
+                        help="off, on or both (on: reserve_occupy only; off must be one)")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--median", type=float, default=peers.MEDIAN)
+    parser.add_argument("--sigma", type=float, default=peers.SIGMA)
+    parser.add_argument("--write", action="store_true",
+                        help=f"write {RESULTS.relative_to(ROOT)} and the tables of "
+                             f"{DOC.relative_to(ROOT)}")
+    parser.add_argument("--raw", type=Path, default=None,
+                        help="also write what the fit reads (every request's timing) here")
+    parser.add_argument("--from-raw", type=Path, default=None,
+                        help="fit and simulate again from a --raw file, without the engine")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = peers.parse(_strip(argv))  # the grid's checks are peers_compare's (exit 2)
+    mine = parser.parse_args(argv)
+    mine.grid, mine.seed_list = args.grid, args.seed_list
+    ref = (peers.REF[0], False, peers.REF[2])
+    if mine.steps < 3:
+        _bad("--steps must be >= 3 (the train fit needs steps of different sizes)")
+    if not any((p, s, r) == ref for p, s, r, _ in mine.grid):
+        _bad(f"the grid must hold the reference row ({peers.REF[0]}, streaming off, refit "
+             f"{peers.REF[2]}): every ratio is to it")
+    if not any(not s for _, s, _, _ in mine.grid):
+        _bad("the grid must hold a whole-batch (streaming off) row: the train fit needs one")
+    return mine
+
+
+def _strip(argv: list[str]) -> list[str]:
+    """``argv`` less the options peers_compare does not take."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--results", "--doc", "--raw", "--from-raw"):
+            skip = True
+        elif a != "--write":
+            out.append(a)
+    return out
+
+
+def _bad(msg: str) -> None:
+    print(f"calibrate: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+if __name__ == "__main__":
+    args = parse()
+    if args.from_raw is not None:
+        dump = json.loads(args.from_raw.read_text())
+        for r in dump["runs"]:
+            r.pop("sim", None)
+        results = finish(dump["runs"], dump["measured"], dump["steps"], dump["seeds"],
+                         dump["median"], dump["sigma"], dump.get("grid_wall_s", 0.0))
+    else:
+        results = asyncio.run(main(args.grid, args.seed_list, args.steps, args.median,
+                                   args.sigma, raw=args.raw))
+    print(render(results))
+    if args.write:
+        write(results, args.results, args.doc)
