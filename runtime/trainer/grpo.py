@@ -643,6 +643,12 @@ class GRPOTrainer:
     def _load(self, path: Path) -> None:
         from safetensors.torch import load_file
 
+        if (path / "sharded").is_dir() and (path / "trainer_state.json").is_file():
+            from .rank import load_dcp  # the sharded trainer's checkpoint, at one process
+
+            load_dcp(self.model, self.opt, path)
+            self.steps = json.loads((path / "trainer_state.json").read_text())["steps"]
+            return
         missing = [n for n in CHECKPOINT_FILES if not (path / n).exists()]
         if missing:
             raise FileNotFoundError(f"{path}: not a checkpoint (missing {', '.join(missing)})")

@@ -258,20 +258,51 @@ class RankTrainer(GRPOTrainer):
         dist.barrier()
 
     def _load(self, path: Path) -> None:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        """A sharded checkpoint at any world size, or one the single-process trainer wrote
+        (``model.safetensors`` and ``optimizer.pt``: read whole by every rank, then sharded)."""
+        if (path / SHARDED_DIR).is_dir() and (path / STATE_NAME).is_file():
+            load_dcp(self.model, self.opt, path)
+            self.steps = json.loads((path / STATE_NAME).read_text())["steps"]
+            return
+        from .grpo import CHECKPOINT_FILES
 
-        if not (path / SHARDED_DIR).is_dir() or not (path / STATE_NAME).is_file():
-            raise FileNotFoundError(
-                f"{path}: not a sharded trainer checkpoint (no {SHARDED_DIR}/ or {STATE_NAME}; "
-                f"one the single-process trainer wrote resumes with trainer.strategy single)")
-        steps = json.loads((path / STATE_NAME).read_text())["steps"]
-        model_sd, optim_sd = get_state_dict(self.model, self.opt)
-        state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=path / SHARDED_DIR)  # reshards to this world size
-        set_state_dict(self.model, self.opt, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
-        self.steps = steps
+        missing = [n for n in CHECKPOINT_FILES if not (path / n).exists()]
+        if missing:
+            raise FileNotFoundError(f"{path}: not a checkpoint (no {SHARDED_DIR}/, and missing "
+                                    f"{', '.join(missing)})")
+        from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        full = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(self.model, load_file(str(path / "model.safetensors")),
+                             options=full)
+        # optimizer.pt numbers the parameters in model.parameters() order, which fully_shard
+        # keeps; the full optimizer state is keyed by their names
+        names = [n for n, _ in self.model.named_parameters()]
+        plain = torch.load(path / "optimizer.pt", map_location="cpu")
+        named = {"state": {names[i]: v for i, v in plain["state"].items()},
+                 "param_groups": [{**g, "params": [names[i] for i in g["params"]]}
+                                  for g in plain["param_groups"]]}
+        set_optimizer_state_dict(self.model, self.opt, named,
+                                 options=StateDictOptions(full_state_dict=True))
+        self.steps = json.loads((path / STATE_NAME).read_text())["steps"]
+
+
+def load_dcp(model: torch.nn.Module, opt: torch.optim.Optimizer, path: Path) -> None:
+    """Model and optimizer state from a checkpoint's ``sharded/`` directory, resharded to this
+    process group's world size, or into a plain model in one process without a process group
+    (``GRPOTrainer._load``: a sharded run resumed by the single-process trainer)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, opt)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=path / SHARDED_DIR)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
 def _tied_keys(model: torch.nn.Module) -> set[str]:

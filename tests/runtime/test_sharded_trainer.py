@@ -230,19 +230,19 @@ def test_check_refuses_bad_sharding_settings(tmp_path, capsys, settings, needle)
 class KilledMidStep(RankTrainer):
     """Rank 1 SIGKILLs itself inside its second step, after rank 0 entered it."""
 
-    def _micro_batches(self, rows):
+    def _padded(self, mine):
         if self.rank == 1 and self.steps == 1:
             os.kill(os.getpid(), signal.SIGKILL)
-        return super()._micro_batches(rows)
+        return super()._padded(mine)
 
 
 class HungMidStep(RankTrainer):
     """Rank 1 stops answering inside its second step (a hang outside any collective)."""
 
-    def _micro_batches(self, rows):
+    def _padded(self, mine):
         if self.rank == 1 and self.steps == 1:
             threading.Event().wait()
-        return super()._micro_batches(rows)
+        return super()._padded(mine)
 
 
 @pytest.mark.slow
@@ -325,3 +325,37 @@ def test_a_run_that_loses_a_rank_resumes_at_another_world_size(tiny_model, tmp_p
     result = run(1, resume=tmp_path)
     assert result.driver.controller.version == 3 and result.driver.trainer.steps == 3
     assert [r["step"] for r in result.rows] == [0, 1, 2]  # the run's rows, all three
+
+
+@pytest.mark.slow
+def test_single_process_and_sharded_checkpoints_load_in_each_other(tiny_model, tmp_path):
+    """The single-process trainer checkpoints step 1; two ranks resume it (``optimizer.pt``
+    sharded on load) and take step 2 as the single process does; the single-process trainer
+    resumes the two ranks' sharded checkpoint (DCP in one process) and takes step 3 as the
+    uninterrupted single process does."""
+    single = GRPOTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "single", seed=0)
+    batches = [_batch(single, version=v) for v in (1, 2, 3)]
+    single._train(batches[0])
+    single._save(tmp_path / "ck-single")
+    single._train(batches[1])
+    after2 = _weights(single)
+    single._train(batches[2])
+    after3 = _weights(single)
+    sharded = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "sh", seed=0,
+                             world_size=2)
+    try:
+        sharded._load(tmp_path / "ck-single")
+        assert sharded.steps == 1
+        sharded._train(batches[1])
+        w2 = load_file(str(sharded._export(2) / "model.safetensors"))
+        sharded._save(tmp_path / "ck-sharded")
+    finally:
+        sharded.close()
+    mean, top = _apart(w2, after2)
+    assert mean < MEAN_TOL and top < MAX_TOL, (mean, top)
+    back = GRPOTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "back", seed=0)
+    back._load(tmp_path / "ck-sharded")
+    assert back.steps == 2
+    back._train(batches[2])
+    mean, top = _apart(_weights(back), after3)
+    assert mean < MEAN_TOL and top < MAX_TOL, (mean, top)
