@@ -60,6 +60,7 @@ import torch
 
 from .. import atomic_io
 from .base import GroupSample, TrainBatch
+from .dcp import SHARDED_DIR
 
 
 # Safetensors has no file-size limit; one file per directory is what the engine's weight
@@ -643,8 +644,8 @@ class GRPOTrainer:
     def _load(self, path: Path) -> None:
         from safetensors.torch import load_file
 
-        if (path / "sharded").is_dir() and (path / "trainer_state.json").is_file():
-            from .rank import load_dcp  # the sharded trainer's checkpoint, at one process
+        if (path / SHARDED_DIR).is_dir() and (path / "trainer_state.json").is_file():
+            from .dcp import load_dcp  # the sharded trainer's checkpoint, in one process
 
             load_dcp(self.model, self.opt, path)
             self.steps = json.loads((path / "trainer_state.json").read_text())["steps"]

@@ -50,12 +50,12 @@ import torch
 import torch.distributed as dist
 
 from .. import atomic_io
+from .dcp import SHARDED_DIR, load_dcp
 from .grpo import GRPOTrainer
 
 # The per-rank metric sums of ``GRPOTrainer._minibatch`` that add up over ranks.
 SUM_KEYS = ("tokens", "loss", "clipped", "ratio", "kl_behaviour", "kl_ref", "onpolicy_err",
             "onpolicy_n")
-SHARDED_DIR = "sharded"  # the torch.distributed.checkpoint directory inside a checkpoint
 STATE_NAME = "trainer_state.json"
 STARTUP_S = 600.0  # the collective timeout while the ranks start (load and shard the model)
 
@@ -290,19 +290,6 @@ class RankTrainer(GRPOTrainer):
         set_optimizer_state_dict(self.model, self.opt, named,
                                  options=StateDictOptions(full_state_dict=True))
         self.steps = json.loads((path / STATE_NAME).read_text())["steps"]
-
-
-def load_dcp(model: torch.nn.Module, opt: torch.optim.Optimizer, path: Path) -> None:
-    """Model and optimizer state from a checkpoint's ``sharded/`` directory, resharded to this
-    process group's world size, or into a plain model in one process without a process group
-    (``GRPOTrainer._load``: a sharded run resumed by the single-process trainer)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    model_sd, optim_sd = get_state_dict(model, opt)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=path / SHARDED_DIR)
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
 def _tied_keys(model: torch.nn.Module) -> set[str]:
