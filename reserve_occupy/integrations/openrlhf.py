@@ -201,6 +201,12 @@ class StalenessBroker:
             self._cv.notify_all()
             return True
 
+    def gone(self, units: list[str]) -> list[str]:
+        """Which of these in-flight units the fail-safe released or aborted: the generator
+        stops waiting for them (their results would be dropped)."""
+        with self._cv:
+            return [u for u in units if u in self._discarded]
+
     def close(self) -> None:
         """The dataloader is exhausted: no more admissions; ``consume`` returns None once no
         batch can become ready."""
@@ -334,7 +340,7 @@ def actor_classes() -> dict[str, type]:
             kw = self.generate_kwargs
             lock = self.vllm_lock
             partial = self._partial_rollout
-            self.admitted: list[tuple[str, int]] = []
+            self.admitted: list[tuple[str, int, str]] = []  # (unit, v_traj, prompt)
             for episode in range(episode, self.args.train.num_episodes):
                 it = iter(self.prompts_dataloader)
                 pending: dict[Any, str] = {}  # ray ref -> unit
@@ -359,7 +365,7 @@ def actor_classes() -> dict[str, type]:
                             ref, = gen._dispatch_prompts_to_vllm(prompts, labels, images=images,
                                                                   **kw)
                             pending[ref] = unit
-                            self.admitted.append((unit, v))
+                            self.admitted.append((unit, v, prompts[0]))
                             exhausted = exhausted or done
                         if partial or not pending:
                             ray.get(lock.release.remote())
@@ -369,6 +375,11 @@ def actor_classes() -> dict[str, type]:
                             break
                         continue
                     ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.05)
+                    if not ready:  # released by the fail-safe: stop waiting for them
+                        gone = set(ray.get(broker.gone.remote(list(pending.values()))))
+                        for ref in [r for r, u in pending.items() if u in gone]:
+                            del pending[ref]
+                            ray.cancel(ref)
                     for ref in ready:
                         unit = pending.pop(ref)
                         self._complete(broker, unit, ref, episode, total_consumed_prompts)
@@ -551,14 +562,12 @@ def parse_own_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             if value is None:
                 raise OpenRLHFSettingError(key, None, "needs a value")
         name = key[len("--reserve_occupy."):]
+        kinds = {"max_staleness": int, "stuck_timeout_s": float}
+        if name not in kinds:
+            raise OpenRLHFSettingError(key, value, "unknown option (max_staleness, "
+                                                   "stuck_timeout_s)")
         try:
-            if name == "max_staleness":
-                own[name] = int(value)
-            elif name == "stuck_timeout_s":
-                own[name] = float(value)
-            else:
-                raise OpenRLHFSettingError(key, value, "unknown option (max_staleness, "
-                                                       "stuck_timeout_s)")
+            own[name] = kinds[name](value)
         except ValueError:
             raise OpenRLHFSettingError(key, value, "not a number") from None
     if "max_staleness" not in own:

@@ -123,8 +123,8 @@ class ScheduledEngine:
     token per ``tick``; every token is stamped with the weight version current when it is made
     (``set_version`` is the weight broadcast). A pause freezes requests (vLLM's keep)."""
 
-    def __init__(self, durations: list[float], tick: float = 0.02) -> None:
-        self.durations, self.tick = durations, tick
+    def __init__(self, durations: list[float], tick: float = 0.02, flat_every: int = 0) -> None:
+        self.durations, self.tick, self.flat_every = durations, tick, flat_every
         self.version = 0
         self.running = 0
         self._go = asyncio.Event()
@@ -147,8 +147,9 @@ class ScheduledEngine:
         first, last = versions[0], versions[-1]
         prompt_ids = [1, 2, 3]
         out = []
+        flat = self.flat_every and (i + 1) % self.flat_every == 0  # no signal: all 0
         for s in range(num_samples):
-            reward = float((i + s) % 2)
+            reward = 0.0 if flat else float((i + s) % 2)
             out.append({"prompt": prompt, "label": label, "observation_tokens":
                         prompt_ids + [4] * n, "action_ranges": [(3, 3 + n)],
                         "reward": reward, "scores": reward, "rollout_log_probs": None,
@@ -331,6 +332,8 @@ class Result:
     wall_s: float
     trace: Optional[list[dict]] = None
     stats: Optional[dict] = None
+    admitted: Optional[list[tuple[str, int, str]]] = None  # (unit, v_traj, prompt)
+    batches: Optional[list[dict]] = None  # what the plugin's trainer consumed
 
     @property
     def staleness(self) -> list[int]:
@@ -344,7 +347,7 @@ class Result:
 def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
         sched: list[float], batch_size: int = 4, n_samples: int = 2, train_s: float = 0.3,
         tick: float = 0.02, lock: Any = None, timeout_s: float = 300.0,
-        stuck_timeout_s: Optional[float] = None) -> Result:
+        stuck_timeout_s: Optional[float] = None, flat_every: int = 0) -> Result:
     """One run over ``len(sched)`` prompts: OpenRLHF as shipped (``eta`` None; its queue and
     slots of ``queue_size``) or with Reserve–Occupy at ``eta``. ``lock``: a ``VLLMLock`` actor
     to reuse (each new one starts a worker that imports OpenRLHF)."""
@@ -354,8 +357,9 @@ def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
 
     from reserve_occupy.integrations.openrlhf import StalenessBroker, actor_classes
 
-    args = make_args(batch_size, n_samples, partial=partial, queue_size=queue_size)
-    engines = [ray.remote(ScheduledEngine).options(num_cpus=0).remote(sched, tick)]
+    args = make_args(batch_size, n_samples, partial=partial, queue_size=queue_size,
+                     dynamic_filtering=bool(flat_every))
+    engines = [ray.remote(ScheduledEngine).options(num_cpus=0).remote(sched, tick, flat_every)]
     lock = lock or VLLMLock.remote()
     log = Log()
     broker = None
@@ -406,7 +410,8 @@ def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
         ray.kill(broker)
     for e in engines:
         ray.kill(e)
-    return Result(name, log.trained, len(log.step_start), wait, dropped, wall, trace, stats)
+    return Result(name, log.trained, len(log.step_start), wait, dropped, wall, trace, stats,
+                  getattr(gen, "admitted", None), getattr(tr, "trained", None))
 
 
 def check_trace(records: list[dict]) -> Any:
