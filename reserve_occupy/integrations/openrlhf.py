@@ -581,7 +581,9 @@ def parse_own_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
 def main(argv: Optional[list[str]] = None) -> None:
     """``python -m reserve_occupy.integrations.openrlhf --reserve_occupy.max_staleness N
     <openrlhf.cli.train_ppo_ray's arguments>``: OpenRLHF's own command line with the
-    Reserve–Occupy trainer. A setting of this plugin is one line on stderr and exit 2."""
+    Reserve–Occupy trainer. An error of this plugin (its options, or a setting it refuses when
+    the trainer is built, here or in an actor) is one line on stderr and exit 2; anything else
+    is OpenRLHF's to report."""
     import runpy
 
     argv = sys.argv[1:] if argv is None else argv
@@ -592,7 +594,30 @@ def main(argv: Optional[list[str]] = None) -> None:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]
-    runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+    except Exception as exc:
+        own = integration_error(exc)
+        if own is None:
+            raise
+        print(f"error: {' '.join(str(own).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def integration_error(exc: BaseException) -> Optional[OpenRLHFIntegrationError]:
+    """This module's own error behind ``exc``: itself, what it was raised from, or the
+    ``cause`` of a Ray task error (raised in the broker or an actor)."""
+    for _ in range(16):  # a chain longer than this is not ours
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            exc = cause
+        elif isinstance(exc, OpenRLHFIntegrationError):
+            return exc
+        elif exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            return None
+    return None
 
 
 if __name__ == "__main__":
