@@ -6,8 +6,9 @@ shipped, or the plugin's subclasses of them) on a local Ray bound to 127.0.0.1, 
 schedule engine of tests/integrations/openrlhf_harness.py: every prompt group takes a seeded
 time (a long tail of stragglers), one token per 20 ms, each token stamped with the weight
 version it was made under; a training step takes ``--train-s``. As shipped: ``async_queue_size``
-1 and 2, partial rollout off and on. With Reserve–Occupy: eta 1 and 2, partial rollout off and
-on. Columns (all measured on the engine's stamps, the same way for every row): trained samples
+1 and 2, and 1 with ``vllm_generate_batch_size`` twice the batch (OpenRLHF's over-sampling: one
+vLLM call serves two steps), partial rollout off and on. With Reserve–Occupy: eta 1 and 2,
+partial rollout off and on. Columns (all measured on the engine's stamps, the same way for every row): trained samples
 and steps; staleness of a trained sample (the trainer's weight version minus its first
 token's: max / mean); its version span (how many weight versions its tokens came from: max /
 mean) and how many trained samples span more than one; groups dropped; seconds
@@ -38,6 +39,7 @@ START, END = "<!-- openrlhf-compare:start -->", "<!-- openrlhf-compare:end -->"
 
 RUNS = [("OpenRLHF queue 1", {"eta": None, "queue_size": 1}),
         ("OpenRLHF queue 2", {"eta": None, "queue_size": 2}),
+        ("OpenRLHF queue 1, over-sampling 2x", {"eta": None, "queue_size": 1, "oversample": 2}),
         ("+ Reserve–Occupy eta 1", {"eta": 1}),
         ("+ Reserve–Occupy eta 2", {"eta": 2})]
 
@@ -104,9 +106,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from tests.integrations import openrlhf_harness as h
 
-    h.gpu_placeholders()
+    VLLMLock = h.import_openrlhf().VLLMLock
     import ray
-    from openrlhf.trainer.ppo_trainer_async import VLLMLock
 
     from runtime.ray_backend import loopback
 

@@ -102,6 +102,20 @@ def gpu_placeholders() -> None:
         sys.meta_path.insert(0, _Finder(missing))
 
 
+def import_openrlhf() -> Any:
+    """``openrlhf.trainer.ppo_trainer_async``, imported with the placeholders in force only
+    while it imports (the modules it bound stay; no later import finds a placeholder)."""
+    if "openrlhf.trainer.ppo_trainer_async" in sys.modules:
+        return sys.modules["openrlhf.trainer.ppo_trainer_async"]
+    had = any(isinstance(f, _Finder) for f in sys.meta_path)
+    gpu_placeholders()
+    try:
+        return importlib.import_module("openrlhf.trainer.ppo_trainer_async")
+    finally:
+        if not had:
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
+
+
 def ray_init(num_cpus: int = 4) -> None:
     """A local Ray on 127.0.0.1 whose workers can import OpenRLHF (and this package)."""
     import ray
@@ -189,8 +203,8 @@ def durations(n: int, seed: int, *, mean_s: float = 0.25, tail: float = 0.15,
 class _Group:
     """The DeepSpeed actor group as ``BasePPOTrainer`` calls it."""
 
-    def __init__(self, engines: list, train_s: float, log: "Log") -> None:
-        self.engines, self.train_s, self.log = engines, train_s, log
+    def __init__(self, engines: list, train_s: float, log: "Log", stamp: bool = True) -> None:
+        self.engines, self.train_s, self.log, self.stamp = engines, train_s, log, stamp
         self.version = 0
 
     def async_run_method_batch(self, method_name: str, **kw: Any) -> list:
@@ -207,7 +221,8 @@ class _Group:
             return [ray.put({"policy_loss": 0.0})]
         if method_name == "broadcast_to_vllm":
             self.version += 1
-            ray.get([e.set_version.remote(self.version) for e in self.engines])
+            if self.stamp:  # the scheduled engine stamps tokens; a vLLM engine keeps its weights
+                ray.get([e.set_version.remote(self.version) for e in self.engines])
             self.log.step_end.append(time.monotonic())
             return [ray.put(None)]
         raise AssertionError(f"unexpected call {method_name}")
@@ -221,9 +236,16 @@ class _Maker:
 
     def make_experience_batch(self, samples: list) -> list:
         self.log.step_start.append(time.monotonic())
+        import torch
+
         v = self.group.version
         for e in samples:
             info = e.info
+            if "x_first_version" not in info:  # a real engine: no per-token stamps
+                info.setdefault("reward", torch.zeros(1))  # the reward model's place
+                self.log.trained.append((v, None, None, int(e.response_length[0]),
+                                         e.prompts[0]))
+                continue
             self.log.trained.append((v, int(info["x_first_version"][0]),
                                      int(info["x_last_version"][0]), int(info["x_tokens"][0]),
                                      int(info["x_prompt"][0])))
@@ -237,14 +259,14 @@ class _Tokenizer:
 
 class PromptLoader:
     """OpenRLHF's prompt dataloader as the generator reads it: batches of one
-    ``(datasource, prompts, labels, images)``; prompt ``p{i}``."""
+    ``(datasource, prompts, labels, images)``; prompt ``p{i}`` (or ``texts[i]``)."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, n: int, texts: Optional[list[str]] = None) -> None:
+        self.n, self.texts = n, texts
 
     def __iter__(self):
         for i in range(self.n):
-            yield ["d"], [f"p{i}"], [str(i % 2)], [None]
+            yield ["d"], [self.texts[i] if self.texts else f"p{i}"], [str(i % 2)], [None]
 
     def __len__(self) -> int:
         return self.n
@@ -254,13 +276,13 @@ class PromptLoader:
 
 
 def make_args(batch_size: int, n_samples: int, *, partial: bool, queue_size: int = 1,
-              dynamic_filtering: bool = False) -> Any:
+              dynamic_filtering: bool = False, oversample: int = 1) -> Any:
     """The fields of OpenRLHF's hierarchical arguments these paths read."""
     return NS(
         train=NS(num_episodes=1, async_enable=True, async_queue_size=queue_size,
                  partial_rollout_enable=partial, dynamic_batch_enable=False),
         rollout=NS(batch_size=batch_size, n_samples_per_prompt=n_samples,
-                   vllm_generate_batch_size=batch_size),
+                   vllm_generate_batch_size=batch_size * oversample),
         vllm=NS(enable_sleep=False),
         algo=NS(dynamic_filtering_enable=dynamic_filtering, dynamic_filtering_range=[0.1, 0.9],
                 advantage=NS(is_correction_level="off"), kl=NS(target=None, init_coef=0.0)),
@@ -274,7 +296,7 @@ GENERATE_KW = {"max_new_tokens": 64, "temperature": 1.0, "max_len": 128}
 
 
 def generator(cls: type, args: Any, loader: PromptLoader, engines: list, lock: Any,
-              queue: Any, slots: Any) -> Any:
+              queue: Any, slots: Any, tokenizer: Any = None) -> Any:
     """``GenerateSamplesActor`` (or the plugin's subclass) with what its constructor sets."""
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
@@ -283,7 +305,7 @@ def generator(cls: type, args: Any, loader: PromptLoader, engines: list, lock: A
     g.prompts_dataloader, g.eval_dataloader, g.max_steps = loader, None, len(loader)
     g.generate_kwargs = dict(GENERATE_KW)
     g.samples_generator = SamplesGenerator(strategy=NS(args=args), prompts_dataloader=loader,
-                                           eval_dataloader=None, tokenizer=None,
+                                           eval_dataloader=None, tokenizer=tokenizer,
                                            vllm_engines=engines)
     g.vllm_lock = lock
     g._partial_rollout = args.train.partial_rollout_enable
@@ -293,13 +315,13 @@ def generator(cls: type, args: Any, loader: PromptLoader, engines: list, lock: A
 
 
 def trainer(cls: type, args: Any, engines: list, lock: Any, queue: Any, slots: Any,
-            train_s: float, log: "Log") -> Any:
+            train_s: float, log: "Log", stamp: bool = True) -> Any:
     """``TrainingActor`` (or the plugin's subclass) with what ``BasePPOTrainer`` sets."""
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
     t = cls.__new__(cls)
     t.strategy, t.args = NS(args=args), args
-    t.actor_model_group = _Group(engines, train_s, log)
+    t.actor_model_group = _Group(engines, train_s, log, stamp)
     t.critic_model_group = t.reward_model_group = t.reference_model_group = None
     t.vllm_engines, t.tokenizer = engines, _Tokenizer()
     t.kl_ctl = FixedKLController(0.0)
@@ -347,9 +369,12 @@ class Result:
 def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
         sched: list[float], batch_size: int = 4, n_samples: int = 2, train_s: float = 0.3,
         tick: float = 0.02, lock: Any = None, timeout_s: float = 300.0,
-        stuck_timeout_s: Optional[float] = None, flat_every: int = 0) -> Result:
+        stuck_timeout_s: Optional[float] = None, flat_every: int = 0,
+        engines: Optional[list] = None, texts: Optional[list[str]] = None,
+        tokenizer: Any = None, oversample: int = 1) -> Result:
     """One run over ``len(sched)`` prompts: OpenRLHF as shipped (``eta`` None; its queue and
-    slots of ``queue_size``) or with Reserve–Occupy at ``eta``. ``lock``: a ``VLLMLock`` actor
+    slots of ``queue_size``; ``oversample``: its ``vllm_generate_batch_size`` in batches) or
+    with Reserve–Occupy at ``eta``. ``lock``: a ``VLLMLock`` actor
     to reuse (each new one starts a worker that imports OpenRLHF)."""
     import ray
     from openrlhf.trainer.ppo_trainer_async import GenerateSamplesActor, TrainingActor, VLLMLock
@@ -357,9 +382,14 @@ def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
 
     from reserve_occupy.integrations.openrlhf import StalenessBroker, actor_classes
 
+    if eta is not None and oversample != 1:
+        raise ValueError("over-sampling whole batches is OpenRLHF's queue's (the plugin refuses it)")
     args = make_args(batch_size, n_samples, partial=partial, queue_size=queue_size,
-                     dynamic_filtering=bool(flat_every))
-    engines = [ray.remote(ScheduledEngine).options(num_cpus=0).remote(sched, tick, flat_every)]
+                     dynamic_filtering=bool(flat_every), oversample=oversample)
+    stamp = engines is None  # else real engines (OpenRLHF's RolloutRayActor), kept running
+    if stamp:
+        engines = [ray.remote(ScheduledEngine).options(num_cpus=0).remote(sched, tick,
+                                                                          flat_every)]
     lock = lock or VLLMLock.remote()
     log = Log()
     broker = None
@@ -375,8 +405,9 @@ def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
         queue, slots = broker, None
         classes = actor_classes()
         gcls, tcls = classes["generator"], classes["trainer"]
-    gen = generator(gcls, args, PromptLoader(len(sched)), engines, lock, queue, slots)
-    tr = trainer(tcls, args, engines, lock, queue, slots, train_s, log)
+    gen = generator(gcls, args, PromptLoader(len(sched), texts), engines, lock, queue, slots,
+                    tokenizer)
+    tr = trainer(tcls, args, engines, lock, queue, slots, train_s, log, stamp)
     errors: list[BaseException] = []
 
     def guarded(fn, **kw):
@@ -408,7 +439,7 @@ def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
         stats = ray.get(broker.stats.remote())
         dropped = len(stats["released"]) + len(stats["escalated"])
         ray.kill(broker)
-    for e in engines:
+    for e in engines if stamp else ():
         ray.kill(e)
     return Result(name, log.trained, len(log.step_start), wait, dropped, wall, trace, stats,
                   getattr(gen, "admitted", None), getattr(tr, "trained", None))
