@@ -104,16 +104,21 @@ def gpu_placeholders() -> None:
 
 def import_openrlhf() -> Any:
     """``openrlhf.trainer.ppo_trainer_async``, imported with the placeholders in force only
-    while it imports (the modules it bound stay; no later import finds a placeholder)."""
+    while it imports: OpenRLHF's modules keep what they bound, and afterwards neither the
+    finder nor the placeholder modules are left where another import (or a library asking
+    whether deepspeed / flash_attn is installed) would find them."""
     if "openrlhf.trainer.ppo_trainer_async" in sys.modules:
         return sys.modules["openrlhf.trainer.ppo_trainer_async"]
-    had = any(isinstance(f, _Finder) for f in sys.meta_path)
+    finders = [f for f in sys.meta_path if isinstance(f, _Finder)]
     gpu_placeholders()
     try:
         return importlib.import_module("openrlhf.trainer.ppo_trainer_async")
     finally:
-        if not had:
-            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
+        if not finders:
+            for f in [f for f in sys.meta_path if isinstance(f, _Finder)]:
+                sys.meta_path.remove(f)
+                for name in [n for n in sys.modules if n.split(".")[0] in f.roots]:
+                    del sys.modules[name]
 
 
 def ray_init(num_cpus: int = 4) -> None:
