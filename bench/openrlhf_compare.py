@@ -8,10 +8,10 @@ time (a long tail of stragglers), one token per 20 ms, each token stamped with t
 version it was made under; a training step takes ``--train-s``. As shipped: ``async_queue_size``
 1 and 2, and 1 with ``vllm_generate_batch_size`` twice the batch (OpenRLHF's over-sampling: one
 vLLM call serves two steps), partial rollout off and on. With Reserve–Occupy: eta 1 and 2,
-partial rollout off and on. Columns (all measured on the engine's stamps, the same way for every row): trained samples
-and steps; staleness of a trained sample (the trainer's weight version minus its first
-token's: max / mean); its version span (how many weight versions its tokens came from: max /
-mean) and how many trained samples span more than one; groups dropped; seconds
+partial rollout off and on. Columns (measured on the engine's stamps, the same way for every
+row): trained samples and steps; staleness of a trained sample (the trainer's weight version
+minus its first token's: max / mean); its version span (how many weight versions its tokens
+came from: max / mean) and how many trained samples span more than one; groups dropped; seconds
 the trainer waited for a batch; the run's wall time. Wall-clock: the waits move with the
 host's load, the staleness columns less so.
 

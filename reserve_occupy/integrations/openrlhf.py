@@ -228,8 +228,8 @@ class StalenessBroker:
     def consume(self, timeout: Optional[float] = None) -> Optional[dict]:
         """The head batch once it is READY (waiting, with the STUCK fail-safe polled):
         ``{"version", "units": [(unit, v_traj, staleness)], "samples": [what occupy was given,
-        per unit], "waited_s", "client_states"}``; None when closed and nothing is in flight (or after
-        ``timeout`` s)."""
+        per unit], "waited_s", "client_states"}``; None when closed and nothing is in flight
+        (or after ``timeout`` s)."""
         t0 = self._clock()
         with self._cv:
             if self.controller.phase is not Phase.IDLE:

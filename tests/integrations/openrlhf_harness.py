@@ -388,7 +388,8 @@ def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
     from reserve_occupy.integrations.openrlhf import StalenessBroker, actor_classes
 
     if eta is not None and oversample != 1:
-        raise ValueError("over-sampling whole batches is OpenRLHF's queue's (the plugin refuses it)")
+        raise ValueError("over-sampling whole batches is OpenRLHF's queue's (the plugin "
+                         "refuses it)")
     args = make_args(batch_size, n_samples, partial=partial, queue_size=queue_size,
                      dynamic_filtering=bool(flat_every), oversample=oversample)
     stamp = engines is None  # else real engines (OpenRLHF's RolloutRayActor), kept running
