@@ -67,8 +67,8 @@ def render(results: dict) -> str:
             "version span max / mean | samples spanning > 1 version | dropped | trainer waited s "
             "| run s |")
     lines = [f"{s['prompts']} prompt groups of {s['n_samples']} samples, {s['batch']} groups a "
-             f"step, training {s['train_s']} s a step, generation {s['mean_s']} s a group on "
-             f"average ({int(s['tail'] * 100)} % stragglers x{s['tail_x']:g}); "
+             f"step, training {s['train_s']} s a step, generation 0.5-1.5 x {s['mean_s']} s a "
+             f"group, {int(s['tail'] * 100)} % of groups x{s['tail_x']:g} (stragglers); "
              f"{s['host']}.", "", head,
              "|" + "|".join("---" for _ in head.split("|")[1:-1]) + "|"]
     for r in results["runs"]:
