@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl bench-openrlhf bench-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-precision bench-gpu bench-verl bench-openrlhf bench-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,11 @@ bench-peers: $(STAMP)
 ## them and writes docs/results/calibration.json and the tables of docs/calibration.md.
 calibrate: $(STAMP)
 	$(PY) bench/calibrate.py --seeds 0,1 --etas 1,2 --steps 8 --write
+
+## The trainer on CPU: tokens/s and padding fraction of padded vs packed micro-batches on one
+## seeded long-tail batch (~1 min); writes the table in docs/runtime.md ("Packed sequences").
+bench-trainer: $(STAMP)
+	$(PY) bench/trainer_bench.py --write
 
 ## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
 bench-gpu: $(STAMP)
