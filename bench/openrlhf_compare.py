@@ -32,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.docblock import between, splice  # noqa: E402
+
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
 DOC = ROOT / "docs" / "porting" / "openrlhf.md"
 RESULTS = ROOT / "docs" / "results" / "openrlhf_compare.json"
@@ -80,16 +83,13 @@ def render(results: dict) -> str:
 
 
 def doc_block(text: str) -> str:
-    i, j = text.index(START) + len(START), text.index(END)
-    return text[i:j].strip("\n")
+    return between(text, START, END)
 
 
 def write(results: dict) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    text = DOC.read_text()
-    i, j = text.index(START) + len(START), text.index(END)
-    DOC.write_text(text[:i] + "\n" + render(results) + "\n" + text[j:])
+    splice(DOC, START, END, render(results))
 
 
 def main(argv: list[str] | None = None) -> None:
