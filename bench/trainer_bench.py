@@ -33,6 +33,8 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docblock import splice  # noqa: E402
+
 from runtime.rollout.env import configure  # noqa: E402
 
 configure()
@@ -175,14 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps({"setting": setting, "results": results,
                                         "speedup": speedup}, indent=2))
     if args.write:
-        text = DOC.read_text()
-        if BEGIN not in text or END not in text:
-            print(f"{DOC}: no {BEGIN} ... {END} markers", file=sys.stderr)
+        try:
+            splice(DOC, BEGIN, END, f"`make bench-trainer` ({setting}):\n\n{table}\n\n{summary}")
+        except ValueError as exc:  # a marker missing: say which, leave the page alone
+            print(f"{DOC}: {exc}", file=sys.stderr)
             return 2
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        block = (f"{BEGIN}\n`make bench-trainer` ({setting}):\n\n{table}\n\n{summary}\n{END}")
-        DOC.write_text(head + block + tail)
         print(f"wrote the table into {DOC.relative_to(ROOT)}")
     return 0
 
