@@ -47,8 +47,8 @@ Reserve–Occupy controller, with the same types and typed errors:
   ``abort`` with ``meta.reason = "stale"`` and handed to the driver by ``take_aborted`` so it
   stops their requests; the finished ones it drops go as at ``consume``.
 * ``stream()`` (``trainer.streaming``, only for a rule whose simulator policy streams,
-  ``STREAMING_PEERS``: NeMo-RL's ``in_order`` and ``weight_fifo``, whose ``_train_pump`` trains
-  a step in chunks): the policy's own ``take_chunk(min(chunk_groups, lacking), lacking)``, as
+  ``peer_streams``, read from ``Policy.streams``: NeMo-RL's ``in_order`` and ``weight_fifo``,
+  whose ``_train_pump`` trains a step in chunks, and ``unbounded``): the policy's own ``take_chunk(min(chunk_groups, lacking), lacking)``, as
   the simulator's streaming trainer calls it, decides which finished groups the trainer may
   train now. They leave the rule's buffer at once (its permits return: the driver wakes
   admission), become STREAMED and join the open step; the version does not move inside a step,
@@ -83,8 +83,8 @@ slots; verl runs with ``parameter_sync_step=1`` (colocate_async, as the runtime 
 
 Which rules run here: ``PEER_POLICIES``. The others of the simulator need what the runtime's
 driver does not give a policy: trajectory-level batches (TRL, whose unit is a trajectory, not a
-group), the future (clairvoyant: the workload's lengths before generation), a streaming
-trainer (PSRL's fine-grained rule is about chunks).
+group), the future (clairvoyant: the workload's lengths before generation), a trainer that
+streams finer than groups (PSRL's fine-grained rule is about chunks of trajectories).
 """
 
 from __future__ import annotations
