@@ -132,6 +132,9 @@ def test_a_unit_streamed_twice_or_left_out_of_its_step_is_caught():
 
 def test_a_stream_by_a_rule_that_does_not_stream_is_caught():
     _, records = _lines()
+    unflagged = json.loads(json.dumps(records))  # a log that says it does not stream
+    del unflagged[0]["config"]["streaming"]
+    assert _verdict(unflagged) == ("operation", "stream: the log's header has no streaming")
     records[0]["x_policy"] = "verl_drop"  # its own terms: bound and eta from the rule
     for key in ("x_bounded", "x_eta"):
         records[0].pop(key)
@@ -155,3 +158,21 @@ def test_a_rule_handing_an_unfinished_group_is_refused_and_changes_nothing():
     assert (list(ctl.events), ctl.unit_state("b"), list(ctl._step)) == before
     with pytest.raises(IllegalOperation):  # no stream without streaming
         PeerController("nemo_in_order", Config(max_staleness=1, batch_size=2), 4).stream()
+
+
+def test_train_runs_nemo_as_shipped_and_check_trace_holds_it(tmp_path, capsys):
+    from runtime.cli import main
+
+    from .test_peers import FAKE
+
+    out = tmp_path / "run"
+    assert main(["train", *FAKE, "--steps", "3", "--output-dir", str(out),
+                 "--set", "staleness.policy=nemo_in_order", "--set", "recovery.enabled=false",
+                 "--set", "trainer.streaming=true", "--set", "rollout.refit=keep"]) == 0
+    capsys.readouterr()
+    lines = (out / "events.jsonl").read_text().splitlines()
+    head = json.loads(lines[0])
+    assert head["x_policy"] == "nemo_in_order" and head["config"]["streaming"] is True
+    assert any(json.loads(x)["op"] == "stream" for x in lines[1:])
+    assert main(["check-trace", str(out / "events.jsonl"), "--peer", "nemo_in_order"]) == 0
+    assert "PEER RULE HELD (nemo_in_order)" in capsys.readouterr().out
