@@ -45,9 +45,14 @@ def test_the_grid_streams_only_the_rules_that_stream():
         ("verl_drop", False, "keep", 1), ("nemo_weight_fifo", False, "keep", 1),
         ("nemo_weight_fifo", True, "keep", 1), ("unbounded", False, "keep", 1),
         ("unbounded", True, "keep", 1)]
-    # a results file without the shipped row (the committed one) renders without its column
+    # the committed results hold NeMo-RL as shipped: every row has its ratio to it; a results
+    # file without that row (an older grid) renders without the column
     results = json.loads(bench.RESULTS.read_text())
-    assert "x shipped" not in bench.render(results)
+    assert "x shipped" in bench.render(results)
+    assert all(r["ratio_shipped"]["trained_tok_s"] is not None for r in results["runs"])
+    older = {"runs": [r for r in results["runs"] if not (r["policy"] == "nemo_in_order"
+                                                          and r["streaming"])]}
+    assert "x shipped" not in bench.render(older)
 
 
 @pytest.mark.parametrize("args, says", [
