@@ -48,11 +48,12 @@ Reserve–Occupy controller, with the same types and typed errors:
   stops their requests; the finished ones it drops go as at ``consume``.
 * ``stream()`` (``trainer.streaming``, only for a rule whose simulator policy streams,
   ``peer_streams``, read from ``Policy.streams``: NeMo-RL's ``in_order`` and ``weight_fifo``,
-  whose ``_train_pump`` trains a step in chunks, and ``unbounded``): the policy's own ``take_chunk(min(chunk_groups, lacking), lacking)``, as
-  the simulator's streaming trainer calls it, decides which finished groups the trainer may
-  train now. They leave the rule's buffer at once (its permits return: the driver wakes
-  admission), become STREAMED and join the open step; the version does not move inside a step,
-  so each trains at the staleness the consume will log. ``consume`` then never asks the rule
+  whose ``_train_pump`` trains a step in chunks, and ``unbounded``): the policy's own
+  ``take_chunk(min(chunk_groups, lacking), lacking)``, as the simulator's streaming trainer
+  calls it, decides which finished groups the trainer may train now. They leave the rule's
+  buffer at once (its permits return: the driver wakes admission), become STREAMED and join
+  the open step; the version does not move inside a step, so each trains at the staleness the
+  consume will log. ``consume`` then never asks the rule
   for a whole batch (``take_batch``): it returns the open step once all ``batch_size`` of its
   units have been streamed (``Batch.streamed`` names them all), and the head status is READY
   from then until that consume. A rule that does not stream refuses ``trainer.streaming`` with
