@@ -166,7 +166,7 @@ def test_train_runs_nemo_as_shipped_and_check_trace_holds_it(tmp_path, capsys):
     from .test_peers import FAKE
 
     out = tmp_path / "run"
-    assert main(["train", *FAKE, "--steps", "3", "--output-dir", str(out),
+    assert main(["train", *FAKE, "--steps", "2", "--output-dir", str(out),
                  "--set", "staleness.policy=nemo_in_order", "--set", "recovery.enabled=false",
                  "--set", "trainer.streaming=true", "--set", "rollout.refit=keep"]) == 0
     capsys.readouterr()
