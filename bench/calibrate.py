@@ -356,8 +356,8 @@ def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: boo
     from runtime.sim.model.runner import RunSpec, simulate
 
     cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised)
-    # Reserve-Occupy streams only when told (Config.streaming); NeMo-RL's rules hand chunks
-    # whenever the trainer takes them, but the runtime runs no peer with streaming
+    # Reserve-Occupy streams only when told (Config.streaming); the peers that stream
+    # (runtime.peers) hand chunks whenever the trainer takes them, as their policies do here
     options = (("streaming", True),) if run["streaming"] else ()
     _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
                               batch_size=BATCH, options=options), wl, cost)
