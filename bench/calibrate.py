@@ -74,6 +74,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench.docblock import between, splice  # noqa: E402
+
 import peers_compare as peers  # noqa: E402  (configures vLLM's env through refit_compare)
 from refit_compare import _g  # noqa: E402
 
@@ -354,8 +356,8 @@ def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: boo
     from runtime.sim.model.runner import RunSpec, simulate
 
     cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised)
-    # Reserve-Occupy streams only when told (Config.streaming); NeMo-RL's rules hand chunks
-    # whenever the trainer takes them, but the runtime runs no peer with streaming
+    # Reserve-Occupy streams only when told (Config.streaming); the peers that stream
+    # (runtime.peers) hand chunks whenever the trainer takes them, as their policies do here
     options = (("streaming", True),) if run["streaming"] else ()
     _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
                               batch_size=BATCH, options=options), wl, cost)
@@ -512,15 +514,12 @@ def render(results: dict[str, Any]) -> str:
 
 
 def doc_block(text: str) -> str:
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[start:end].strip("\n")
+    return between(text, BEGIN, END)
 
 
 def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC) -> None:
     results_path.write_text(json.dumps(results, indent=1) + "\n")
-    text = doc.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    doc.write_text(text[:start] + "\n" + render(results) + "\n" + text[end:])
+    splice(doc, BEGIN, END, render(results))
 
 
 # ------------------------------------------------------------------------------ the runs ----

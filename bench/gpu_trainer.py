@@ -20,6 +20,7 @@ said so.
 
     python bench/gpu_trainer.py                  # the GPU measurement
     python bench/gpu_trainer.py --tiny           # a small model, on CPU if there is no GPU
+    python bench/gpu_trainer.py --packing off    # padded micro-batches (default: packed)
 
 Without CUDA (and without ``--tiny``) it exits with status 2 and says so.
 """
@@ -85,6 +86,9 @@ def _settings(args: argparse.Namespace, precision: str, ckpt: bool, out: Path) -
         "staleness.group_size": args.group_size, "staleness.filter_zero_variance": False,
         "trainer.device": args.device, "trainer.precision": precision,
         "trainer.gradient_checkpointing": ckpt, "trainer.micro_batch": args.micro_batch,
+        "trainer.packing": args.packing == "on",
+        "trainer.max_tokens_per_micro_batch": args.micro_batch * (args.prompt_len
+                                                                 + args.response_len),
         "trainer.lr": 1e-6, "run.steps": args.steps, "run.output_dir": str(out),
         "run.progress": False, "run.plot": False, "run.trace": False, "run.eval_prompts": 0,
         "run.keep_weights": 1, "recovery.enabled": False, "timeouts.stuck_s": None})
@@ -166,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, help="samples per group (default 8)")
     ap.add_argument("--prompt-len", type=int, help="prompt tokens (default 256)")
     ap.add_argument("--response-len", type=int, help="response tokens (default 512)")
-    ap.add_argument("--micro-batch", type=int, help="sequences per forward (default 8)")
+    ap.add_argument("--micro-batch", type=int, help="sequences per forward (default 8); the "
+                    "token budget per forward is this many full-length samples")
+    ap.add_argument("--packing", choices=("on", "off"), default="on",
+                    help="trainer.packing: samples packed in one row per micro-batch (on) or "
+                         "one padded row each (off); docs/runtime.md, 'Packed sequences'")
     ap.add_argument("--budget-s", type=float, default=420.0,
                     help="start no configuration after this many seconds (default 420)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "gpu_trainer.json")
@@ -207,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model: Qwen2, {n / 1e6:.0f}M parameters (random weights, built here); "
               f"device {device}, torch {torch.__version__}; {args.groups} groups x "
               f"{args.group_size} samples of {args.prompt_len} + {args.response_len} tokens "
-              f"per step, micro-batch {args.micro_batch}, {args.steps} steps per config",
+              f"per step, micro-batch {args.micro_batch} samples' tokens, packing "
+              f"{args.packing}, {args.steps} steps per config",
               flush=True)
         for label in chosen:
             if time.perf_counter() - t0 > args.budget_s:

@@ -2,11 +2,12 @@
 on a long-tail workload, side by side in one process: ``make bench-peers``.
 
 The grid: each policy x trainer streaming off/on x ``rollout.refit`` abort/keep x eta, per
-seed. Streaming on runs for ``reserve_occupy`` only: the runtime refuses ``trainer.streaming``
-with a peer's rule (runtime/peers.py). The reference row is therefore ``nemo_in_order``
-whole-batch with ``keep`` (in-flight refit): NeMo-RL ships a streaming trainer, which this
-runtime cannot yet run for a peer, so the reference is NeMo-RL's rule without it. Every row
-shows its ratio to the reference of the same seed and eta.
+seed. Streaming on runs for the rules that stream: ``reserve_occupy`` and the peers whose
+simulator policy streams (``runtime.peers.peer_streams``: ``nemo_in_order``,
+``nemo_weight_fifo``, ``unbounded``); the runtime refuses ``trainer.streaming`` with the others.
+Every row shows its ratio to the reference of the same seed and eta, ``nemo_in_order``
+whole-batch with ``keep`` (in-flight refit; ``REF``), and, when the grid ran it, to NeMo-RL as
+shipped, ``nemo_in_order`` streaming with ``keep`` (``SHIPPED``; ``ratio_shipped``).
 
 Workload. The runtime gives one ``rollout.max_tokens`` to every request, so the long tail is
 made here, in the bench, with no runtime option: ``LongTail`` wraps the engine and gives each
@@ -55,9 +56,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from refit_compare import SETTINGS as REFIT_SETTINGS  # noqa: E402  (configures vLLM's env)
 from refit_compare import _g  # noqa: E402
 
-from runtime.peers import POLICY_CHOICES, REFERENCE  # noqa: E402
+from runtime.peers import POLICY_CHOICES, REFERENCE, peer_streams  # noqa: E402
 
 REF = ("nemo_in_order", False, "keep")  # (policy, streaming, refit) every row is compared to
+SHIPPED = ("nemo_in_order", True, "keep")  # NeMo-RL as shipped: each row's second ratio
 REFITS = ("abort", "keep")
 SETTINGS = {**{k: v for k, v in REFIT_SETTINGS.items() if k not in ("run.seed",
                                                                     "run.eval_prompts")},
@@ -106,10 +108,11 @@ class LongTail:
 
 def grid(policies: list[str], etas: list[int], refits: list[str],
          streaming: list[bool]) -> list[tuple[str, bool, str, int]]:
-    """(policy, streaming, refit, eta) in the table's order; streaming on only for
-    reserve_occupy."""
+    """(policy, streaming, refit, eta) in the table's order; streaming on only for the rules
+    that stream (reserve_occupy, and a peer whose simulator policy streams)."""
     return [(p, s, r, eta) for eta in etas for p in policies
-            for s in (streaming if p == REFERENCE else [m for m in streaming if not m])
+            for s in (streaming if p == REFERENCE or peer_streams(p)
+                      else [m for m in streaming if not m])
             for r in refits]
 
 
@@ -145,12 +148,14 @@ RATIO_KEYS = ("gen_tok_s", "trained_tok_s", "steps_per_s")
 
 
 def add_ratios(runs: list[dict[str, Any]]) -> None:
-    """Each run's ratio to the reference run of its seed and eta (None without one)."""
-    ref = {(r["seed"], r["eta"]): r for r in runs
-           if (r["policy"], r["streaming"], r["refit"]) == REF}
-    for r in runs:
-        base = ref.get((r["seed"], r["eta"]))
-        r["ratio"] = {k: (r[k] / base[k] if base and base[k] else None) for k in RATIO_KEYS}
+    """Each run's ratio to the reference run of its seed and eta (``ratio``) and to NeMo-RL as
+    shipped (``ratio_shipped``); None where the grid has no such run."""
+    for field, which in (("ratio", REF), ("ratio_shipped", SHIPPED)):
+        ref = {(r["seed"], r["eta"]): r for r in runs
+               if (r["policy"], r["streaming"], r["refit"]) == which}
+        for r in runs:
+            base = ref.get((r["seed"], r["eta"]))
+            r[field] = {k: (r[k] / base[k] if base and base[k] else None) for k in RATIO_KEYS}
 
 
 def _mean(xs: list[Any]) -> float | None:
@@ -160,12 +165,15 @@ def _mean(xs: list[Any]) -> float | None:
 
 def render(results: dict[str, Any]) -> str:
     """The table docs/peers.md shows, from the results file: one row per (eta, policy,
-    streaming, refit), means over the seeds."""
+    streaming, refit), means over the seeds. A results file whose grid ran NeMo-RL as shipped
+    (``SHIPPED``) gets one more column: each row's ratios to it."""
+    shipped = any((r["policy"], r["streaming"], r["refit"]) == SHIPPED for r in results["runs"])
     lines = ["| eta | policy | streaming | refit | seeds | gen tok/s (x ref) "
              "| trained tok/s (x ref) | steps/s (x ref) | staleness max / mean | units dropped "
              "| wasted tokens | length bias | trainer idle | eval before -> after "
-             "| reward gain / min |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| reward gain / min |" + (" x shipped: gen / trained / steps |" if shipped else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+             + ("---|" if shipped else "")]
     keys: list[tuple[Any, ...]] = []
     for r in results["runs"]:
         k = (r["eta"], r["policy"], r["streaming"], r["refit"])
@@ -181,7 +189,13 @@ def render(results: dict[str, Any]) -> str:
         def x(key: str) -> str:
             return _g(_mean([r["ratio"][key] for r in rs]), ".2f")
 
-        ref = " (ref)" if (policy, streaming, refit) == REF else ""
+        def xs(key: str) -> str:
+            return _g(_mean([(r.get("ratio_shipped") or {}).get(key) for r in rs]), ".2f")
+
+        ref = (" (ref)" if (policy, streaming, refit) == REF else
+               " (shipped)" if shipped and (policy, streaming, refit) == SHIPPED else "")
+        last = (f" {xs('gen_tok_s')} / {xs('trained_tok_s')} / {xs('steps_per_s')} |"
+                if shipped else "")
         lines.append(
             f"| {eta} | {policy}{ref} | {'on' if streaming else 'off'} | {refit} | {len(rs)} | "
             f"{m('gen_tok_s'):.0f} ({x('gen_tok_s')}) | {m('trained_tok_s'):.0f} "
@@ -190,7 +204,7 @@ def render(results: dict[str, Any]) -> str:
             f"{m('units_dropped'):.1f} | {m('wasted_tokens'):.0f} | "
             f"{_g(m('length_ratio'), '.2f')} | {m('trainer_idle'):.2f} | "
             f"{m('eval_before'):.3f} -> {m('eval_after'):.3f} | "
-            f"{m('reward_gain_per_min'):+.3f} |")
+            f"{m('reward_gain_per_min'):+.3f} |" + last)
     return "\n".join(lines)
 
 
@@ -275,7 +289,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated, of: {', '.join(POLICY_CHOICES)}")
     parser.add_argument("--refits", default=",".join(REFITS), help="abort, keep or both")
     parser.add_argument("--streaming", default="off,on",
-                        help="off, on or both (on: reserve_occupy only)")
+                        help="off, on or both (on: the rules that stream only)")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--median", type=float, default=MEDIAN,
                         help="median answer length (tokens) of the lognormal")
@@ -320,7 +334,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         bad("--seeds, --etas, --policies, --refits and --streaming must each name one or more")
     args.grid = grid(args.policy_list, args.eta_list, args.refit_list, args.streaming_list)
     if not args.grid:
-        bad("the grid is empty (streaming on alone runs reserve_occupy only)")
+        bad("the grid is empty (streaming on alone runs only the rules that stream: "
+            "reserve_occupy, " + ", ".join(p for p in POLICY_CHOICES if peer_streams(p)) + ")")
     return args
 
 
@@ -332,6 +347,7 @@ if __name__ == "__main__":
     results = {"settings": SETTINGS, "steps": args.steps, "seeds": args.seed_list,
                "etas": args.eta_list, "lognormal": {"median": args.median, "sigma": args.sigma},
                "reference": dict(zip(("policy", "streaming", "refit"), REF)),
+               "shipped": dict(zip(("policy", "streaming", "refit"), SHIPPED)),
                "grid_wall_s": round(time.perf_counter() - t0, 1), "runs": runs}
     print(render(results))
     if args.write:

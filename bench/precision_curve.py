@@ -25,6 +25,8 @@ from statistics import fmean
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docblock import between, splice  # noqa: E402
+
 from runtime.rollout.env import configure
 
 configure()
@@ -49,13 +51,11 @@ def render_table(results: list[dict]) -> str:
 
 def doc_table(text: str) -> str:
     """What the page holds between the markers."""
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    return between(text, BEGIN, END).strip()
 
 
 def write_docs(results: list[dict], doc: Path = DOC) -> None:
-    text = doc.read_text()
-    head, rest = text.split(BEGIN, 1)
-    doc.write_text(f"{head}{BEGIN}\n{render_table(results)}\n{END}{rest.split(END, 1)[1]}")
+    splice(doc, BEGIN, END, render_table(results))
 
 
 async def bench(precisions: list[str], steps: int, out: Path) -> list[dict]:

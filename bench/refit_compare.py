@@ -33,6 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docblock import between, splice  # noqa: E402
+
 from runtime.rollout.env import configure  # noqa: E402
 
 configure()
@@ -116,15 +118,12 @@ def render(results: dict[str, Any]) -> str:
 
 def doc_block(text: str) -> str:
     """What stands between the markers of docs/runtime.md."""
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[start:end].strip("\n")
+    return between(text, BEGIN, END)
 
 
 def write(results: dict[str, Any]) -> None:
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    text = DOC.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    DOC.write_text(text[:start] + "\n" + render(results) + "\n" + text[end:])
+    splice(DOC, BEGIN, END, render(results))
 
 
 async def _one(engine: Any, model: Path, mode: str, steps: int, out: Path) -> dict[str, Any]:

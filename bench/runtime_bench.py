@@ -38,6 +38,8 @@ from statistics import fmean
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docblock import between, splice  # noqa: E402
+
 from runtime.rollout.env import configure
 
 configure()
@@ -181,17 +183,14 @@ def render(results: dict) -> str:
 
 def doc_block(text: str) -> str:
     """What stands between the markers of docs/runtime.md."""
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[start:end].strip("\n")
+    return between(text, BEGIN, END)
 
 
 def write(results: dict) -> None:
     import json
 
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    text = DOC.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    DOC.write_text(text[:start] + "\n" + render(results) + "\n" + text[end:])
+    splice(DOC, BEGIN, END, render(results))
     print(f"wrote {RESULTS.relative_to(ROOT)} and the table in {DOC.relative_to(ROOT)}")
 
 

@@ -79,10 +79,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def write_table(lines: list[str]) -> None:
-    text = DOC.read_text()
-    start, end = "<!-- verl-compare:start -->", "<!-- verl-compare:end -->"
-    i, j = text.index(start) + len(start), text.index(end)
-    DOC.write_text(text[:i] + "\n" + "\n".join(lines) + "\n" + text[j:])
+    from bench.docblock import splice
+
+    splice(DOC, "<!-- verl-compare:start -->", "<!-- verl-compare:end -->", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pydantic import (
 from reserve_occupy.config import MAX_STALENESS
 from reserve_occupy.trace import MAX_JSON_DEPTH
 
-from .peers import POLICY_CHOICES, REFERENCE
+from .peers import POLICY_CHOICES, REFERENCE, peer_streams
 from .records import DriverSettings
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
@@ -376,7 +376,7 @@ class TrainConfig(_Section):
             raise ValueError(f"staleness.policy={s.policy} runs without crash recovery (it "
                              f"replays the Reserve–Occupy controller): set "
                              f"recovery.enabled=false")
-        if self.trainer.streaming:
+        if self.trainer.streaming and not peer_streams(s.policy):
             raise ValueError(f"staleness.policy={s.policy} does not stream in the runtime: set "
                              f"trainer.streaming=false")
         if s.capacity is not None:

@@ -111,7 +111,8 @@ class Driver:
             controller = (JournaledController(settings.controller_config())
                           if settings.policy == REFERENCE else
                           PeerController(settings.policy, settings.controller_config(),
-                                         settings.group_size, now=self.clock.now))
+                                         settings.group_size, now=self.clock.now,
+                                         chunk_groups=settings.chunk_groups))
         self.controller = controller
         self.persist = persist
         resume = resume or ResumePoint()
@@ -525,6 +526,10 @@ class Driver:
             self._handed += handed
             self.notes.append({"t": self.accounting.elapsed(), "event": "stream",
                                "units": [u.unit_id for u in handed]})
+        # A peer's rule chose the chunk (runtime.peers): it left the rule's buffer, so its
+        # admission may open (NeMo-RL's permits) and the rule may have evicted stale units
+        # (weight_fifo); a chunk that closed the step wakes the trainer's loop to consume it.
+        self._after_peer_consume(None)
         if not self._handed or len(self._handed) < self.s.chunk_groups:
             return None
         chunk, self._handed = self._handed, []

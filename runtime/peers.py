@@ -46,8 +46,20 @@ Reserve–Occupy controller, with the same types and typed errors:
   groups of its own choice there (ROLL's cohorts older than its lag: ``sim.abort``), logged as
   ``abort`` with ``meta.reason = "stale"`` and handed to the driver by ``take_aborted`` so it
   stops their requests; the finished ones it drops go as at ``consume``.
-* ``stream``/``release_stuck``: no peer streams or has a STUCK state here (the head status is
-  always PENDING); ``train --check`` refuses ``trainer.streaming`` with a peer.
+* ``stream()`` (``trainer.streaming``, only for a rule whose simulator policy streams,
+  ``peer_streams``, read from ``Policy.streams``: NeMo-RL's ``in_order`` and ``weight_fifo``,
+  whose ``_train_pump`` trains a step in chunks, and ``unbounded``): the policy's own
+  ``take_chunk(min(chunk_groups, lacking), lacking)``, as the simulator's streaming trainer
+  calls it, decides which finished groups the trainer may train now. They leave the rule's
+  buffer at once (its permits return: the driver wakes admission), become STREAMED and join
+  the open step; the version does not move inside a step, so each trains at the staleness the
+  consume will log. ``consume`` then never asks the rule
+  for a whole batch (``take_batch``): it returns the open step once all ``batch_size`` of its
+  units have been streamed (``Batch.streamed`` names them all), and the head status is READY
+  from then until that consume. A rule that does not stream refuses ``trainer.streaming`` with
+  a one-line error naming it (``train --check``; ``PeerController`` raises
+  ``UnsupportedByRuntime``). ``release_stuck``: no peer has a STUCK state (the head status is
+  never STUCK).
 * a rule's timer (AReaL's ``wait_timeout_s``): ``sim.set_timer`` sets ``timer``; the driver's
   watchdog calls ``fire_timer`` when its clock reaches it (the rule then may admit).
 
@@ -72,8 +84,8 @@ slots; verl runs with ``parameter_sync_step=1`` (colocate_async, as the runtime 
 
 Which rules run here: ``PEER_POLICIES``. The others of the simulator need what the runtime's
 driver does not give a policy: trajectory-level batches (TRL, whose unit is a trajectory, not a
-group), the future (clairvoyant: the workload's lengths before generation), a streaming
-trainer (PSRL's fine-grained rule is about chunks).
+group), the future (clairvoyant: the workload's lengths before generation), a trainer that
+streams finer than groups (PSRL's fine-grained rule is about chunks of trajectories).
 """
 
 from __future__ import annotations
@@ -105,6 +117,14 @@ REFERENCE = "reserve_occupy"
 PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "roll", "areal", "synchronous",
                  "unbounded")
 POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
+
+
+def peer_streams(name: str) -> bool:
+    """Whether the simulator's policy ``name`` streams (``Policy.streams``: it hands a
+    streaming trainer chunks), read from the class itself, not from a list kept here."""
+    from .sim.model.policies import POLICIES
+
+    return bool(POLICIES[name].streams) if name in PEER_POLICIES else False
 
 
 class UnsupportedByRuntime(RuntimeError):
@@ -221,12 +241,24 @@ def make_rule(name: str, eta: int) -> Any:
 class PeerController:
     """A peer's rule (a simulator policy) with the driver's controller interface; see the module
     docstring. ``max_in_flight``: the groups the engine runs at once, for rules that admit on a
-    free slot (``unbounded``)."""
+    free slot (``unbounded``). ``chunk_groups``: with ``config.streaming``, the least groups a
+    chunk takes (the simulator's ``cost.train.chunk_groups``; NeMo-RL's
+    ``min_groups_for_streaming_train``)."""
 
     def __init__(self, policy: str, config: Config, group_size: int,
                  max_in_flight: int | None = None,
-                 now: Callable[[], float] | None = None) -> None:
+                 now: Callable[[], float] | None = None, chunk_groups: int = 1) -> None:
+        if config.streaming and not peer_streams(policy):
+            if policy not in PEER_POLICIES:
+                make_rule(policy, config.max_staleness)  # the unknown-policy ValueError
+            raise UnsupportedByRuntime(f"staleness.policy={policy} does not stream (its "
+                                       f"simulator policy has no take_chunk): set "
+                                       f"trainer.streaming=false")
+        if isinstance(chunk_groups, bool) or not isinstance(chunk_groups, int) \
+                or chunk_groups < 1:
+            raise ValueError(f"chunk_groups must be an int >= 1, got {chunk_groups!r}")
         self.policy_name = policy
+        self.chunk_groups = chunk_groups
         # the driver's clock, read only by a rule that sets a timer (``timer``, ``fire_timer``)
         self.now = now if now is not None else _no_clock
         self.timer = math.inf
@@ -247,6 +279,8 @@ class PeerController:
         self._dropped: list[Any] = []
         self._aborted: list[Any] = []
         self._training = False  # consumed, not yet published
+        # streaming: the units stream() handed for the open step, in the order handed
+        self._step: list[BatchUnit] = []
         # the rule admitted groups or moved its timer inside a consume or publish (AReaL's
         # prepare_batch round): the driver must wake admission and its watchdog
         self._admission_moved = False
@@ -260,7 +294,11 @@ class PeerController:
 
     @property
     def head_status(self) -> BufferStatus:
-        return BufferStatus.PENDING  # never STUCK: the STUCK timeout is Reserve–Occupy's
+        # never STUCK: the STUCK timeout is Reserve–Occupy's; READY only for a streamed step
+        # that is whole (a whole-batch rule decides its batch only when consume asks it)
+        if self.config.streaming and len(self._step) == self.config.batch_size:
+            return BufferStatus.READY
+        return BufferStatus.PENDING
 
     @property
     def last_event(self) -> Event | None:
@@ -346,19 +384,12 @@ class PeerController:
     def consume(self, meta: dict[str, Any] | None = None) -> Batch | None:
         if self._training:
             raise IllegalOperation("consume", "TRAINING")
+        if self.config.streaming:
+            return self._consume_step(meta)
         chosen = self._watch_admission(self.rule.take_batch)
         if chosen is None:
             return None
-        units, seen = [], set()
-        for r in chosen:
-            group = r.group
-            if group.gid in seen:
-                continue
-            seen.add(group.gid)
-            if group.unit_id is None or self._states.get(group.unit_id) is not UnitState.FINISHED:
-                raise InvariantViolation("peer-batch", f"{self.policy_name} selected {group!r}, "
-                                                       f"which is not a finished unit")
-            units.append(BatchUnit(group.unit_id, group.v_traj, self.version - group.v_traj))
+        units = self._finished_units(chosen, "peer-batch")
         if len(units) != self.config.batch_size:
             raise InvariantViolation("peer-batch", f"{self.policy_name} selected {len(units)} "
                                                    f"groups, not batch_size "
@@ -371,6 +402,32 @@ class PeerController:
         self._log("consume", meta, batch=batch)
         return batch
 
+    def _consume_step(self, meta: dict[str, Any] | None) -> Batch | None:
+        """Streaming: the open step once every unit of it was streamed (else None)."""
+        if len(self._step) < self.config.batch_size:
+            return None
+        units, self._step = tuple(self._step), []
+        for u in units:
+            self._states[u.unit_id] = UnitState.CONSUMED
+        batch = Batch(self.version, units, tuple(u.unit_id for u in units))
+        self._training = True
+        self._log("consume", meta, batch=batch)
+        return batch
+
+    def _finished_units(self, chosen: Sequence[Any], invariant: str) -> list[BatchUnit]:
+        """The units of the groups a rule chose (each once, in order), each a finished unit."""
+        units, seen = [], set()
+        for r in chosen:
+            group = r.group
+            if group.gid in seen:
+                continue
+            seen.add(group.gid)
+            if group.unit_id is None or self._states.get(group.unit_id) is not UnitState.FINISHED:
+                raise InvariantViolation(invariant, f"{self.policy_name} selected {group!r}, "
+                                                    f"which is not a finished unit")
+            units.append(BatchUnit(group.unit_id, group.v_traj, self.version - group.v_traj))
+        return units
+
     def publish(self, meta: dict[str, Any] | None = None) -> None:
         if not self._training:
             raise IllegalOperation("publish", "IDLE")
@@ -379,9 +436,35 @@ class PeerController:
         self._training = False
         self._watch_admission(lambda: self.rule.on_publish(self.version))
 
-    def stream(self, meta: dict[str, Any] | None = None) -> tuple[()]:
-        raise IllegalOperation("stream", "IDLE", requires=f"streaming, which {self.policy_name} "
-                                                          f"does not do in the runtime")
+    def stream(self, meta: dict[str, Any] | None = None) -> tuple[BatchUnit, ...]:
+        """Streaming: the next chunk of the open step, as the rule's ``take_chunk`` chooses it
+        (at least ``min(chunk_groups, lacking)`` finished groups, at most what the step lacks);
+        ``()`` when the rule hands nothing or the step is whole. The units are STREAMED: the
+        trainer may train them now, and the consume that closes the step returns them."""
+        if not self.config.streaming:
+            raise IllegalOperation("stream", "TRAINING" if self._training else "IDLE",
+                                   requires="Config.streaming (trainer.streaming)")
+        if self._training:
+            raise IllegalOperation("stream", "TRAINING")
+        lacks = self.config.batch_size - len(self._step)
+        if lacks == 0:
+            return ()
+        chosen = self._watch_admission(
+            lambda: self.rule.take_chunk(min(self.chunk_groups, lacks), lacks))
+        if chosen is None:
+            return ()
+        units = self._finished_units(chosen, "peer-chunk")
+        if not units or len(units) > lacks:
+            raise InvariantViolation("peer-chunk", f"{self.policy_name} handed a chunk of "
+                                                   f"{len(units)} groups to a step that lacks "
+                                                   f"{lacks}")
+        for u in units:
+            self._states[u.unit_id] = UnitState.STREAMED
+            del self._units[u.unit_id]
+        self._step += units
+        self._admission_moved = True  # the chunk left the rule's buffer: its permits returned
+        self._log("stream", meta, batch=Batch(self.version, tuple(units)))
+        return tuple(units)
 
     def release_stuck(self, meta: dict[str, Any] | None = None) -> tuple[()]:
         return ()  # the head is never STUCK: nothing to release
@@ -392,6 +475,10 @@ class PeerController:
         if flying != self.in_flight:
             raise InvariantViolation("peer-in-flight", f"{flying} units IN_FLIGHT, counted "
                                                        f"{self.in_flight}")
+        streamed = sum(1 for s in self._states.values() if s is UnitState.STREAMED)
+        if streamed != len(self._step):
+            raise InvariantViolation("peer-streamed", f"{streamed} units STREAMED, the open "
+                                                      f"step holds {len(self._step)}")
         for unit_id, group in self._units.items():
             if group.unit_id != unit_id:
                 raise InvariantViolation("peer-binding", f"{unit_id!r} is bound to {group!r}")

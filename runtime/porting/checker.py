@@ -295,7 +295,9 @@ def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, boun
                 eta: int, progress: Callable[[int], None] | None) -> Report:
     """A peer's log: no reference to replay; ``PeerTracker`` checks what every rule must do."""
     report = Report(PEER, config, policy=policy, bounded=bounded)
-    tracker = PeerTracker(config, policy, bounded, eta)
+    from ..peers import peer_streams
+
+    tracker = PeerTracker(config, policy, bounded, eta, streams=peer_streams(policy))
     report.eta = tracker.eta
     for entry in entries:
         _tally(report, entry, progress)

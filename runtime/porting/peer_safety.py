@@ -15,7 +15,15 @@ check runs only when the caller names the rule; the header never selects it.
   bound by design: its trained staleness is reported (``over_eta``: units trained staler than
   eta), never called a failure.
 
-``stream`` and ``release_stuck`` are Reserve–Occupy's and a violation here.
+* ``stream`` (a rule whose simulator policy streams, NeMo-RL's, in a log whose header has
+  ``streaming``): the units handed are finished and not handed before, of the current version,
+  their staleness within the bound as at ``consume`` (they train now), and no more than the
+  step lacks; a streamed unit cannot be filtered, and the next ``consume`` must train every
+  streamed unit (its ``batch.streamed`` naming exactly them). A streamed unit counts once, at
+  that consume. A stream by a rule that does not stream, or in a log without streaming, is a
+  violation.
+
+``release_stuck`` is Reserve–Occupy's and a violation here.
 """
 
 from __future__ import annotations
@@ -25,17 +33,19 @@ from reserve_occupy.trace import TraceEntry
 
 from .safety import Violation
 
-IN_FLIGHT, FINISHED, DONE = "in flight", "finished", "done"
+IN_FLIGHT, FINISHED, STREAMED, DONE = "in flight", "finished", "streamed", "done"
 
 
 class PeerTracker:
     """Follows a peer's trace; ``step`` returns the first violation of each event."""
 
     def __init__(self, config: Config, policy: str, bounded: bool,
-                 eta: int | None = None) -> None:
+                 eta: int | None = None, streams: bool = False) -> None:
         self.config = config
         self.policy = policy
         self.bounded = bounded
+        self.streams = streams  # the named rule's policy streams (Policy.streams)
+        self.step_units: list[object] = []  # streamed for the open step
         self.eta = config.max_staleness if eta is None else eta  # the named rule's own
         self.version = 0
         self.training = False
@@ -94,13 +104,56 @@ class PeerTracker:
             self.units[u] = DONE
         elif op == "consume":
             return self._consume(e.batch)  # type: ignore[arg-type]
+        elif op == "stream" and self.streams and self.config.streaming:
+            return self._stream(e.batch)  # type: ignore[arg-type]
         elif op == "publish":
             if not self.training:
                 return Violation("phase", "publish without a consumed batch")
             self.training = False
             self.version += 1
+        elif op == "stream":
+            why = ("the log's header has no streaming" if self.streams else
+                   f"{self.policy} does not stream")
+            return Violation("operation", f"stream: {why}")
         else:
             return Violation("operation", f"{op} is Reserve–Occupy's; {self.policy} has none")
+        return None
+
+    def _trained_at(self, unit) -> Violation | None:  # type: ignore[no-untyped-def]
+        """A unit handed to the trainer (``consume`` or ``stream``) at the current version:
+        its logged v_traj and staleness are its own, and a bounded rule's is within eta."""
+        u = unit.unit_id
+        staleness = self.version - self.v_traj[u]
+        if unit.v_traj != self.v_traj[u] or unit.staleness != staleness:
+            return Violation("staleness", f"unit {u!r} logged v_traj {unit.v_traj} "
+                                          f"staleness {unit.staleness}; it was reserved at "
+                                          f"{self.v_traj[u]}: staleness {staleness}")
+        if staleness > self.eta and self.bounded:
+            return Violation("staleness-bound", f"unit {u!r} trained at staleness "
+                                                f"{staleness} > eta {self.eta}; "
+                                                f"{self.policy} promises the bound")
+        return None
+
+    def _stream(self, batch) -> Violation | None:  # type: ignore[no-untyped-def]
+        if self.training:
+            return Violation("phase", "stream while the previous batch is not published")
+        if batch.version != self.version:
+            return Violation("version", f"stream of version {batch.version} at version "
+                                        f"{self.version}")
+        lacks = self.config.batch_size - len(self.step_units)
+        if not batch.units or len(batch.units) > lacks:
+            return Violation("full-batch", f"stream of {len(batch.units)} units; the step "
+                                           f"lacks {lacks}")
+        for unit in batch.units:
+            u = unit.unit_id
+            if self.units.get(u) != FINISHED:
+                return Violation("lifecycle", f"stream of unit {u!r}, which is "
+                                              f"{self.units.get(u) or 'unknown'}, not finished")
+            bad = self._trained_at(unit)
+            if bad is not None:
+                return bad
+            self.units[u] = STREAMED
+            self.step_units.append(u)
         return None
 
     def _consume(self, batch) -> Violation | None:  # type: ignore[no-untyped-def]
@@ -112,25 +165,30 @@ class PeerTracker:
         if len(batch.units) != self.config.batch_size:
             return Violation("full-batch", f"{len(batch.units)} units, batch_size is "
                                            f"{self.config.batch_size}")
+        ids = [u.unit_id for u in batch.units]
+        left_out = [u for u in self.step_units if u not in ids]
+        if left_out:
+            return Violation("lifecycle", f"unit {left_out[0]!r} was streamed but the batch "
+                                          f"does not train it")
+        if set(batch.streamed) != set(self.step_units) or len(batch.streamed) != len(
+                self.step_units):
+            return Violation("lifecycle", f"batch.streamed names {list(batch.streamed)}; "
+                                          f"streamed were {self.step_units}")
         for unit in batch.units:
             u = unit.unit_id
-            if self.units.get(u) != FINISHED:
+            if self.units.get(u) not in (FINISHED, STREAMED):  # DONE once trained
                 return Violation("lifecycle", f"consume of unit {u!r}, which is "
                                               f"{self.units.get(u) or 'unknown'}, not finished")
+            bad = self._trained_at(unit)
+            if bad is not None:
+                return bad
             staleness = self.version - self.v_traj[u]
-            if unit.v_traj != self.v_traj[u] or unit.staleness != staleness:
-                return Violation("staleness", f"unit {u!r} logged v_traj {unit.v_traj} "
-                                              f"staleness {unit.staleness}; it was reserved at "
-                                              f"{self.v_traj[u]}: staleness {staleness}")
             if staleness > self.eta:
-                if self.bounded:
-                    return Violation("staleness-bound", f"unit {u!r} trained at staleness "
-                                                        f"{staleness} > eta {self.eta}; "
-                                                        f"{self.policy} promises the bound")
                 self.over_eta += 1
             self.units[u] = DONE
             self.max_staleness_seen = max(self.max_staleness_seen, staleness)
             self.staleness[staleness] = self.staleness.get(staleness, 0) + 1
         self.batches += 1
+        self.step_units = []
         self.training = True
         return None

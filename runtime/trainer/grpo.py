@@ -295,39 +295,44 @@ class GRPOTrainer:
         """Per-token log-probabilities of each response given its prompt, as a padded
         [n, max_response] tensor with its 0/1 mask: one forward pass over all of them, packed
         into one row (``trainer.packing``) or one padded row each. Only the logits that predict
-        a response token go through the softmax."""
+        a response token go through the softmax (packed: only they leave the model, through
+        ``logits_to_keep``), as one [response tokens, vocabulary] tensor."""
         seqs = [p + r for p, r in zip(prompts, responses)]
-        width = max(1, max(map(len, responses)))
-        n = len(seqs)
-        # row and position of the logits predicting response token t of sample i
-        row = torch.zeros((n, width), dtype=torch.long)
-        at = torch.zeros((n, width), dtype=torch.long)
-        target = torch.zeros((n, width), dtype=torch.long)
-        rmask = torch.zeros((n, width))
+        n, width = len(seqs), max(1, max(map(len, responses)))
+        # for each response token: the row and position of the logits that predict it, and
+        # where its log-probability goes in the [n, width] result
+        row: list[int] = []
+        at: list[int] = []
+        dest_i: list[int] = []
+        dest_t: list[int] = []
         offset = 0
         for i, (p, r) in enumerate(zip(prompts, responses)):
+            start = offset + len(p) - 1
+            row += [0 if self.packing else i] * len(r)
+            at += range(start, start + len(r))
+            dest_i += [i] * len(r)
+            dest_t += range(len(r))
             if self.packing:
-                start = offset + len(p) - 1
                 offset += len(p) + len(r)
-            else:
-                row[i] = i
-                start = len(p) - 1
-            if r:
-                at[i, :len(r)] = torch.arange(start, start + len(r))
-                target[i, :len(r)] = torch.tensor(r)
-                rmask[i, :len(r)] = 1
+        dev = self.device
+        target = torch.tensor([t for r in responses for t in r], dtype=torch.long, device=dev)
         if self.packing:
             inputs = self._packed_inputs(model, seqs)
+            inputs["logits_to_keep"] = torch.tensor(at, dtype=torch.long, device=dev)
+            with self._autocast():
+                picked = model(**inputs, use_cache=False).logits[0]
         else:
             ids, mask = self._pad(seqs)
-            inputs = {"input_ids": ids, "attention_mask": mask}
-        with self._autocast():
-            logits = model(**inputs, use_cache=False).logits
-        picked = logits[row.to(self.device), at.to(self.device)].float()
-        logp = torch.log_softmax(picked / self.temperature, dim=-1)
-        logp = logp.gather(-1, target.to(self.device).unsqueeze(-1)).squeeze(-1)
-        rmask = rmask.to(self.device)
-        return logp * rmask, rmask
+            with self._autocast():
+                logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            picked = logits[torch.tensor(row, device=dev), torch.tensor(at, device=dev)]
+        logp = torch.log_softmax(picked.float() / self.temperature, dim=-1)
+        logp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        where = (torch.tensor(dest_i, dtype=torch.long, device=dev),
+                 torch.tensor(dest_t, dtype=torch.long, device=dev))
+        out = torch.zeros((n, width), device=dev).index_put(where, logp)
+        rmask = torch.zeros((n, width), device=dev).index_put(where, torch.ones_like(logp))
+        return out, rmask
 
     @torch.no_grad()
     def score(self, prompts: list[list[int]], responses: list[list[int]]) -> list[list[float]]:

@@ -5,7 +5,9 @@ computation's; a row with attention crossing samples is not, and these tests say
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from runtime.config import TrainerConfig
 from runtime.trainer.base import TrainBatch
 from runtime.trainer.grpo import GRPOTrainer, TokenBudgetError, plan_micro_batches
 
+from .helpers import load_bench
 from .test_grpo_streaming import PROMPTS, RESPONSES, _batch, _chunks, _weights_apart
 
 # Prompt + response lengths of the streaming tests' batch run 6 to 14 tokens: a 24-token budget
@@ -221,3 +224,17 @@ def test_train_check_refuses_a_budget_below_the_longest_sample(tmp_path, capsys)
     # Below a response of rollout.max_tokens alone: the config itself is refused.
     assert main([*base, "--set", "trainer.max_tokens_per_micro_batch=8"]) == 2
     assert "trainer.max_tokens_per_micro_batch 8 is below" in capsys.readouterr().err
+
+
+def test_the_trainer_bench_runs_small_and_the_doc_holds_its_table(tmp_path, capsys):
+
+    bench = load_bench("trainer_bench")
+    assert bench.main(["--groups", "2", "--group-size", "3", "--max-response", "64",
+                       "--budget", "256", "--steps", "1", "--out", str(tmp_path / "r.json")]) == 0
+    res = {r["mode"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    assert res["packed"]["padding_frac"] == 0.0 < res["padded"]["padding_frac"]
+    assert res["packed"]["computed_tokens"] == res["padded"]["trained_tokens"]
+    assert "| packed |" in capsys.readouterr().out
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "runtime.md").read_text()
+    block = doc.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
+    assert "| padded |" in block and "| packed |" in block

@@ -272,8 +272,10 @@ FAKE = ["--no-progress", "--set", "rollout.backend=fake", "--set", "run.eval_pro
     (["staleness.policy=nemo"], ["staleness.policy", "must be one of reserve_occupy, "
                                  + ", ".join(PEER_POLICIES), "'nemo'"]),
     (["staleness.policy=verl_drop"], ["staleness.policy=verl_drop", "recovery.enabled=false"]),
-    (["staleness.policy=unbounded", "recovery.enabled=false", "trainer.streaming=true"],
-     ["trainer.streaming=false"]),
+    (["staleness.policy=verl_drop", "recovery.enabled=false", "trainer.streaming=true"],
+     ["staleness.policy=verl_drop does not stream", "trainer.streaming=false"]),
+    (["staleness.policy=roll", "recovery.enabled=false", "trainer.streaming=true"],
+     ["staleness.policy=roll does not stream", "trainer.streaming=false"]),
 ])
 def test_train_check_refuses_a_bad_policy_in_one_line(tmp_path, capsys, settings, needles):
     out = tmp_path / "out"

@@ -38,6 +38,23 @@ def test_the_docs_table_is_rendered_from_the_results_file():
     assert bench.doc_block(bench.DOC.read_text()) != bench.render(results)
 
 
+def test_the_grid_streams_only_the_rules_that_stream():
+    bench = _bench()
+    assert bench.grid(["verl_drop", "nemo_weight_fifo", "unbounded"], [1], ["keep"],
+                      [False, True]) == [
+        ("verl_drop", False, "keep", 1), ("nemo_weight_fifo", False, "keep", 1),
+        ("nemo_weight_fifo", True, "keep", 1), ("unbounded", False, "keep", 1),
+        ("unbounded", True, "keep", 1)]
+    # the committed results hold NeMo-RL as shipped: every row has its ratio to it; a results
+    # file without that row (an older grid) renders without the column
+    results = json.loads(bench.RESULTS.read_text())
+    assert "x shipped" in bench.render(results)
+    assert all(r["ratio_shipped"]["trained_tok_s"] is not None for r in results["runs"])
+    older = {"runs": [r for r in results["runs"] if not (r["policy"] == "nemo_in_order"
+                                                          and r["streaming"])]}
+    assert "x shipped" not in bench.render(older)
+
+
 @pytest.mark.parametrize("args, says", [
     (["--policies", "reserve_occupy,nemo_fifo"], "unknown policy 'nemo_fifo'"),
     (["--etas", "1,-1"], "eta must be >= 0"),
@@ -57,16 +74,23 @@ async def test_a_tiny_grid_runs_and_its_table_agrees(engine, tmp_path):
     bench = _bench()
     grid = bench.grid(["reserve_occupy", "nemo_in_order"], [1], ["keep"], [False, True])
     assert grid == [("reserve_occupy", False, "keep", 1), ("reserve_occupy", True, "keep", 1),
-                    ("nemo_in_order", False, "keep", 1)]
+                    ("nemo_in_order", False, "keep", 1), ("nemo_in_order", True, "keep", 1)]
     runs = await bench.main(grid, [0], 2, bench.MEDIAN, bench.SIGMA, tmp_path / "rows.jsonl",
                             engine=engine)
     assert [(r["policy"], r["streaming"]) for r in runs] == [(p, s) for p, s, _, _ in grid]
-    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 3
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 4
     for r in runs:
         assert FIELDS <= set(r) and r["steps"] == 2 and r["staleness_max"] <= 1
         assert r["tokens_trained"] > 0 and 0 <= r["trainer_idle"] <= 1
     assert runs[2]["ratio"] == {k: 1.0 for k in bench.RATIO_KEYS}
     assert runs[0]["ratio"]["gen_tok_s"] == runs[0]["gen_tok_s"] / runs[2]["gen_tok_s"]
+    # ... and to NeMo-RL as shipped (nemo_in_order streaming, keep), the table's last column
+    assert runs[3]["ratio_shipped"] == {k: 1.0 for k in bench.RATIO_KEYS}
+    assert runs[0]["ratio_shipped"]["trained_tok_s"] == (runs[0]["trained_tok_s"]
+                                                         / runs[3]["trained_tok_s"])
+    table = bench.render({"runs": runs}).splitlines()
+    assert "x shipped" in table[0] and "nemo_in_order (shipped) | on | keep" in table[5]
+    assert table[5].endswith(" 1.00 / 1.00 / 1.00 |")
     doc, out = tmp_path / "peers.md", tmp_path / "peers_compare.json"
     shutil.copy(bench.DOC, doc)
     results = {"steps": 2, "runs": runs}
