@@ -325,7 +325,8 @@ class GRPOTrainer:
             ids, mask = self._pad(seqs)
             with self._autocast():
                 logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-            picked = logits[torch.tensor(row, device=dev), torch.tensor(at, device=dev)]
+            picked = logits[torch.tensor(row, dtype=torch.long, device=dev),
+                            torch.tensor(at, dtype=torch.long, device=dev)]
         logp = torch.log_softmax(picked.float() / self.temperature, dim=-1)
         logp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
         where = (torch.tensor(dest_i, dtype=torch.long, device=dev),
