@@ -236,7 +236,7 @@ async def _run_started(cfg: TrainConfig, model_path: Path, out_dir: Path,
     state: RunState | None = None
     try:
         if engines.trainer is None:
-            engines.trainer = await build_trainer(cfg, model_path, out_dir)
+            engines.trainer = await build_trainer(cfg, model_path, out_dir, log)
             engines.own_trainer = True
         # The run's own config is on disk once its engines and trainer are up (a start that
         # fails, or is killed, before leaves no config.json behind) and before anything else
@@ -258,7 +258,8 @@ async def _run_started(cfg: TrainConfig, model_path: Path, out_dir: Path,
         await engines.close()
 
 
-async def build_trainer(cfg: TrainConfig, model_path: Path, out_dir: Path) -> Any:
+async def build_trainer(cfg: TrainConfig, model_path: Path, out_dir: Path,
+                        log: Callable[[str], None] = print) -> Any:
     """The in-process trainer: ``GRPOTrainer``, or with ``trainer.world_size`` > 1 (or
     ``trainer.strategy`` fsdp) the ``ShardedTrainer`` and its rank processes."""
     args = (model_path, cfg.trainer, out_dir, cfg.rollout.temperature)
@@ -267,7 +268,10 @@ async def build_trainer(cfg: TrainConfig, model_path: Path, out_dir: Path) -> An
         from .cli import off_loop
         from .trainer.sharded import ShardedTrainer
 
-        return await off_loop(lambda: ShardedTrainer(*args, **kw), "trainer start-up")
+        log(f"starting {cfg.trainer.world_size} trainer rank(s) (FSDP2) ...")
+        trainer = await off_loop(lambda: ShardedTrainer(*args, **kw), "trainer start-up")
+        log(f"trainer ranks ready: pids {', '.join(map(str, trainer.pids))}")
+        return trainer
     from .trainer.grpo import GRPOTrainer
 
     return GRPOTrainer(*args, **kw)
