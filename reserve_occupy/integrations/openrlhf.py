@@ -58,7 +58,7 @@ from ..machine import StalenessController
 from ..stuck import StuckTimeouts, escalation
 from ..trace import trace_records
 from ..types import Phase, UnitState
-from ._shared import free_reservations
+from ._shared import free_reservations, integer_setting, seconds_setting
 
 __all__ = ["OpenRLHFIntegrationError", "OpenRLHFSettingError", "StalenessBroker",
            "actor_classes", "install", "main"]
@@ -81,19 +81,11 @@ class OpenRLHFSettingError(OpenRLHFIntegrationError, ValueError):
 
 
 def _integer(key: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise OpenRLHFSettingError(key, value, f"must be an integer >= {minimum}")
-    if value < minimum:
-        raise OpenRLHFSettingError(key, value, f"must be >= {minimum}")
-    return value
+    return integer_setting(OpenRLHFSettingError, key, value, minimum)
 
 
 def _seconds(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise OpenRLHFSettingError(key, value, "must be a number of seconds")
-    if not (math.isfinite(value) and value > 0):
-        raise OpenRLHFSettingError(key, value, "must be finite and > 0")
-    return float(value)
+    return seconds_setting(OpenRLHFSettingError, key, value)
 
 
 # ---------------------------------------------------------------- the broker ------------------

@@ -49,7 +49,7 @@ from ..errors import ConfigError, ProtocolError
 from ..machine import StalenessController
 from ..stuck import StuckTimeouts, escalation
 from ..types import Batch, Phase, SlotState
-from ._shared import free_reservations
+from ._shared import free_reservations, integer_setting, seconds_setting
 
 __all__ = ["VerlIntegrationError", "VerlSettingError", "ReserveOccupyReplayBuffer"]
 
@@ -73,20 +73,11 @@ SAMPLER_KWARGS = "trainer.v1.sampler.sampler_kwargs"
 
 
 def _integer(key: str, value: object, minimum: int) -> int:
-    # bool is an int subclass, and int() would truncate 1.7 or parse "2": each is a mistake
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise VerlSettingError(key, value, f"must be an integer >= {minimum}")
-    if value < minimum:
-        raise VerlSettingError(key, value, f"must be >= {minimum}")
-    return value
+    return integer_setting(VerlSettingError, key, value, minimum)
 
 
 def _seconds(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise VerlSettingError(key, value, "must be a number of seconds")
-    if not (math.isfinite(value) and value > 0):
-        raise VerlSettingError(key, value, "must be finite and > 0")
-    return float(value)
+    return seconds_setting(VerlSettingError, key, value)
 
 
 class ReserveOccupyReplayBuffer(ReplayBufferAsync):
