@@ -307,7 +307,9 @@ class RayConfig(_Section):
     address: str | None = None  # an existing cluster ("auto", "ray://..."); null: start one
     num_cpus: int | None = Field(None, ge=1)  # for a local cluster started here
     engine_resources: dict[str, float] = {"num_cpus": 1}  # per engine actor
-    trainer_resources: dict[str, float] = {"num_cpus": 1}
+    trainer_resources: dict[str, float] = {"num_cpus": 1}  # the trainer actor, or each rank's
+    # trainer.world_size > 1: the rank actors' placement group strategy (docs/ray.md)
+    trainer_placement: Literal["STRICT_PACK", "PACK", "SPREAD", "STRICT_SPREAD"] = "STRICT_PACK"
     max_engine_restarts: int = Field(3, ge=0)  # replacements for crashed engine actors
 
 
@@ -349,13 +351,6 @@ class TrainConfig(_Section):
             raise ValueError(f"trainer.chunk_groups ({t.chunk_groups}) must be <= "
                              f"staleness.batch_size ({self.staleness.batch_size}): a chunk is "
                              f"part of one batch")
-        return self
-
-    @model_validator(mode="after")
-    def _sharded_local(self) -> TrainConfig:
-        if self.trainer.sharded and self.run.backend == "ray":
-            raise ValueError("trainer.world_size > 1 (or trainer.strategy fsdp) runs with "
-                             "run.backend local: the sharded trainer is not placed on Ray yet")
         return self
 
     @model_validator(mode="after")

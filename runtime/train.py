@@ -224,7 +224,8 @@ def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-u
     try:
         device = resolve_device(cfg.trainer.device)
         check_precision(cfg.trainer.precision, device.split(":")[0])
-        check_world_size(cfg.trainer.world_size, device)
+        if cfg.run.backend == "local":  # on Ray: the cluster's resources (preflight)
+            check_world_size(cfg.trainer.world_size, device)
         if cfg.rollout.backend == "vllm":
             check_engine_args(cfg.rollout.engine_args)
         if cfg.run.backend == "ray" and cfg.ray.address is None:

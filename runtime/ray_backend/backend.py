@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +30,9 @@ from ..rollout.pool import EngineCrashed, EnginePool
 from .loopback import pin as pin_loopback
 from .actors import EngineActor, TrainerActor
 from .preflight import check_cluster
+from .refs import RayWeights, actor_options
 
 ROOT = Path(__file__).resolve().parents[2]
-_RAY_OPTIONS = ("num_cpus", "num_gpus", "memory")
-
-
-def actor_options(resources: dict[str, float]) -> dict[str, Any]:
-    """``{"num_cpus": 1, "GPU_A100": 1}`` -> Ray's ``.options`` keyword arguments."""
-    opts: dict[str, Any] = {k: v for k, v in resources.items() if k in _RAY_OPTIONS}
-    custom = {k: v for k, v in resources.items() if k not in _RAY_OPTIONS}
-    if custom:
-        opts["resources"] = custom
-    return opts
 
 
 def placeable(options: dict[str, Any]) -> str | None:
@@ -55,15 +45,6 @@ def placeable(options: dict[str, Any]) -> str | None:
         if node.get("Alive") and all(have.get(k, 0) >= v for k, v in need.items() if v):
             return node["NodeManagerAddress"]
     return None
-
-
-@dataclass(frozen=True)
-class RayWeights:
-    """Weights in the object store: the trainer put them once; engines fetch them."""
-
-    version: int
-    ref: Any
-    digest: str
 
 
 class ActorEngine:
@@ -218,6 +199,19 @@ class RayBackend:
             return await new_engine(index)
 
         engines = await asyncio.gather(*(new_engine(i) for i in range(r.engines)))
+        if cfg.trainer.sharded:  # the ranks as actors in a placement group (ranks.py)
+            from .ranks import RayShardedTrainer
+
+            rollout = RayRollout(engines, restart)
+            try:
+                sharded = await asyncio.to_thread(
+                    RayShardedTrainer, model_path, cfg.trainer, out_dir, r.temperature,
+                    cfg.run.seed, cfg.run.keep_weights, cfg.run.steps,
+                    dict(cfg.ray.trainer_resources), cfg.ray.trainer_placement)
+            except BaseException:
+                await rollout.close()
+                raise
+            return cls(rollout, sharded, None, owns)
         trainer_handle = TrainerActor.options(  # type: ignore[attr-defined]
             **actor_options(cfg.ray.trainer_resources)).remote(
             str(model_path), cfg.trainer, str(out_dir), r.temperature, cfg.run.seed,
@@ -228,6 +222,9 @@ class RayBackend:
 
     async def close(self) -> None:
         await self.rollout.close()
-        ray.kill(self.trainer_handle)
+        if self.trainer_handle is not None:
+            ray.kill(self.trainer_handle)
+        else:  # the sharded trainer's rank actors
+            await asyncio.to_thread(self.trainer.close)
         if self.owns_cluster:
             ray.shutdown()

@@ -326,7 +326,9 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
         # Start-up (loading the model, the first collectives) may take minutes on a busy
         # machine: its own timeout; the configured one from the first command on.
         startup = timedelta(seconds=max(spec["timeout_s"], STARTUP_S))
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=startup)
+        # the store's host: the driver's 127.0.0.1, or rank 0's node on Ray (runtime.ray_backend)
+        store = dist.TCPStore(spec.get("master_addr", "127.0.0.1"), port, is_master=False,
+                              timeout=startup)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                                 timeout=startup)
         module, _, name = spec["rank_class"].partition(":")

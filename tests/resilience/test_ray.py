@@ -232,3 +232,87 @@ def test_keep_refit_on_ray_engine_actors(ray_cluster, tmp_path):
         assert list(s.versions) == sorted(s.versions)
     assert all(b.version - min(s.versions) <= 2 for b, _, s in samples)
     assert _trace_ok(tmp_path / "events.jsonl")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_sharded_trainer_ranks_as_ray_actors_in_one_placement_group(ray_cluster, tmp_path):
+    # trainer.world_size 2 on Ray: two rank actors in one STRICT_PACK placement group,
+    # rendezvous on 127.0.0.1; three steps with fake engine actors take the single-process
+    # trainer's update (replayed here on the batches the run trained, within the sharded
+    # tests' tolerance); a rank actor that dies fails the next step naming it.
+    import torch
+    from safetensors.torch import load as load_blob
+
+    from runtime.config import TrainerConfig
+    from runtime.models.tiny import ensure_tiny_model
+    from runtime.ray_backend import RayBackend
+    from runtime.ray_backend.loopback import LOOPBACK
+    from runtime.ray_backend.ranks import RayShardedTrainer
+    from runtime.session import run_training
+    from runtime.tasks.base import Prompt
+    from runtime.trainer.grpo import GRPOTrainer
+    from runtime.trainer.sharded import RankLost
+
+    from ..runtime.test_sharded_trainer import MAX_TOL, MEAN_TOL, SETTINGS, _apart
+    from .rewards import parity
+
+    ray = ray_cluster
+    model = ensure_tiny_model(log=None)
+    settings = {f"trainer.{k}": v for k, v in SETTINGS.items()}
+    cfg = _cfg(tmp_path, **{"rollout.backend": "fake", "rollout.fake_token_s": 0.01,
+                            "run.steps": 3, "trainer.world_size": 2, **settings})
+    prompts = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(50)]
+    seen = []
+
+    def hook(driver):
+        train_step = driver.trainer.train_step
+
+        async def spy(batch):
+            seen.append(batch)
+            return await train_step(batch)
+
+        driver.trainer.train_step = spy
+
+    t0 = time.monotonic()
+
+    async def main():
+        cluster = await RayBackend.start(cfg, model, tmp_path)
+        started = time.monotonic() - t0
+        try:
+            tr = cluster.trainer
+            assert isinstance(tr, RayShardedTrainer)
+            table = ray.util.placement_group_table(tr.pg)
+            where = tr.placement()
+            result = await run_training(cfg, model, prompts, parity, tmp_path,
+                                        log=lambda _: None, driver_hook=hook, cluster=cluster)
+            final = await tr.export_weights(cfg.run.steps)
+            blob = ray.get(final.ref)
+            trained = list(seen)
+            ray.kill(tr.handles[1])  # rank 1's actor dies between steps
+            with pytest.raises(RankLost, match=r"^trainer rank 1 \(Ray actor\) died while "
+                                               r"in 'train'"):
+                await tr.train_step(seen[-1])
+            with pytest.raises(RankLost, match="is stopped"):
+                await tr.train_step(seen[-1])
+            return started, table, where, result, blob, trained
+        finally:
+            await cluster.close()
+
+    started, table, where, result, blob, trained = asyncio.run(main())
+    assert len(result.rows) == 3 and len(trained) == 3
+    assert table["strategy"] == "STRICT_PACK" and len(table["bundles"]) == 2
+    assert table["state"] == "CREATED" or table["state"] == "REMOVED"
+    nodes, addrs, pids, groups = zip(*where)
+    assert len(set(pids)) == 2 and len(set(nodes)) == 1 and set(addrs) == {LOOPBACK}
+    assert set(groups) == {table["placement_group_id"]}
+    ref = GRPOTrainer(model, TrainerConfig(**SETTINGS), tmp_path / "ref",
+                      cfg.rollout.temperature, seed=cfg.run.seed)
+    for batch in trained:
+        ref._train(batch)
+    weights = load_blob(blob)
+    mean, top = _apart(weights, {k: v.detach().float() for k, v in ref._state_dict().items()})
+    print(f"Ray rank actors: up in {started:.1f} s, apart from one process: mean {mean:.1e}, "
+          f"max {top:.1e}; whole test {time.monotonic() - t0:.1f} s")
+    assert mean < MEAN_TOL and top < MAX_TOL, (mean, top)
+    assert _trace_ok(tmp_path / "events.jsonl")

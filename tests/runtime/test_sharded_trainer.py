@@ -217,7 +217,15 @@ def test_checkpoints_resume_at_another_world_size(tiny_model, tmp_path):
     (["trainer.world_size=2", "trainer.strategy=single"], "strategy single trains in one"),
     (["trainer.strategy=ddp"], "trainer.strategy"),
     (["trainer.collective_timeout_s=0"], "trainer.collective_timeout_s"),
-    (["trainer.world_size=2", "run.backend=ray"], "runs with run.backend local"),
+    # Ray places the ranks as actors (docs/ray.md): a placement the cluster cannot hold is
+    # refused, here two ranks on two different nodes of the one-node local cluster
+    pytest.param(["trainer.world_size=2", "run.backend=ray", "ray.num_cpus=4",
+                  "ray.trainer_placement=STRICT_SPREAD"],
+                 "STRICT_SPREAD puts the 2 trainer ranks on 2 different nodes, and 1 node(s)",
+                 marks=pytest.mark.ray, id="ray-strict-spread"),
+    pytest.param(["trainer.world_size=4", "run.backend=ray", "ray.num_cpus=4"],
+                 "asks for 5 CPU in all (1 engine actor(s) x 1 CPU + 4 trainer rank(s) x 1 CPU)",
+                 marks=pytest.mark.ray, id="ray-too-many-ranks"),
     ([f"trainer.world_size={len(os.sched_getaffinity(0)) + 1}"],
      f"CPU(s), fewer than one per rank"),
 ])
@@ -225,6 +233,20 @@ def test_check_refuses_bad_sharding_settings(tmp_path, capsys, settings, needle)
     from .test_check_validates import _refused
 
     _refused(capsys, tmp_path, [x for s in settings for x in ("--set", s)], needle)
+
+
+@pytest.mark.ray
+def test_check_accepts_sharded_ranks_on_ray(tmp_path, capsys):
+    """``--backend ray`` with two ranks that fit the local cluster: accepted (they run as Ray
+    actors, tests/resilience/test_ray.py)."""
+    pytest.importorskip("ray")
+    from runtime.cli import main
+
+    from .test_check_validates import FAKE
+
+    assert main(["train", *FAKE, "--output-dir", str(tmp_path / "ok"), "--check",
+                 *[x for s in ("run.backend=ray", "trainer.world_size=2", "ray.num_cpus=4")
+                   for x in ("--set", s)]]) == 0, capsys.readouterr().err
 
 
 # ------------------------------------------------------------------- a rank lost ----------
