@@ -37,6 +37,10 @@ from .preflight import bundle
 _PLACE_S = 120.0  # how long the placement group may take to be placed (preflight checked it)
 
 
+
+# Ray shows a rank actor only the GPU of its bundle (CUDA_VISIBLE_DEVICES): its cuda:0
+RAY_CUDA_INDEX = 0
+
 class _QueueConn:
     """The two ends of a pipe, as ``rank.main`` uses its connection (``send``, ``recv``)."""
 
@@ -83,7 +87,7 @@ class RankActor:
     def start(self, world: int, addr: str, port: int, spec: dict[str, Any]) -> tuple:
         from ..trainer import rank as rank_module
 
-        spec = {**spec, "master_addr": addr}
+        spec = {**spec, "master_addr": addr, "cuda_index": RAY_CUDA_INDEX}
         threading.Thread(target=rank_module.main, args=(self.rank, world, port, self.conn,
                                                         spec),
                          name=f"ro-trainer-rank{self.rank}", daemon=True).start()

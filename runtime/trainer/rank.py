@@ -309,6 +309,14 @@ def _loopback_env(device_type: str) -> None:
     os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
 
 
+def cuda_index(rank: int, spec: dict[str, Any]) -> int:
+    """The rank's GPU among those its process sees: local ranks share the machine's
+    (``cuda:rank``); a Ray rank actor sees only its own, Ray having set
+    ``CUDA_VISIBLE_DEVICES`` to the GPU its bundle holds, so its launcher passes
+    ``cuda_index`` 0 (runtime.ray_backend.ranks)."""
+    return int(spec.get("cuda_index", rank))
+
+
 def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> None:
     """A rank's process: join the group (the driver's store on 127.0.0.1:``port``), build the
     trainer, answer ready, then serve commands until ``close`` or the driver's end closes."""
@@ -318,8 +326,9 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
     _loopback_env(device)
     try:
         if device.startswith("cuda"):
-            torch.cuda.set_device(rank)
-            settings = spec["settings"].model_copy(update={"device": f"cuda:{rank}"})
+            index = cuda_index(rank, spec)
+            torch.cuda.set_device(index)
+            settings = spec["settings"].model_copy(update={"device": f"cuda:{index}"})
             backend = "nccl"
         else:
             settings, backend = spec["settings"], "gloo"

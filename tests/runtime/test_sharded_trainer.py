@@ -409,3 +409,13 @@ def test_bf16_mixed_sharded_step_is_the_single_process_one_to_bfloat16_resolutio
           f"{m['grad_norm']:.4f} vs {ref_m['grad_norm']:.4f}")
     assert mean < BF16_MEAN_TOL, (mean, top)
     assert m["grad_norm"] == pytest.approx(ref_m["grad_norm"], rel=1e-2)
+
+
+def test_a_ray_rank_takes_the_one_gpu_ray_shows_it_and_a_local_rank_its_own():
+    # Before: every rank took cuda:<rank>; a Ray rank actor, which sees only its bundle's GPU
+    # (CUDA_VISIBLE_DEVICES), would have asked rank 1 for a device it cannot see.
+    from runtime.ray_backend.ranks import RAY_CUDA_INDEX
+    from runtime.trainer.rank import cuda_index
+
+    assert [cuda_index(r, {}) for r in range(3)] == [0, 1, 2]
+    assert [cuda_index(r, {"cuda_index": RAY_CUDA_INDEX}) for r in range(3)] == [0, 0, 0]
