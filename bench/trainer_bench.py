@@ -10,9 +10,17 @@ directory; nothing is downloaded. Each mode is the real ``GRPOTrainer._train`` (
 backward, optimizer step) on the same batch, with the same ``trainer.max_tokens_per_micro_batch``;
 the steps after a first warm-up one are timed, modes interleaved so that machine load hits both.
 
-Printed per mode: micro-batches per step, tokens computed (padded rows include their padding),
-the padding fraction (computed tokens that are padding), seconds per step and trained tokens/s
-(prompt + response tokens of the batch, the same for both, per second). Asserts nothing.
+Trainers: the single process (``single``) and, for each count in ``--ranks`` (default 1,2),
+the sharded trainer (``runtime.trainer.sharded``: that many rank processes, FSDP2), each in
+each of ``--modes``; their steps interleaved too.
+
+Printed per trainer and mode: micro-batches per step (sharded: the most of any rank), tokens
+computed (padded rows include their padding; summed over ranks), the padding fraction (computed
+tokens that are padding), seconds per step, trained tokens/s (prompt + response tokens of the
+batch, the same for all, per second), export seconds per step (``_export`` after each step),
+per rank the bytes of parameters + gradients + optimiser state it holds (its shards' local
+shapes: ``rank.state_bytes``; the largest rank) and its peak resident set (VmHWM; ``single``:
+the bench process, which holds every single-process trainer). Asserts nothing.
 ``--write`` puts the table into docs/runtime.md between its ``trainer-bench`` markers.
 
     python bench/trainer_bench.py                 # CPU, ~1 min on one core
@@ -107,7 +115,7 @@ def _ranks(text: str) -> tuple[int, ...]:
     try:
         ranks = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--ranks wants comma-separated counts, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--ranks wants comma-separated counts, got {text!r}") from None
     if any(r < 1 for r in ranks):
         raise argparse.ArgumentTypeError(f"--ranks wants counts >= 1, got {text!r}")
     return ranks
