@@ -88,7 +88,9 @@ calibrate: $(STAMP)
 	$(PY) bench/calibrate.py --seeds 0,1 --etas 1,2 --steps 8 --write
 
 ## The trainer on CPU: tokens/s and padding fraction of padded vs packed micro-batches on one
-## seeded long-tail batch (~1 min); writes the table in docs/runtime.md ("Packed sequences").
+## seeded long-tail batch, for the single process and the sharded trainer at 1 and 2 ranks,
+## with export s/step, per-rank peak RSS and per-rank parameter+gradient+optimizer bytes
+## (~1 min); writes the table in docs/runtime.md ("Packed sequences").
 bench-trainer: $(STAMP)
 	$(PY) bench/trainer_bench.py --write
 

@@ -292,6 +292,36 @@ class RankTrainer(GRPOTrainer):
         self.steps = json.loads((path / STATE_NAME).read_text())["steps"]
 
 
+def _local_bytes(t: torch.Tensor) -> int:
+    """Bytes this process holds of ``t``: a DTensor's local shard, a plain tensor whole."""
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]:
+    """This process's training state, in bytes of the tensors it holds: parameters, their
+    gradients (one per trainable parameter, the parameter's local shape: what backward
+    allocates; the step frees them) and the optimiser's state (AdamW's moments, as stepped)."""
+    params = list(model.parameters())
+    return {"params": sum(_local_bytes(p) for p in params),
+            "grads": sum(_local_bytes(p) for p in params if p.requires_grad),
+            "optim": sum(_local_bytes(v) for st in opt.state.values() for v in st.values()
+                         if isinstance(v, torch.Tensor))}
+
+
+def peak_rss_bytes() -> int:
+    """This process's resident-set high-water mark (VmHWM; ``ru_maxrss`` where there is no
+    /proc)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024
+
+
 def _tied_keys(model: torch.nn.Module) -> set[str]:
     """The state-dict keys ``save_pretrained`` leaves out as tied to another weight."""
     if not getattr(model.config, "tie_word_embeddings", False):
@@ -359,6 +389,8 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
         "export": lambda v: str(trainer._export(v)),
         "save": lambda p: (trainer._save(Path(p)), trainer.steps)[1],
         "load": lambda p: (trainer._load(Path(p)), trainer.steps)[1],
+        "memory": lambda: {"pid": os.getpid(), "peak_rss": peak_rss_bytes(),
+                           **state_bytes(trainer.model, trainer.opt)},
     }
     while True:
         try:

@@ -214,6 +214,12 @@ class ShardedTrainer:
     def _export(self, version: int) -> Path:
         return Path(self._run("export", version))
 
+    def memory(self) -> list[dict[str, int]]:
+        """Per rank, in rank order: its pid, its resident-set high-water mark (``peak_rss``)
+        and the bytes of the parameters, gradients and optimiser state it holds (its shards:
+        ``rank.state_bytes``)."""
+        return self._gather(("memory", ()))
+
     def _save(self, path: Path) -> None:
         self.steps = self._run("save", str(path))
 

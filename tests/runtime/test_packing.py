@@ -230,7 +230,8 @@ def test_the_trainer_bench_runs_small_and_the_doc_holds_its_table(tmp_path, caps
 
     bench = load_bench("trainer_bench")
     assert bench.main(["--groups", "2", "--group-size", "3", "--max-response", "64",
-                       "--budget", "256", "--steps", "1", "--out", str(tmp_path / "r.json")]) == 0
+                       "--budget", "256", "--steps", "1", "--ranks", "",
+                       "--out", str(tmp_path / "r.json")]) == 0
     res = {r["mode"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
     assert res["packed"]["padding_frac"] == 0.0 < res["padded"]["padding_frac"]
     assert res["packed"]["computed_tokens"] == res["padded"]["trained_tokens"]
