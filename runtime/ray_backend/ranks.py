@@ -135,8 +135,10 @@ class RayShardedTrainer:
                     "out_dir": str(out_dir), "temperature": temperature, "seed": seed,
                     "keep_weights": keep_weights, "total_steps": total_steps,
                     "timeout_s": float(settings.collective_timeout_s), "rank_class": rank_class}
-            self.pids = self._gather([h.start.remote(self.world, addr, port, spec)
-                                      for h in self.handles], "starting", startup=True)
+            # each rank answers ("ok", pid), as to the local trainer: the pids alone
+            self.pids = [a[1] for a in self._gather(
+                [h.start.remote(self.world, addr, port, spec) for h in self.handles],
+                "starting", startup=True)]
         except BaseException:
             self._stop()
             raise

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from ..records import GroupRun
 
 
+# Errors a sharded trainer's rank raises for its input before any collective, the same on
+# every rank: the driver raises them as they are, the trainer still usable (a rank sends the
+# nearest of these classes of its exception: runtime.trainer.rank.error_kind).
+INPUT_ERRORS: dict[str, type[Exception]] = {
+    "ValueError": ValueError, "FileNotFoundError": FileNotFoundError,
+    "NotADirectoryError": NotADirectoryError}
+
+
 @dataclass(frozen=True)
 class Sample:
     """One committed candidate of a group: its response, how it was generated, its reward."""

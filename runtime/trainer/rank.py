@@ -50,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 from .. import atomic_io
+from .base import INPUT_ERRORS
 from .dcp import SHARDED_DIR, load_dcp
 from .grpo import GRPOTrainer
 
@@ -353,7 +354,8 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
     from ..config import resolve_device
 
     device = resolve_device(spec["settings"].device)
-    _loopback_env(device)
+    if spec.get("master_addr", "127.0.0.1") in ("127.0.0.1", "localhost", "::1"):
+        _loopback_env(device)  # on Ray across hosts, the nodes' own interfaces
     try:
         if device.startswith("cuda"):
             index = cuda_index(rank, spec)
@@ -408,7 +410,15 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
         dist.destroy_process_group()
 
 
+def error_kind(exc: BaseException) -> str:
+    """The name the driver sees for ``exc``: the nearest class of it that the driver takes for
+    bad input (``sharded._INPUT_ERRORS``), so a subclass such as ``TokenBudgetError`` (a
+    ``ValueError``) leaves the trainer usable, as in one process; else its own class name."""
+    return next((c.__name__ for c in type(exc).__mro__ if c.__name__ in INPUT_ERRORS
+                 and c is INPUT_ERRORS[c.__name__]), type(exc).__name__)
+
+
 def _send_error(conn: Any, exc: BaseException) -> None:
     with contextlib.suppress(Exception):
-        conn.send(("error", type(exc).__name__, str(exc) or repr(exc),
+        conn.send(("error", error_kind(exc), str(exc) or repr(exc),
                    "".join(traceback.format_exception(exc))[-4000:]))

@@ -32,12 +32,9 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from .base import TrainBatch
+from .base import INPUT_ERRORS, TrainBatch
 
-# Errors a rank raises for its input before any collective, the same on every rank: raised
-# here as they are, the trainer still usable.
-_INPUT_ERRORS = {"ValueError": ValueError, "FileNotFoundError": FileNotFoundError,
-                 "NotADirectoryError": NotADirectoryError}
+_INPUT_ERRORS = INPUT_ERRORS  # what a rank raises for its input (runtime.trainer.base)
 _STOP_S = 10.0  # how long ``close`` waits for the ranks to leave before killing them
 
 

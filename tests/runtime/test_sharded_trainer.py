@@ -419,3 +419,16 @@ def test_a_ray_rank_takes_the_one_gpu_ray_shows_it_and_a_local_rank_its_own():
 
     assert [cuda_index(r, {}) for r in range(3)] == [0, 1, 2]
     assert [cuda_index(r, {"cuda_index": RAY_CUDA_INDEX}) for r in range(3)] == [0, 0, 0]
+
+
+def test_a_rank_reports_a_token_budget_error_as_the_input_error_it_is():
+    # Before: a rank sent "TokenBudgetError", a name the driver did not take for bad input, so a
+    # batch over the token budget stopped every rank (RankLost) where one process stays usable.
+    from runtime.trainer.base import INPUT_ERRORS
+    from runtime.trainer.grpo import TokenBudgetError
+    from runtime.trainer.rank import error_kind
+
+    assert error_kind(TokenBudgetError("a sample of 9 tokens, budget 8")) == "ValueError"
+    assert error_kind(FileNotFoundError("x")) == "FileNotFoundError"
+    assert error_kind(RuntimeError("a collective timed out")) == "RuntimeError"
+    assert error_kind(KeyError("k")) == "KeyError" and "KeyError" not in INPUT_ERRORS
