@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 from ..machine import StalenessController
 from ..types import BufferStatus, SlotState
@@ -21,6 +22,7 @@ def free_reservations(ctl: StalenessController) -> int:
                if b.v_buffer <= top and b.status is not BufferStatus.READY)
 
 
+E = TypeVar("E", bound=BaseException)
 SettingError = Callable[[str, object, str], Exception]  # (key, value, requirement) -> error
 
 
@@ -42,3 +44,20 @@ def seconds_setting(error: SettingError, key: str, value: object) -> float:
     if not (math.isfinite(value) and value > 0):
         raise error(key, value, "must be finite and > 0")
     return float(value)
+
+
+def own_error(exc: BaseException, kind: type[E]) -> E | None:
+    """The plugin's own error (an instance of ``kind``) behind ``exc``: itself, what it was
+    raised from, or the ``cause`` of a Ray task error (an error raised in an actor reaches the
+    driver wrapped in one); None if there is none within 16 links."""
+    for _ in range(16):  # a chain longer than this is not ours
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            exc = cause
+        elif isinstance(exc, kind):
+            return exc
+        elif exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            return None
+    return None

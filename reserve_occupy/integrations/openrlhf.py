@@ -58,7 +58,7 @@ from ..machine import StalenessController
 from ..stuck import StuckTimeouts, escalation
 from ..trace import trace_records
 from ..types import Phase, UnitState
-from ._shared import free_reservations, integer_setting, seconds_setting
+from ._shared import free_reservations, integer_setting, own_error, seconds_setting
 
 __all__ = ["OpenRLHFIntegrationError", "OpenRLHFSettingError", "StalenessBroker",
            "actor_classes", "install", "main"]
@@ -599,17 +599,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 def integration_error(exc: BaseException) -> Optional[OpenRLHFIntegrationError]:
     """This module's own error behind ``exc``: itself, what it was raised from, or the
     ``cause`` of a Ray task error (raised in the broker or an actor)."""
-    for _ in range(16):  # a chain longer than this is not ours
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, BaseException):
-            exc = cause
-        elif isinstance(exc, OpenRLHFIntegrationError):
-            return exc
-        elif exc.__cause__ is not None:
-            exc = exc.__cause__
-        else:
-            return None
-    return None
+    return own_error(exc, OpenRLHFIntegrationError)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from ..errors import ConfigError, ProtocolError
 from ..machine import StalenessController
 from ..stuck import StuckTimeouts, escalation
 from ..types import Batch, Phase, SlotState
-from ._shared import free_reservations, integer_setting, seconds_setting
+from ._shared import free_reservations, integer_setting, own_error, seconds_setting
 
 __all__ = ["VerlIntegrationError", "VerlSettingError", "ReserveOccupyReplayBuffer"]
 
@@ -463,17 +463,7 @@ def integration_error(exc: BaseException) -> Optional[VerlIntegrationError]:
     """This module's own error behind ``exc``, if there is one: ``exc`` itself, or what it
     was raised from, or the ``cause`` of a Ray task error (an error raised in the task runner's
     actor reaches the driver wrapped in one)."""
-    for _ in range(16):  # a chain longer than this is not ours
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, BaseException):
-            exc = cause
-        elif isinstance(exc, VerlIntegrationError):
-            return exc
-        elif exc.__cause__ is not None:
-            exc = exc.__cause__
-        else:
-            return None
-    return None
+    return own_error(exc, VerlIntegrationError)
 
 
 def main() -> None:
