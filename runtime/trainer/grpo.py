@@ -179,6 +179,25 @@ def plan_micro_batches(lengths: Sequence[int], budget: int, packed: bool,
     return out
 
 
+def tied_keys(model: torch.nn.Module) -> set[str]:
+    """The state-dict keys ``save_pretrained`` leaves out as tied to another weight."""
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return set()
+    keys = getattr(model, "_tied_weights_keys", None) or ()
+    return set(keys.keys() if isinstance(keys, dict) else keys)
+
+
+def check_keys(model: torch.nn.Module, keys: Any, path: Path) -> None:
+    """Raise ``ValueError`` naming the difference unless ``keys`` (a checkpoint's weights) are
+    exactly ``model``'s, a tied weight allowed absent (``save_pretrained`` stores it once)."""
+    expected = set(model.state_dict().keys())
+    absent = sorted(k for k in expected - set(keys) if k not in tied_keys(model))
+    unexpected = sorted(set(keys) - expected)
+    if absent or unexpected:
+        raise ValueError(f"{path}: checkpoint does not match the model (missing "
+                         f"{absent[:3]}, unexpected {unexpected[:3]})")
+
+
 class GRPOTrainer:
     def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
                  temperature: float = 1.0, seed: int = 0, keep_weights: int = 2,
@@ -662,15 +681,9 @@ class GRPOTrainer:
         state = load_file(str(path / "model.safetensors"), device=str(self.device))
         dtype = next(self.model.parameters()).dtype
         state = {k: v.to(dtype) for k, v in state.items()}
-        result = self.model.load_state_dict(state, strict=False)
-        # save_pretrained stores a tied weight once; the model re-ties it
-        tied = set(getattr(self.model, "_tied_weights_keys", None) or ()) \
-            if getattr(self.model.config, "tie_word_embeddings", False) else set()
-        absent = [k for k in result.missing_keys if k not in tied]
-        if absent or result.unexpected_keys:
-            raise ValueError(f"{path}: checkpoint does not match the model (missing "
-                             f"{absent[:3]}, unexpected {result.unexpected_keys[:3]})")
-        if tied:
+        check_keys(self.model, state.keys(), path)  # before anything is loaded
+        self.model.load_state_dict(state, strict=False)  # a tied weight is stored once
+        if tied_keys(self.model):
             self.model.tie_weights()
         self.opt.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
         self.steps = json.loads((path / "trainer_state.json").read_text())["steps"]

@@ -21,9 +21,10 @@ What changes from the single-process trainer, and nothing else (``RankTrainer`` 
   as many forward/backward passes; a rank with fewer micro-batches pads with empty ones (one
   pad token, no response token: no loss, a zero gradient).
 * Metrics: the per-rank sums are all-reduced (``ratio_max`` by maximum).
-* Weights: ``export`` gathers the full state dict (``get_model_state_dict`` with
-  ``full_state_dict`` and ``cpu_offload``: tensor by tensor, onto rank 0's CPU only) and rank 0
-  writes the same Hugging Face directory the single-process trainer writes.
+* Weights: ``export`` gathers the weights one tensor at a time (``DTensor.full_tensor``) and
+  rank 0 streams each into ``model.safetensors`` as it arrives (``runtime.trainer.streamed``),
+  so it holds its shards plus one whole tensor, never the whole model; the directory is the
+  one the single-process trainer writes.
 * Checkpoints: model and optimizer as a ``torch.distributed.checkpoint`` directory
   (``sharded/``, each rank writing its shards; loadable at any world size), next to the
   consolidated model (``model.safetensors``, ``config.json``, the tokenizer: a directory
@@ -48,11 +49,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from .. import atomic_io
+from . import streamed
 from .base import INPUT_ERRORS
 from .dcp import SHARDED_DIR, load_dcp
-from .grpo import GRPOTrainer
+from .grpo import GRPOTrainer, check_keys, tied_keys
 
 # The per-rank metric sums of ``GRPOTrainer._minibatch`` that add up over ranks.
 SUM_KEYS = ("tokens", "loss", "clipped", "ratio", "kl_behaviour", "kl_ref", "onpolicy_err",
@@ -107,6 +110,14 @@ class RankTrainer(GRPOTrainer):
         for layer in decoder_layers(self.model):
             fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(self.model, mesh=mesh, mp_policy=policy)
+        if self.ref is not None:
+            # The KL reference (trainer.kl_coef > 0) sharded as the model: every rank runs its
+            # forward in every minibatch, so its gathers line up. Its parameters keep their
+            # dtype (no param_dtype cast): under bf16-mixed the single-process trainer runs the
+            # reference's float32 weights under bfloat16 autocast, and so does this.
+            for layer in decoder_layers(self.ref):
+                fully_shard(layer, mesh=mesh)
+            fully_shard(self.ref, mesh=mesh)
         for module in self.model.modules():
             if isinstance(module, FSDPModule):
                 # sum over ranks (see _minibatch), as a plain SUM (gloo has no PREMUL_SUM)
@@ -185,36 +196,35 @@ class RankTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ weights -------------
 
-    def _full_state(self) -> dict[str, torch.Tensor]:
-        """The full weights on rank 0's CPU (an empty dict on the others); a collective."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-        )
-
-        state = get_model_state_dict(self.model, options=StateDictOptions(
-            full_state_dict=True, cpu_offload=True))
-        if self.rank != 0:
-            return {}
-        tied = _tied_keys(self.model)
-        out, seen = {}, set()
-        for k, v in state.items():
-            if k in tied or v.data_ptr() in seen:
+    def _write_full(self, path: Path | None) -> None:
+        """The full weights as the Hugging Face directory ``GRPOTrainer._write_model`` writes,
+        at ``path`` (rank 0; None on the others); a collective. Gathered one tensor at a time
+        (``DTensor.full_tensor``) and streamed into ``model.safetensors``
+        (``runtime.trainer.streamed``): rank 0 holds its shards plus one whole tensor, never
+        the whole model; tied weights stored once, as ``save_pretrained`` does."""
+        tied = tied_keys(self.model)
+        tensors, seen = {}, set()
+        for k, v in self.model.state_dict(keep_vars=True).items():
+            if k in tied or id(v) in seen:  # a tied weight is one Parameter under two names
                 continue
-            seen.add(v.data_ptr())
-            out[k] = v.detach().contiguous()
-        return out
+            seen.add(id(v))
+            tensors[k] = v
+        entries = [(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()]
 
-    def _write_full(self, state: dict[str, torch.Tensor], path: Path) -> None:
-        """``path`` as the Hugging Face directory ``GRPOTrainer._write_model`` writes (rank 0)."""
-        from safetensors.torch import save_file
+        @torch.no_grad()
+        def fetch(name: str) -> torch.Tensor:
+            v = tensors[name]
+            return v.full_tensor() if isinstance(v, DTensor) else v.detach()
 
+        if path is None:  # the other ranks take part in each gather, in the order of rank 0's
+            for name, _, _ in streamed.plan(entries):
+                fetch(name)
+            return
+        # A write that fails (a full disk: OSError) fails rank 0's answer; the driver then
+        # stops every rank (runtime.trainer.sharded), so none is left waiting in a gather.
         path.mkdir(parents=True, exist_ok=True)
-        try:
-            save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
-        except Exception as exc:  # safetensors reports a full disk as SafetensorError
-            atomic_io.reraise_os_error(exc, path / "model.safetensors")
-            raise
+        streamed.write_streamed(path / "model.safetensors", entries, fetch,
+                                metadata={"format": "pt"})
         self.model.config.save_pretrained(path)
         gen = getattr(self.model, "generation_config", None)
         if gen is not None:
@@ -223,10 +233,12 @@ class RankTrainer(GRPOTrainer):
     def _export(self, version: int) -> Path:
         root = self.out_dir / "weights"
         path = root / f"v{version}"
-        state = self._full_state()
         if self.rank == 0:
             with atomic_io.atomic_dir(path) as tmp:
-                self._write_full(state, tmp)
+                self._write_full(tmp)
+        else:
+            self._write_full(None)
+        if self.rank == 0:
             old = root / f"v{version - self.keep_weights}"
             if version - self.keep_weights >= 0 and old.exists():
                 import shutil
@@ -242,7 +254,6 @@ class RankTrainer(GRPOTrainer):
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_sd, optim_sd = get_state_dict(self.model, self.opt)
-        full = self._full_state()
         with contextlib.ExitStack() as stack:
             where: list[Any] = [None]
             if self.rank == 0:
@@ -250,8 +261,8 @@ class RankTrainer(GRPOTrainer):
             dist.broadcast_object_list(where, src=0)
             tmp = Path(where[0])
             dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp / SHARDED_DIR)
+            self._write_full(tmp if self.rank == 0 else None)
             if self.rank == 0:
-                self._write_full(full, tmp)
                 self.tokenizer.save_pretrained(tmp)
                 atomic_io.write_text(tmp / STATE_NAME, json.dumps(
                     {"steps": self.steps, "precision": self.precision, "world_size": self.world,
@@ -278,9 +289,11 @@ class RankTrainer(GRPOTrainer):
             set_optimizer_state_dict,
         )
 
-        full = StateDictOptions(full_state_dict=True, strict=False)
-        set_model_state_dict(self.model, load_file(str(path / "model.safetensors")),
-                             options=full)
+        weights = load_file(str(path / "model.safetensors"))
+        check_keys(self.model, weights.keys(), path)  # on every rank, before anything loads
+        # strict=False for the tied weight only (stored once): check_keys refused the rest
+        set_model_state_dict(self.model, weights,
+                             options=StateDictOptions(full_state_dict=True, strict=False))
         # optimizer.pt numbers the parameters in model.parameters() order, which fully_shard
         # keeps; the full optimizer state is keyed by their names
         names = [n for n, _ in self.model.named_parameters()]
@@ -321,14 +334,6 @@ def peak_rss_bytes() -> int:
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss if sys.platform == "darwin" else rss * 1024
-
-
-def _tied_keys(model: torch.nn.Module) -> set[str]:
-    """The state-dict keys ``save_pretrained`` leaves out as tied to another weight."""
-    if not getattr(model.config, "tie_word_embeddings", False):
-        return set()
-    keys = getattr(model, "_tied_weights_keys", None) or ()
-    return set(keys.keys() if isinstance(keys, dict) else keys)
 
 
 # ---------------------------------------------------------------------- the rank process ----
@@ -392,7 +397,10 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
         "save": lambda p: (trainer._save(Path(p)), trainer.steps)[1],
         "load": lambda p: (trainer._load(Path(p)), trainer.steps)[1],
         "memory": lambda: {"pid": os.getpid(), "peak_rss": peak_rss_bytes(),
-                           **state_bytes(trainer.model, trainer.opt)},
+                           **state_bytes(trainer.model, trainer.opt),
+                           # the KL reference's weights this rank holds (0 without one)
+                           "ref": sum(_local_bytes(p) for p in trainer.ref.parameters())
+                           if trainer.ref is not None else 0},
     }
     while True:
         try:

