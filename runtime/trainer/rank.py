@@ -392,7 +392,9 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
         "save": lambda p: (trainer._save(Path(p)), trainer.steps)[1],
         "load": lambda p: (trainer._load(Path(p)), trainer.steps)[1],
         "memory": lambda: {"pid": os.getpid(), "peak_rss": peak_rss_bytes(),
-                           **state_bytes(trainer.model, trainer.opt)},
+                           **state_bytes(trainer.model, trainer.opt),
+                           **({"cuda_peak": torch.cuda.max_memory_allocated(trainer.device)}
+                              if trainer.device.type == "cuda" else {})},
     }
     while True:
         try:
