@@ -95,8 +95,9 @@ bench-trainer: $(STAMP)
 	$(PY) bench/trainer_bench.py --write
 
 ## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
+## RANKS=1,2: the sharded trainer at each rank count (one GPU a rank), per-rank peak memory.
 bench-gpu: $(STAMP)
-	$(PY) bench/gpu_trainer.py
+	$(PY) bench/gpu_trainer.py $(if $(RANKS),--ranks $(RANKS))
 
 ## Regenerate the generated parts of spec/ (state diagram).
 spec: $(STAMP)

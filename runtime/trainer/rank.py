@@ -400,7 +400,9 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
                            **state_bytes(trainer.model, trainer.opt),
                            # the KL reference's weights this rank holds (0 without one)
                            "ref": sum(_local_bytes(p) for p in trainer.ref.parameters())
-                           if trainer.ref is not None else 0},
+                           if trainer.ref is not None else 0,
+                           **({"cuda_peak": torch.cuda.max_memory_allocated(trainer.device)}
+                              if trainer.device.type == "cuda" else {})},
     }
     while True:
         try:

@@ -214,7 +214,8 @@ class ShardedTrainer:
     def memory(self) -> list[dict[str, int]]:
         """Per rank, in rank order: its pid, its resident-set high-water mark (``peak_rss``)
         and the bytes of the parameters, gradients and optimiser state it holds (its shards:
-        ``rank.state_bytes``)."""
+        ``rank.state_bytes``); on a GPU also ``cuda_peak``, the rank's
+        ``torch.cuda.max_memory_allocated`` on its device since it started."""
         return self._gather(("memory", ()))
 
     def _save(self, path: Path) -> None:
