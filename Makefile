@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-precision bench-gpu bench-verl bench-openrlhf bench-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -93,6 +93,12 @@ calibrate: $(STAMP)
 ## (~1 min); writes the table in docs/runtime.md ("Packed sequences").
 bench-trainer: $(STAMP)
 	$(PY) bench/trainer_bench.py --write
+
+## Weights from the trainer to the engine against model size, up to 0.5 B parameters (CPU, a
+## real vLLM engine): export per step single-process and sharded (rank 0 streams one tensor at
+## a time, against the whole model gathered), push into the engine, and rank 0's memory rise.
+bench-export: $(STAMP)
+	$(PY) bench/export_push.py
 
 ## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
 ## RANKS=1,2: the sharded trainer at each rank count (one GPU a rank), per-rank peak memory.

@@ -32,7 +32,7 @@ micro-batch is one row of several samples' prompt + response tokens, ``position_
 at 0 for each sample and attention kept within each sample, so no padding is computed (the
 samples are assigned to micro-batches first-fit-decreasing by tokens); without, it is one padded
 row per sample. Either way a micro-batch holds at most ``max_tokens_per_micro_batch`` tokens, and
-the loss is the token mean over the whole minibatch (``_token_total``), however it is split.
+the loss is the token mean over the whole minibatch's response tokens, however it is split.
 How attention is kept within a sample depends on the model's attention implementation
 (``packed_attention``): under ``sdpa`` the trainer runs the model with ``per_sample_sdpa``
 (transformers' sdpa on each sample's slice of the row: attention work is the samples' squares,
@@ -430,10 +430,10 @@ class GRPOTrainer:
                    first: bool, n_tokens: float | None = None) -> None:
         """Accumulate the gradient of one optimiser step over ``rows`` (in micro-batches of at
         most ``max_tokens_per_micro_batch`` tokens), divided by ``n_tokens`` (default:
-        ``_token_total`` of the rows, a token mean over all of them however they are split)."""
+        the rows' response tokens, a token mean over all of them however they are split)."""
         s = self.s
         if n_tokens is None:
-            n_tokens = self._token_total(sum(len(r[1]) for r in rows))
+            n_tokens = float(sum(len(r[1]) for r in rows))
 
         def add(key: str, value: float) -> None:
             sums[key] = sums.get(key, 0.0) + value
@@ -475,13 +475,6 @@ class GRPOTrainer:
     def _wrap_model(self) -> None:
         """A hook: change ``self.model`` before the optimizer is built over its parameters
         (``runtime.trainer.rank`` shards it with FSDP2). Nothing here."""
-
-    def _token_total(self, local: int) -> float:
-        """The loss's normaliser: the response tokens of the whole minibatch (or streamed
-        batch), given the ones this process holds. The token-mean loss divides by it once,
-        never per micro-batch; a trainer sharded over several processes returns the sum of
-        ``local`` over them (an all-reduce)."""
-        return float(local)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.precision == "bf16-mixed":
@@ -582,7 +575,7 @@ class GRPOTrainer:
         if rest or p is None:
             self._accumulate(TrainBatch(batch.version, rest))
         p = self._pending
-        n = self._token_total(p["tokens"])
+        n = float(p["tokens"])  # the streamed batch's response tokens
         for param in self.model.parameters():
             if param.grad is not None:
                 param.grad.div_(n)

@@ -43,6 +43,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,7 @@ class RankTrainer(GRPOTrainer):
         """This rank's share of ``rows`` (the whole minibatch, the same on every rank), its
         loss divided by the whole minibatch's ``n_tokens``; the sums all-reduced."""
         if n_tokens is None:  # every rank holds the whole minibatch: no all-reduce needed
-            n_tokens = self._token_total(sum(len(r[1]) for r in rows))
+            n_tokens = float(sum(len(r[1]) for r in rows))  # the whole minibatch's
         mine = [rows[i] for i in assign(rows, self.world)[self.rank]]
         local: dict[str, float] = {}
         divisor = self._divisor(n_tokens, mine)
@@ -196,12 +197,15 @@ class RankTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ weights -------------
 
-    def _write_full(self, path: Path | None) -> None:
-        """The full weights as the Hugging Face directory ``GRPOTrainer._write_model`` writes,
-        at ``path`` (rank 0; None on the others); a collective. Gathered one tensor at a time
-        (``DTensor.full_tensor``) and streamed into ``model.safetensors``
-        (``runtime.trainer.streamed``): rank 0 holds its shards plus one whole tensor, never
-        the whole model; tied weights stored once, as ``save_pretrained`` does."""
+    def _gatherer(self) -> tuple[list[tuple[str, torch.dtype, tuple[int, ...]]],
+                                 Callable[[str], torch.Tensor]]:
+        """The weights as (entries, fetch): each tensor's (name, dtype, global shape), tied
+        weights once as ``save_pretrained`` stores them, and ``fetch(name)``, the whole tensor
+        (a collective for a sharded one: every rank calls it, in ``streamed.plan``'s order).
+
+        The seam for another transport: the file (``_write_full``) is one consumer; an NCCL
+        broadcast from rank 0 to the engines' workers (docs/ray.md, "Weights to the engines")
+        would walk the same plan, sending each tensor as it is gathered."""
         tied = tied_keys(self.model)
         tensors, seen = {}, set()
         for k, v in self.model.state_dict(keep_vars=True).items():
@@ -209,13 +213,20 @@ class RankTrainer(GRPOTrainer):
                 continue
             seen.add(id(v))
             tensors[k] = v
-        entries = [(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()]
 
         @torch.no_grad()
         def fetch(name: str) -> torch.Tensor:
             v = tensors[name]
             return v.full_tensor() if isinstance(v, DTensor) else v.detach()
 
+        return [(k, v.dtype, tuple(v.shape)) for k, v in tensors.items()], fetch
+
+    def _write_full(self, path: Path | None) -> None:
+        """The full weights as the Hugging Face directory ``GRPOTrainer._write_model`` writes,
+        at ``path`` (rank 0; None on the others); a collective. Gathered one tensor at a time
+        (``_gatherer``) and streamed into ``model.safetensors`` (``runtime.trainer.streamed``):
+        rank 0 holds its shards plus one whole tensor, never the whole model."""
+        entries, fetch = self._gatherer()
         if path is None:  # the other ranks take part in each gather, in the order of rank 0's
             for name, _, _ in streamed.plan(entries):
                 fetch(name)
