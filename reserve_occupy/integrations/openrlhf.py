@@ -55,10 +55,11 @@ from typing import Any, Callable, Optional
 from ..config import Config
 from ..errors import ConfigError, ProtocolError
 from ..machine import StalenessController
-from ..stuck import StuckTimeouts, escalation
+from ..stuck import StuckTimeouts
 from ..trace import trace_records
 from ..types import Phase, UnitState
-from ._shared import free_reservations, integer_setting, own_error, seconds_setting
+from ._shared import (free_reservations, integer_setting, own_error, release_stuck,
+                      seconds_setting)
 
 __all__ = ["OpenRLHFIntegrationError", "OpenRLHFSettingError", "StalenessBroker",
            "actor_classes", "install", "main"]
@@ -255,23 +256,12 @@ class StalenessBroker:
             return v
 
     def _maybe_release_stuck(self) -> None:
-        now = self._clock()
-        if not self._stuck.due(self.controller, now):
+        done = release_stuck(self.controller, self._stuck, self._admitted_at, self._clock())
+        if done is None:
             return
-        units = self.controller.release_stuck()
-        self._stuck.reset()
-        self.released.extend(units)
-        gone = set(units)
-        cutoff = self._stuck.released(self.controller, now) if units else None
-        if cutoff is not None:
-            for unit in escalation(self.controller, self._admitted_at, cutoff):
-                if unit not in gone:
-                    removal = self.controller.abort(unit)
-                    gone |= {unit, *removal.aborted}
-                    self.escalated.append(unit)
-        for unit in gone:
-            self._admitted_at.pop(unit, None)
-        self._discarded |= gone
+        self.released.extend(done.released)
+        self.escalated.extend(done.escalated)
+        self._discarded |= done.gone
         self._cv.notify_all()
 
     # -------------------------------------------------------------- reading -----------------
