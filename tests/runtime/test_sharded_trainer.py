@@ -432,3 +432,51 @@ def test_a_rank_reports_a_token_budget_error_as_the_input_error_it_is():
     assert error_kind(FileNotFoundError("x")) == "FileNotFoundError"
     assert error_kind(RuntimeError("a collective timed out")) == "RuntimeError"
     assert error_kind(KeyError("k")) == "KeyError" and "KeyError" not in INPUT_ERRORS
+
+
+def test_a_rank_s_error_answer_is_the_input_error_it_names_or_rank_lost_naming_the_rank():
+    # The local trainer and the Ray one (runtime.ray_backend.ranks) read the ranks' answers
+    # with the same two functions (they were two copies): the same outcome for the same
+    # answers. No process is started: the answers are what ranks send.
+    from runtime.ray_backend.ranks import RayShardedTrainer
+    from runtime.trainer.sharded import answer_values, fatal_answer
+
+    bad = ("error", "ValueError", "a sample of 9 tokens, budget 8\nmore lines", "Traceback")
+    hung = ("error", "RuntimeError", "a collective timed out", "Traceback")
+    lost = r"^trainer rank 1: ValueError: a sample of 9 tokens, budget 8$"
+
+    # while the answers come: only an error that is not bad input (or any, while starting)
+    # stops the trainer at once, naming the ranks that had not answered
+    assert fatal_answer(0, ("ok", 5), True, [1]) is None
+    assert fatal_answer(0, bad, False, [1]) is None
+    assert fatal_answer(0, bad, True, [1]) == (
+        "trainer rank 0: ValueError: a sample of 9 tokens, budget 8 (rank(s) 1 had not "
+        "answered)")
+    assert fatal_answer(1, hung, False, []) == "trainer rank 1: RuntimeError: a collective " \
+                                                "timed out"
+
+    stopped: list[str] = []  # why the trainer was stopped, per call that stopped it
+
+    def local(answers):
+        def fail(reason):
+            stopped.append(reason)
+            raise RankLost(reason)
+
+        return answer_values(answers, fail)
+
+    def ray_side(answers):
+        trainer = RayShardedTrainer.__new__(RayShardedTrainer)
+        trainer._broken, trainer._stop = None, lambda: stopped.append(trainer._broken)
+        return trainer._unwrap(answers)
+
+    for read in (local, ray_side):
+        stopped.clear()
+        assert read([("ok", 1), ("ok", 2)]) == [1, 2]
+        with pytest.raises(ValueError, match=r"^a sample of 9 tokens, budget 8\nmore lines$"):
+            read([bad, bad])  # every rank, the same input error: raised as it is
+        assert not stopped  # and the trainer stays usable
+        with pytest.raises(RankLost, match=lost) as info:
+            read([("ok", 1), bad])  # one rank only: the ranks disagree, the trainer stops
+        assert stopped == [str(info.value)]
+        with pytest.raises(RankLost, match=r"^trainer rank 0: RuntimeError: a collective"):
+            read([hung, bad])
