@@ -192,6 +192,10 @@ class ShardedTrainer:
         _kill_all(self.procs)
         for c in self._conns:
             c.close()
+        # The rendezvous is not needed once the ranks are gone. torch's TCPStore has no
+        # close(): dropping the last reference stops its server and closes the listening
+        # socket (a driver making and closing many trainers would otherwise keep one each).
+        self._store = None
 
     def _run(self, cmd: str, *args: Any) -> Any:
         return self._gather((cmd, args))[0]

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import threading
 import time
 
@@ -300,6 +301,20 @@ def test_a_lost_rank_stops_the_trainer_naming_it(tiny_model, tmp_path, variant, 
             tr._export(2)
     finally:
         tr.close()
+
+
+@pytest.mark.slow
+def test_close_releases_the_rendezvous_port(tiny_model, tmp_path):
+    # Before: close() kept the rendezvous (the TCPStore the driver's process serves on
+    # 127.0.0.1): every trainer a driver made and closed left a listening socket behind.
+    tr = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path, seed=0, world_size=1)
+    try:
+        port = tr._store.port
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # served while open
+    finally:
+        tr.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
 @pytest.mark.slow
