@@ -87,6 +87,19 @@ def answer_values(answers: list[tuple], fail: Callable[[str], NoReturn]) -> list
     return [a[1] for a in answers]
 
 
+def _rank_process(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> None:
+    """A spawned rank process: ``rank.main``, with SIGINT ignored. Ctrl-C in a terminal
+    sends SIGINT to the whole foreground process group, the ranks included; it is the
+    driver's to handle (it stops the ranks: ``close``, or its exit). A rank that took it would
+    raise KeyboardInterrupt wherever it was, print a traceback and leave mid-step. SIGTERM
+    and SIGKILL still end a rank. (Ray's rank actors run ``rank.main`` in a thread of the
+    actor's process, not through here.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from . import rank as rank_module
+
+    rank_module.main(rank, world, port, conn, spec)
+
+
 def _kill_all(procs: list[Any]) -> None:
     for p in procs:
         if p.is_alive():
@@ -123,13 +136,11 @@ class ShardedTrainer:
                 "total_steps": total_steps, "timeout_s": self.timeout_s,
                 "rank_class": rank_class}
         ctx = mp.get_context("spawn")
-        from . import rank as rank_module
-
         self._conns, self.procs = [], []
         for r in range(self.world):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=rank_module.main, args=(r, self.world, self._store.port,
-                                                              child, spec),
+            proc = ctx.Process(target=_rank_process, args=(r, self.world, self._store.port,
+                                                           child, spec),
                                name=f"ro-trainer-rank{r}", daemon=True)
             proc.start()
             child.close()

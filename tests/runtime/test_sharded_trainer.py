@@ -317,6 +317,43 @@ def test_close_releases_the_rendezvous_port(tiny_model, tmp_path):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
+def _ignores(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` ignores ``signum`` (its SigIgn mask in /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return bool(mask & (1 << (signum - 1)))
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_the_driver_s_the_ranks_ignore_it_and_train_on(tiny_model, tmp_path):
+    # Before: a rank process took the driver's SIGINT disposition, so Ctrl-C in a terminal
+    # (SIGINT to the whole foreground process group, ranks included) raised KeyboardInterrupt
+    # in every rank: a traceback each, and the ranks gone while the driver decided.
+    base = GRPOTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "base", seed=0)
+    # the driver as a terminal starts it: SIGINT raises KeyboardInterrupt. Under a shell
+    # without job control a background job inherits SIGINT ignored, and so would the ranks:
+    # the test would then pass without the fix.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        tr = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "run", seed=0,
+                            world_size=2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert not _ignores(os.getpid(), signal.SIGINT)
+        assert all(_ignores(pid, signal.SIGINT) for pid in tr.pids)
+        for pid in tr.pids:  # the terminal's Ctrl-C, as the ranks receive it
+            os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:  # a rank that took it would be gone in ms
+            assert all(p.is_alive() for p in tr.procs), [p.exitcode for p in tr.procs]
+            time.sleep(0.1)
+        metrics = tr._train(_batch(base, version=1))
+        assert tr.steps == 1 and metrics["tokens"] > 0
+    finally:
+        tr.close()
+
+
 @pytest.mark.slow
 def test_a_run_that_loses_a_rank_resumes_at_another_world_size(tiny_model, tmp_path):
     """A run on the fake engine with two ranks and a trainer checkpoint before every publish:
