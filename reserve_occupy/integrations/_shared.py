@@ -1,6 +1,6 @@
 """What every framework plugin asks of the controller the same way: how many admissions would
-succeed now; and how a plugin checks the numbers its user gives it (a whole number with a
-minimum, a number of seconds). The stuck-head fail-safe is the core's rule
+succeed now; one poll of the stuck-head fail-safe; and how a plugin checks the numbers its user
+gives it (a whole number with a minimum, a number of seconds). The fail-safe is the core's rule
 (``reserve_occupy.stuck``); plugins own the clock and pass it the times; what they do with
 released units is theirs."""
 
@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from ..machine import StalenessController
-from ..types import BufferStatus, SlotState
+from ..stuck import StuckTimeouts, escalation
+from ..types import BufferStatus, SlotState, UnitId
 
 
 def free_reservations(ctl: StalenessController) -> int:
@@ -20,6 +22,43 @@ def free_reservations(ctl: StalenessController) -> int:
     return sum(sum(1 for state, _ in b.slots if state is SlotState.EMPTY)
                for b in ctl.snapshot().buffers
                if b.v_buffer <= top and b.status is not BufferStatus.READY)
+
+
+@dataclass(frozen=True)
+class StuckRelease:
+    """What one release of the fail-safe did: ``released``, the head buffer's reservations
+    (in the controller's order); ``escalated``, the units its escalation aborted, in the order
+    aborted; ``gone``, every unit no longer in flight because of it (those two and what each
+    abort's closing rule took with it)."""
+
+    released: list[UnitId]
+    escalated: list[UnitId]
+    gone: set[UnitId]
+
+
+def release_stuck(ctl: StalenessController, stuck: StuckTimeouts,
+                  admitted_at: dict[UnitId, float], now: float) -> StuckRelease | None:
+    """One poll of the fail-safe while the trainer waits, at time ``now``: None unless the
+    head buffer has been STUCK for the timeout in force; else release its reservations and
+    escalate as ``reserve_occupy.stuck`` says (from the third release in a row with no
+    progress, also abort every unit in flight since before the previous release).
+    ``admitted_at`` (each in-flight unit's admission time) loses every unit that is gone."""
+    if not stuck.due(ctl, now):
+        return None
+    released = ctl.release_stuck()
+    stuck.reset()
+    gone = set(released)
+    escalated: list[UnitId] = []
+    cutoff = stuck.released(ctl, now) if released else None
+    if cutoff is not None:
+        for unit in escalation(ctl, admitted_at, cutoff):
+            if unit not in gone:  # not aborted by an earlier one's closing rule
+                removal = ctl.abort(unit)
+                gone |= {unit, *removal.aborted}
+                escalated.append(unit)
+    for unit in gone:
+        admitted_at.pop(unit, None)
+    return StuckRelease(list(released), escalated, gone)
 
 
 E = TypeVar("E", bound=BaseException)

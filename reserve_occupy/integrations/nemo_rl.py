@@ -54,9 +54,9 @@ from typing import Any, Callable, Optional
 from ..config import Config
 from ..errors import ProtocolError
 from ..machine import StalenessController
-from ..stuck import StuckTimeouts, escalation
+from ..stuck import StuckTimeouts
 from ..types import Phase
-from ._shared import free_reservations
+from ._shared import free_reservations, release_stuck
 
 __all__ = ["NemoSamplerError", "ReserveOccupySampler"]
 
@@ -249,20 +249,12 @@ class ReserveOccupySampler:
         timeout in force, and escalate as ``reserve_occupy.stuck`` says. Released and aborted
         reservations are gone; groups still generating for them find none when they are
         ready and are evicted."""
-        now = self._clock()
-        if not self._stuck.due(self.controller, now):
+        done = release_stuck(self.controller, self._stuck, self._admitted_at, self._clock())
+        if done is None:
             return
-        released = self.controller.release_stuck()
-        self._stuck.reset()
-        self._drop(released)
-        self.released += released
-        cutoff = self._stuck.released(self.controller, now) if released else None
-        if cutoff is not None:
-            for unit in escalation(self.controller, self._admitted_at, cutoff):
-                if unit in self._admitted_at:  # not aborted by an earlier one's closing rule
-                    removal = self.controller.abort(unit)
-                    self._drop([unit, *removal.aborted])
-                    self.escalated.append(unit)
+        self.released += done.released
+        self.escalated += done.escalated
+        self._drop(done.gone)
 
     def _drop(self, units) -> None:
         for unit in units:

@@ -55,10 +55,11 @@ from typing import Any, Callable, Optional
 from ..config import Config
 from ..errors import ConfigError, ProtocolError
 from ..machine import StalenessController
-from ..stuck import StuckTimeouts, escalation
+from ..stuck import StuckTimeouts
 from ..trace import trace_records
 from ..types import Phase, UnitState
-from ._shared import free_reservations, integer_setting, own_error, seconds_setting
+from ._shared import (free_reservations, integer_setting, own_error, release_stuck,
+                      seconds_setting)
 
 __all__ = ["OpenRLHFIntegrationError", "OpenRLHFSettingError", "StalenessBroker",
            "actor_classes", "install", "main"]
@@ -199,11 +200,20 @@ class StalenessBroker:
         with self._cv:
             return [u for u in units if u in self._discarded]
 
-    def close(self) -> None:
+    def close(self, abandon: bool = False) -> None:
         """The dataloader is exhausted: no more admissions; ``consume`` returns None once no
-        batch can become ready."""
+        batch can become ready. ``abandon``: the generator stopped before the end (an error,
+        a cancellation): its units in flight will never finish, so they are aborted (their
+        results, should any come, are dropped) and ``consume`` does not wait for them."""
         with self._cv:
             self._closed = True
+            if abandon:
+                for unit in list(self._admitted_at):
+                    if unit in self._admitted_at:  # not aborted by an earlier one's rule
+                        removal = self.controller.abort(unit)
+                        for u in (unit, *removal.aborted):
+                            self._admitted_at.pop(u, None)
+                            self._discarded.add(u)
             self._cv.notify_all()
 
     def _gone(self, unit: str) -> bool:
@@ -255,23 +265,12 @@ class StalenessBroker:
             return v
 
     def _maybe_release_stuck(self) -> None:
-        now = self._clock()
-        if not self._stuck.due(self.controller, now):
+        done = release_stuck(self.controller, self._stuck, self._admitted_at, self._clock())
+        if done is None:
             return
-        units = self.controller.release_stuck()
-        self._stuck.reset()
-        self.released.extend(units)
-        gone = set(units)
-        cutoff = self._stuck.released(self.controller, now) if units else None
-        if cutoff is not None:
-            for unit in escalation(self.controller, self._admitted_at, cutoff):
-                if unit not in gone:
-                    removal = self.controller.abort(unit)
-                    gone |= {unit, *removal.aborted}
-                    self.escalated.append(unit)
-        for unit in gone:
-            self._admitted_at.pop(unit, None)
-        self._discarded |= gone
+        self.released.extend(done.released)
+        self.escalated.extend(done.escalated)
+        self._discarded |= done.gone
         self._cv.notify_all()
 
     # -------------------------------------------------------------- reading -----------------
@@ -285,6 +284,7 @@ class StalenessBroker:
         with self._cv:
             s = self.controller.snapshot()
             return {"version": self.controller.version, "in_flight": s.in_flight,
+                    "closed": self._closed,
                     "untrained": len(self._samples), "released": list(self.released),
                     "escalated": list(self.escalated), "wait_s": self.wait_s}
 
@@ -328,22 +328,48 @@ def actor_classes() -> dict[str, type]:
         OpenRLHF's constructor with ``rollout_queue`` = the broker (``rollout_slots`` None)."""
 
         def fit(self, episode: int, total_consumed_prompts: int) -> None:
+            """Admit, dispatch and occupy until the dataloader is exhausted. However it ends
+            (an error, a cancellation), the vLLM lock is not left held and the broker is
+            closed; when it did not finish, the generations it was waiting for are cancelled
+            and the broker's units in flight aborted, so the trainer's ``consume`` returns
+            None instead of waiting for them."""
+            broker = self.rollout_queue
+            self.admitted: list[tuple[str, int, str]] = []  # (unit, v_traj, prompt)
+            self._ro_lock: Any = None  # our acquire call while it is sent or held: release it
+            self._ro_pending: dict[Any, str] = {}  # ray ref -> unit
+            finished = False
+            try:
+                self._ro_fit(episode, total_consumed_prompts)
+                finished = True
+            finally:
+                try:
+                    if self._ro_lock is not None:
+                        # sent, perhaps not yet granted: wait for it (the holder's critical
+                        # section is bounded), else the release would free the holder's lock
+                        ray.get(self._ro_lock)
+                        self._ro_release()
+                finally:
+                    if not finished:
+                        for ref in self._ro_pending:
+                            ray.cancel(ref)
+                        self._ro_pending.clear()
+                    ray.get(broker.close.remote(abandon=not finished))
+
+        def _ro_fit(self, episode: int, total_consumed_prompts: int) -> None:
             broker, gen = self.rollout_queue, self.samples_generator
             kw = self.generate_kwargs
             lock = self.vllm_lock
             partial = self._partial_rollout
-            self.admitted: list[tuple[str, int, str]] = []  # (unit, v_traj, prompt)
+            pending = self._ro_pending
             for episode in range(episode, self.args.train.num_episodes):
                 it = iter(self.prompts_dataloader)
-                pending: dict[Any, str] = {}  # ray ref -> unit
                 exhausted = False
-                held = False
                 while True:
                     if not exhausted and (partial or not pending):
                         # admission: without partial rollout, the wave keeps the lock until
                         # its last group finished (no broadcast mid-generation)
-                        ray.get(lock.acquire.remote())
-                        held = True
+                        self._ro_lock = lock.acquire.remote()
+                        ray.get(self._ro_lock)
                         units = ray.get(broker.reserve.remote(
                             ADMIT_LIMIT,
                             0.0 if pending else 0.05))
@@ -360,8 +386,7 @@ def actor_classes() -> dict[str, type]:
                             self.admitted.append((unit, v, prompts[0]))
                             exhausted = exhausted or done
                         if partial or not pending:
-                            ray.get(lock.release.remote())
-                            held = False
+                            self._ro_release()
                     if not pending:
                         if exhausted:
                             break
@@ -375,10 +400,15 @@ def actor_classes() -> dict[str, type]:
                     for ref in ready:
                         unit = pending.pop(ref)
                         self._complete(broker, unit, ref, episode, total_consumed_prompts)
-                    if held and not pending:
-                        ray.get(lock.release.remote())
-                        held = False
-            ray.get(broker.close.remote())
+                    if self._ro_lock is not None and not pending:
+                        self._ro_release()
+
+        def _ro_release(self) -> None:
+            """Release the vLLM lock this generator holds, once: the call is sent before
+            ``_ro_lock`` is cleared (a second release would fail in the lock)."""
+            ref = self.vllm_lock.release.remote()
+            self._ro_lock = None
+            ray.get(ref)
 
         def _complete(self, broker, unit, ref, episode, total_consumed_prompts) -> None:
             gen = self.samples_generator

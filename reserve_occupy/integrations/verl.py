@@ -47,9 +47,10 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from ..config import Config
 from ..errors import ConfigError, ProtocolError
 from ..machine import StalenessController
-from ..stuck import StuckTimeouts, escalation
+from ..stuck import StuckTimeouts
 from ..types import Batch, Phase, SlotState
-from ._shared import free_reservations, integer_setting, own_error, seconds_setting
+from ._shared import (free_reservations, integer_setting, own_error, release_stuck,
+                      seconds_setting)
 
 __all__ = ["VerlIntegrationError", "VerlSettingError", "ReserveOccupyReplayBuffer"]
 
@@ -327,22 +328,12 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
         release in a row, a release also aborts every unit in flight since before the previous
         one). The generation of a released or aborted prompt goes on; its results are
         cleared, never trained."""
-        now = self._clock()
-        if not self._stuck.due(self.controller, now):
+        done = release_stuck(self.controller, self._stuck, self._admitted_at, self._clock())
+        if done is None:
             return
-        units = self.controller.release_stuck()
-        self._stuck.reset()
-        self.released.extend(sorted(units))
-        gone = set(units)
-        cutoff = self._stuck.released(self.controller, now) if units else None
-        if cutoff is not None:
-            for unit in escalation(self.controller, self._admitted_at, cutoff):
-                if unit not in gone:  # not aborted by an earlier one's closing rule
-                    removal = self.controller.abort(unit)
-                    gone |= {unit, *removal.aborted}
-                    self.escalated.append(unit)
-        for unit in gone:
-            self._admitted_at.pop(unit, None)
+        self.released.extend(sorted(done.released))
+        self.escalated.extend(done.escalated)
+        gone = done.gone
         uids = {uid for uid, unit in self._unit_of.items() if unit in gone}
         self._clear_groups(TRAIN, uids)
         for uid in uids:

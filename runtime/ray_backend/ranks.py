@@ -23,14 +23,14 @@ import os
 import queue
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import ray
 from ray.exceptions import RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..trainer.sharded import _INPUT_ERRORS, RankLost, _first_line
+from ..trainer.sharded import RankLost, _first_line, answer_values, fatal_answer
 from .refs import RayWeights, actor_options
 from .preflight import bundle
 
@@ -162,22 +162,14 @@ class RayShardedTrainer:
                 self._fail(f"trainer rank {r} (Ray actor) died while {what}: "
                            f"{_first_line(str(exc), 200)}")
             a = answer[0] if isinstance(answer[0], tuple) else answer
-            if a[0] == "error" and (startup or a[1] not in _INPUT_ERRORS):
-                silent = [s for s in range(self.world) if s not in answers]
-                self._fail(f"trainer rank {r}: {a[1]}: {_first_line(a[2])}" + (
-                    f" (rank(s) {', '.join(map(str, silent))} had not answered)"
-                    if silent else ""))
+            reason = fatal_answer(r, a, startup, [s for s in range(self.world)
+                                                  if s not in answers])
+            if reason is not None:
+                self._fail(reason)
         return [answers[r] for r in range(self.world)]
 
     def _unwrap(self, answers: list[tuple]) -> list[Any]:
-        errors = [(r, a) for r, a in enumerate(answers) if a[0] == "error"]
-        if errors:
-            r, (_, kind, text, _tb) = errors[0]
-            if all(a[1] == kind for _, a in errors) and len(errors) == self.world \
-                    and kind in _INPUT_ERRORS:
-                raise _INPUT_ERRORS[kind](text)
-            self._fail(f"trainer rank {r}: {kind}: {_first_line(text)}")
-        return [a[1] for a in answers]
+        return answer_values(answers, self._fail)
 
     def _run(self, cmd: str, *args: Any) -> Any:
         if self._broken is not None:
@@ -186,7 +178,7 @@ class RayShardedTrainer:
                                f"in '{cmd}'")
         return self._unwrap(answers)[0]
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str) -> NoReturn:
         self._broken = reason
         self._stop()
         raise RankLost(reason)

@@ -30,7 +30,7 @@ import time
 import weakref
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NoReturn
 
 from .base import INPUT_ERRORS, TrainBatch
 
@@ -56,6 +56,48 @@ def _describe_exit(code: int | None) -> str:
 def _first_line(text: str, limit: int = 300) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[:limit] + " ..."
+
+
+def fatal_answer(rank: int, answer: tuple, startup: bool, silent: list[int]) -> str | None:
+    """Why a rank's answer stops the trainer at once, or None: an error answer (``("error",
+    kind, text, traceback)``) while starting, or of a kind other than the input errors (a
+    collective timed out, or worse: the others may never answer). One line naming the rank,
+    its error and the ranks (``silent``) that had not answered yet."""
+    if answer[0] != "error" or not startup and answer[1] in _INPUT_ERRORS:
+        return None
+    return f"trainer rank {rank}: {answer[1]}: {_first_line(answer[2])}" + (
+        f" (rank(s) {', '.join(map(str, silent))} had not answered)" if silent else "")
+
+
+def answer_values(answers: list[tuple], fail: Callable[[str], NoReturn]) -> list[Any]:
+    """The values of every rank's answer (``("ok", value)``), in rank order. If some are
+    errors: when every rank raised the same input error (a bad batch, found before any
+    collective), that error is raised here, as one process raises it, and the trainer stays
+    usable; else ``fail`` is called with one line naming the first rank that failed (it
+    stops the trainer and raises ``RankLost``)."""
+    errors = [(r, a) for r, a in enumerate(answers) if a[0] == "error"]
+    if errors:
+        r, (_, kind, text, _tb) = errors[0]
+        if all(a[1] == kind for _, a in errors) and len(errors) == len(answers) \
+                and kind in _INPUT_ERRORS:
+            raise _INPUT_ERRORS[kind](text)
+        reason = f"trainer rank {r}: {kind}: {_first_line(text)}"
+        fail(reason)
+        raise RankLost(reason)  # ``fail`` raises it; this only if it returned
+    return [a[1] for a in answers]
+
+
+def _rank_process(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> None:
+    """A spawned rank process: ``rank.main``, with SIGINT ignored. Ctrl-C in a terminal
+    sends SIGINT to the whole foreground process group, the ranks included; it is the
+    driver's to handle (it stops the ranks: ``close``, or its exit). A rank that took it would
+    raise KeyboardInterrupt wherever it was, print a traceback and leave mid-step. SIGTERM
+    and SIGKILL still end a rank. (Ray's rank actors run ``rank.main`` in a thread of the
+    actor's process, not through here.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from . import rank as rank_module
+
+    rank_module.main(rank, world, port, conn, spec)
 
 
 def _kill_all(procs: list[Any]) -> None:
@@ -94,13 +136,11 @@ class ShardedTrainer:
                 "total_steps": total_steps, "timeout_s": self.timeout_s,
                 "rank_class": rank_class}
         ctx = mp.get_context("spawn")
-        from . import rank as rank_module
-
         self._conns, self.procs = [], []
         for r in range(self.world):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=rank_module.main, args=(r, self.world, self._store.port,
-                                                              child, spec),
+            proc = ctx.Process(target=_rank_process, args=(r, self.world, self._store.port,
+                                                           child, spec),
                                name=f"ro-trainer-rank{r}", daemon=True)
             proc.start()
             child.close()
@@ -139,13 +179,10 @@ class ShardedTrainer:
                             answer = answers[by_conn[obj]] = obj.recv()
                         except (EOFError, OSError):
                             continue  # the process is ending; its sentinel follows
-                        if answer[0] == "error" and (startup or answer[1] not in _INPUT_ERRORS):
-                            # a collective timed out, or worse: the others may never answer
-                            silent = [r for r in range(self.world) if r not in answers]
-                            self._fail(f"trainer rank {by_conn[obj]}: {answer[1]}: "
-                                       f"{_first_line(answer[2])}" + (
-                                           f" (rank(s) {', '.join(map(str, silent))} had not "
-                                           f"answered)" if silent else ""))
+                        reason = fatal_answer(by_conn[obj], answer, startup, [
+                            r for r in range(self.world) if r not in answers])
+                        if reason is not None:
+                            self._fail(reason)
                 for obj in ready:
                     r = by_sentinel.get(obj)  # type: ignore[call-overload]
                     if r is not None and r not in answers:
@@ -154,16 +191,10 @@ class ShardedTrainer:
                             if message else "waiting"
                         self._fail(f"trainer rank {r} (pid {self.procs[r].pid}) "
                                    f"{_describe_exit(self.procs[r].exitcode)} while {what}")
-            errors = [(r, a) for r, a in sorted(answers.items()) if a[0] == "error"]
-            if errors:
-                r, (_, kind, text, tb) = errors[0]
-                if not startup and all(a[1] == kind for _, a in errors) \
-                        and len(errors) == self.world and kind in _INPUT_ERRORS:
-                    raise _INPUT_ERRORS[kind](text)
-                self._fail(f"trainer rank {r}: {kind}: {_first_line(text)}")
-            return [answers[r][1] for r in range(self.world)]
+            # while starting, any error answer failed above
+            return answer_values([answers[r] for r in range(self.world)], self._fail)
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str) -> NoReturn:
         self._broken = reason
         self._stop()
         raise RankLost(reason)
@@ -172,6 +203,10 @@ class ShardedTrainer:
         _kill_all(self.procs)
         for c in self._conns:
             c.close()
+        # The rendezvous is not needed once the ranks are gone. torch's TCPStore has no
+        # close(): dropping the last reference stops its server and closes the listening
+        # socket (a driver making and closing many trainers would otherwise keep one each).
+        self._store = None
 
     def _run(self, cmd: str, *args: Any) -> Any:
         return self._gather((cmd, args))[0]

@@ -91,6 +91,55 @@ def test_a_group_that_never_finishes_is_released_by_the_fail_safe(lock):
     assert any(e.get("op") == "release_stuck" for e in r.trace)
 
 
+class EngineCallFailed(RuntimeError):
+    """The work inside the generator's ``fit`` raised (here: the second dispatch to vLLM)."""
+
+
+@pytest.mark.parametrize("partial, error", [(False, EngineCallFailed),
+                                            (True, KeyboardInterrupt)],
+                         ids=["whole-error", "partial_rollout-cancelled"])
+def test_a_generator_that_fails_frees_the_lock_and_closes_the_broker(upstream, lock, partial,
+                                                                     error):
+    """The generator's ``fit`` raises (an error; a cancellation, which Ray delivers as
+    KeyboardInterrupt in the actor's thread) while it holds OpenRLHF's ``VLLMLock``, with a
+    group dispatched and more reserved: the lock is free, the broker closed, every unit it had
+    in flight aborted, and the trainer's ``consume`` returns None at once. Before: ``fit`` had
+    no try/finally: the lock stayed held (the trainer's next broadcast waited forever) and the
+    broker open (its ``consume`` waited for groups that would never come)."""
+    import ray
+
+    from reserve_occupy.integrations.openrlhf import StalenessBroker, actor_classes
+
+    fresh = upstream.VLLMLock.remote()  # the module's lock stays usable whatever happens here
+    broker = ray.remote(StalenessBroker).options(max_concurrency=16, num_cpus=0).remote(
+        1, 4, poll_s=0.01)
+    engine = ray.remote(h.ScheduledEngine).options(num_cpus=0).remote([60.0] * 8)
+    gen = h.generator(actor_classes()["generator"], h.make_args(4, 2, partial=partial),
+                      h.PromptLoader(8), [engine], fresh, broker, None)
+    dispatch, calls = gen.samples_generator._dispatch_prompts_to_vllm, []
+
+    def failing(*a, **kw):
+        calls.append(a[0])
+        if len(calls) == 2:
+            raise error("the engine call failed")
+        return dispatch(*a, **kw)
+
+    gen.samples_generator._dispatch_prompts_to_vllm = failing
+    try:
+        with pytest.raises(error):
+            gen.fit(episode=0, total_consumed_prompts=0)
+        assert len(calls) == 2 and len(gen.admitted) == 1  # one group was generating
+        ray.get(fresh.acquire.remote(), timeout=30)  # free: granted at once
+        ray.get(fresh.release.remote())
+        stats = ray.get(broker.stats.remote())
+        assert stats["closed"] and stats["in_flight"] == 0, stats
+        assert ray.get(broker.consume.remote(), timeout=30) is None
+        assert ray.get(broker.gone.remote(["u0"])) == ["u0"]  # its result would be dropped
+    finally:
+        for actor in (broker, engine, fresh):
+            ray.kill(actor)
+
+
 # ---------------------------------------------------------------- settings and install --------
 
 @pytest.mark.parametrize("kw, key, says", [

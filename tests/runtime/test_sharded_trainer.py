@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import threading
 import time
 
@@ -304,6 +305,57 @@ def test_a_lost_rank_stops_the_trainer_naming_it(tiny_model, tmp_path, variant, 
 
 
 @pytest.mark.slow
+def test_close_releases_the_rendezvous_port(tiny_model, tmp_path):
+    # Before: close() kept the rendezvous (the TCPStore the driver's process serves on
+    # 127.0.0.1): every trainer a driver made and closed left a listening socket behind.
+    tr = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path, seed=0, world_size=1)
+    try:
+        port = tr._store.port
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # served while open
+    finally:
+        tr.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def _ignores(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` ignores ``signum`` (its SigIgn mask in /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return bool(mask & (1 << (signum - 1)))
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_the_driver_s_the_ranks_ignore_it_and_train_on(tiny_model, tmp_path):
+    # Before: a rank process took the driver's SIGINT disposition, so Ctrl-C in a terminal
+    # (SIGINT to the whole foreground process group, ranks included) raised KeyboardInterrupt
+    # in every rank: a traceback each, and the ranks gone while the driver decided.
+    base = GRPOTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "base", seed=0)
+    # the driver as a terminal starts it: SIGINT raises KeyboardInterrupt. Under a shell
+    # without job control a background job inherits SIGINT ignored, and so would the ranks:
+    # the test would then pass without the fix.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        tr = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "run", seed=0,
+                            world_size=2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert not _ignores(os.getpid(), signal.SIGINT)
+        assert all(_ignores(pid, signal.SIGINT) for pid in tr.pids)
+        for pid in tr.pids:  # the terminal's Ctrl-C, as the ranks receive it
+            os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:  # a rank that took it would be gone in ms
+            assert all(p.is_alive() for p in tr.procs), [p.exitcode for p in tr.procs]
+            time.sleep(0.1)
+        metrics = tr._train(_batch(base, version=1))
+        assert tr.steps == 1 and metrics["tokens"] > 0
+    finally:
+        tr.close()
+
+
+@pytest.mark.slow
 def test_a_run_that_loses_a_rank_resumes_at_another_world_size(tiny_model, tmp_path):
     """A run on the fake engine with two ranks and a trainer checkpoint before every publish:
     rank 1 is SIGKILLed before the second step; the run fails naming the rank, with one
@@ -456,3 +508,51 @@ def test_a_rank_reports_a_token_budget_error_as_the_input_error_it_is():
     assert error_kind(FileNotFoundError("x")) == "FileNotFoundError"
     assert error_kind(RuntimeError("a collective timed out")) == "RuntimeError"
     assert error_kind(KeyError("k")) == "KeyError" and "KeyError" not in INPUT_ERRORS
+
+
+def test_a_rank_s_error_answer_is_the_input_error_it_names_or_rank_lost_naming_the_rank():
+    # The local trainer and the Ray one (runtime.ray_backend.ranks) read the ranks' answers
+    # with the same two functions (they were two copies): the same outcome for the same
+    # answers. No process is started: the answers are what ranks send.
+    from runtime.ray_backend.ranks import RayShardedTrainer
+    from runtime.trainer.sharded import answer_values, fatal_answer
+
+    bad = ("error", "ValueError", "a sample of 9 tokens, budget 8\nmore lines", "Traceback")
+    hung = ("error", "RuntimeError", "a collective timed out", "Traceback")
+    lost = r"^trainer rank 1: ValueError: a sample of 9 tokens, budget 8$"
+
+    # while the answers come: only an error that is not bad input (or any, while starting)
+    # stops the trainer at once, naming the ranks that had not answered
+    assert fatal_answer(0, ("ok", 5), True, [1]) is None
+    assert fatal_answer(0, bad, False, [1]) is None
+    assert fatal_answer(0, bad, True, [1]) == (
+        "trainer rank 0: ValueError: a sample of 9 tokens, budget 8 (rank(s) 1 had not "
+        "answered)")
+    assert fatal_answer(1, hung, False, []) == "trainer rank 1: RuntimeError: a collective " \
+                                                "timed out"
+
+    stopped: list[str] = []  # why the trainer was stopped, per call that stopped it
+
+    def local(answers):
+        def fail(reason):
+            stopped.append(reason)
+            raise RankLost(reason)
+
+        return answer_values(answers, fail)
+
+    def ray_side(answers):
+        trainer = RayShardedTrainer.__new__(RayShardedTrainer)
+        trainer._broken, trainer._stop = None, lambda: stopped.append(trainer._broken)
+        return trainer._unwrap(answers)
+
+    for read in (local, ray_side):
+        stopped.clear()
+        assert read([("ok", 1), ("ok", 2)]) == [1, 2]
+        with pytest.raises(ValueError, match=r"^a sample of 9 tokens, budget 8\nmore lines$"):
+            read([bad, bad])  # every rank, the same input error: raised as it is
+        assert not stopped  # and the trainer stays usable
+        with pytest.raises(RankLost, match=lost) as info:
+            read([("ok", 1), bad])  # one rank only: the ranks disagree, the trainer stops
+        assert stopped == [str(info.value)]
+        with pytest.raises(RankLost, match=r"^trainer rank 0: RuntimeError: a collective"):
+            read([hung, bad])
