@@ -213,7 +213,7 @@ class Crash:
                 self.die(f"trainer {what} #{n}")
             if not self.lost:
                 self.lost, self.lost_after = f"trainer {what} #{n}", len(self.kinds)
-                raise RankLost(f"trainer rank 1 (simulated) was lost while in '{what}' "
+                raise RankLost(f"a trainer rank (simulated) was lost while in '{what}' "
                                f"(call #{n} of this incarnation)")
 
     @property

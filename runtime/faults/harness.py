@@ -168,11 +168,11 @@ class Run:
 
     def _world_for(self, incarnation: int) -> int:
         """The trainer's ranks: ``FIRST_WORLD_SIZE``, then after a rank loss the size the fault
-        names (a process crash resumes on the same size)."""
+        names (a process crash, or a rank loss naming 0, resumes on the same size)."""
         if incarnation == 0:
             return FIRST_WORLD_SIZE
         before = self.restarts[incarnation - 1]
-        return before.target if before.kind == "rank_loss" else self.worlds[incarnation - 1]
+        return (before.kind == "rank_loss" and before.target) or self.worlds[incarnation - 1]
 
     def _record_saves(self, store: RunStore) -> None:
         save = store.trajectories.save

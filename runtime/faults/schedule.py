@@ -23,7 +23,8 @@ Fault kinds (``KINDS``), each with what its fields mean:
   ``RankLost`` (``runtime.trainer.sharded``) and that trainer refuses every later call. The
   process lives on: the driver stops the run its own way (in-flight units aborted as
   ``shutdown``, nothing of the failed step published), and the run is resumed from the event
-  log on a new trainer of ``target`` ranks (1 to 3; the first trainer has 2).
+  log on a new trainer of ``target`` ranks (1 to 3; 0: as many as before; the first trainer
+  has 2).
 * ``lose_trajectory`` -- at the next restart, the trajectory file of one finished unit
   (``target``-th, modulo their number) is gone; recovery must filter and report that unit.
 """
