@@ -18,7 +18,12 @@ how many individual checks it made. Every check is shown to fail on a broken var
   log's and no token is older than it.
 * ``lineage`` -- the final trainer has trained exactly the log's batches, in order, on the data
   that was generated for them (a hash chain), and every engine only ever loaded weights that
-  are a prefix of that chain at the version it was told.
+  are a prefix of that chain at the version it was told. After a rank loss the final trainer is
+  another one, of another world size: its chain must still be the log's.
+* ``rank_loss`` -- an incarnation whose trainer lost a rank ended with that ``RankLost`` (the run
+  stopped; it did not go on with the broken trainer), and after the loss it wrote no
+  ``consume`` or ``publish`` line and began no checkpoint: nothing of the failed step became
+  public or durable. (Aborts of the units still in flight, the driver's shutdown, may follow.)
 """
 
 from __future__ import annotations
@@ -49,6 +54,17 @@ class CrashPoint:
 
 
 @dataclass
+class RankLoss:
+    """An incarnation whose trainer lost a rank, and what the incarnation did after."""
+
+    incarnation: int  # 1-based
+    where: str  # the trainer call that raised ``RankLost``
+    writes_after: list[str]  # the kinds of the incarnation's durable writes after the loss
+    ended_with: str | None  # the exception that ended the incarnation; None: it finished
+    rank_lost: bool  # that exception was a ``RankLost``
+
+
+@dataclass
 class Evidence:
     log_path: Path
     eta: int
@@ -61,6 +77,7 @@ class Evidence:
     final_digest: str = INITIAL
     final_steps: int = 0
     duplicate_saves: list[UnitId] = field(default_factory=list)
+    rank_losses: list[RankLoss] = field(default_factory=list)
 
 
 def check_trace(ev: Evidence) -> tuple[list[str], int]:
@@ -237,6 +254,33 @@ def check_lineage(ev: Evidence) -> tuple[list[str], int]:
     return out, n
 
 
+# Writes of a training step (its consume, its checkpoint, its publish): none may follow a rank
+# loss in the same incarnation (a checkpoint's first write, the directory, comes before the
+# trainer's save: the run went on using the broken trainer).
+AFTER_RANK_LOSS = {"log:consume": "a consume line", "log:publish": "a publish line",
+                   "checkpoint": "the start of a checkpoint save",
+                   "checkpoint-commit": "a checkpoint commit"}
+
+
+def check_rank_loss(ev: Evidence) -> tuple[list[str], int]:
+    out: list[str] = []
+    n = 0
+    for r in ev.rank_losses:
+        n += 2
+        k = r.incarnation
+        if r.ended_with is None:
+            out.append(f"incarnation {k}: the trainer lost a rank ({r.where}) and the "
+                       f"incarnation still finished the run, with a trainer that refuses work")
+        elif not r.rank_lost:
+            out.append(f"incarnation {k}: the trainer lost a rank ({r.where}) and the "
+                       f"incarnation ended with {r.ended_with}, not with the RankLost")
+        bad = [AFTER_RANK_LOSS[w] for w in r.writes_after if w in AFTER_RANK_LOSS]
+        if bad:
+            out.append(f"incarnation {k}: after the trainer lost a rank ({r.where}) it wrote "
+                       f"{', '.join(dict.fromkeys(bad))} ({len(bad)} such writes)")
+    return out, n
+
+
 CHECKS = (("trace", check_trace), ("conservation", check_conservation),
           ("recovery", check_recovery), ("staleness", check_staleness),
-          ("lineage", check_lineage))
+          ("lineage", check_lineage), ("rank_loss", check_rank_loss))

@@ -8,11 +8,17 @@
 * ``HashTrainer``: a trainer whose "weights" are a hash chain over the batches it trained (unit
   ids, tokens, versions, rewards) and its step count. A crash-free run and a crashed-and-recovered
   run that trained the same batches in the same order end with the same digest; a lost, doubled
-  or reordered batch changes it. Checkpoints are small JSON files.
-* ``Crash``: the process-crash switch. Every durable write (log line, trajectory file, checkpoint)
-  passes its ``guard``; at the scheduled write it kills the "process": optionally writes a torn
-  prefix, then raises ``SimulatedCrash``, and every later write of that incarnation raises too,
-  like writes of a dead process that never happen.
+  or reordered batch changes it. Checkpoints are small JSON files. It has ``world_size`` ranks,
+  as the sharded trainer does: the update is the same whatever their number (the sharded
+  trainer's all-reduce; tests/runtime/test_sharded_trainer.py compares the real ones), and a
+  checkpoint written by one world size loads into any other.
+* ``Crash``: the incarnation's fault switch. Every durable write (log line, trajectory file,
+  checkpoint) passes its ``guard``; at the scheduled write it kills the "process": optionally
+  writes a torn prefix, then raises ``SimulatedCrash``, and every later write of that
+  incarnation raises too, like writes of a dead process that never happen. Every trainer call
+  passes ``trainer_call``: at the scheduled one it kills the process the same way, or, for a
+  rank loss, raises the sharded trainer's own ``RankLost``; the trainer then refuses every later
+  call with ``RankLost``, as ``ShardedTrainer`` does, while the process lives on.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from ..rollout.base import GenerationRequest, Segment
 from ..rollout.fake import FakeRollout, Plan
 from ..rollout.pool import EngineCrashed
 from ..trainer.base import TrainBatch
+from ..trainer.sharded import RankLost
 
 
 class SimulatedCrash(BaseException):
@@ -98,19 +105,31 @@ INITIAL = "initial"
 
 
 class HashTrainer:
-    """See the module docstring. ``crash_at`` maps a call ("train", "export", "save") and its
-    ordinal in this incarnation to a crash: the harness's trainer crashes."""
+    """See the module docstring. Each call ("train", "train-end", "export", "save") and its
+    ordinal in this incarnation pass ``crash.trainer_call``: the harness's trainer crashes and
+    rank losses. After a ``RankLost`` every call raises ``RankLost`` (``broken``)."""
 
-    def __init__(self, clock: Clock, train_s: float, crash: Crash) -> None:
+    def __init__(self, clock: Clock, train_s: float, crash: Crash, world_size: int = 1) -> None:
         self.clock, self.train_s, self.crash = clock, train_s, crash
+        self.world_size = world_size
         self.steps = 0
         self.digest = INITIAL
         self.batches: list[TrainBatch] = []  # every batch this incarnation trained
         self.calls: dict[str, int] = {}
+        self.broken: str | None = None  # why the trainer is stopped (a rank was lost)
 
     def _call(self, what: str) -> None:
         n = self.calls[what] = self.calls.get(what, 0) + 1
-        self.crash.trainer_call(what, n)
+        self._fault(what, n)
+
+    def _fault(self, what: str, n: int) -> None:
+        if self.broken is not None:
+            raise RankLost(f"the sharded trainer is stopped: {self.broken}")
+        try:
+            self.crash.trainer_call(what, n)
+        except RankLost as exc:
+            self.broken = str(exc)
+            raise
 
     async def train_step(self, batch: TrainBatch) -> dict[str, float]:
         self._call("train")
@@ -121,7 +140,7 @@ class HashTrainer:
             if s.reward != s.reward:  # NaN
                 raise AssertionError(f"batch {batch.version} holds a NaN reward")
         await self.clock.sleep(self.train_s)
-        self.crash.trainer_call("train-end", self.calls["train"])
+        self._fault("train-end", self.calls["train"])
         self.batches.append(batch)
         self.digest = chain(self.digest, batch_digest(batch))
         self.steps += 1
@@ -136,11 +155,14 @@ class HashTrainer:
 
     async def save_checkpoint(self, path: Path) -> None:
         self._call("save")
-        atomic_io.write_text(path / "trainer.json", json.dumps({"steps": self.steps,
-                                                                "digest": self.digest}))
+        atomic_io.write_text(path / "trainer.json", json.dumps({
+            "steps": self.steps, "digest": self.digest, "world_size": self.world_size}))
         await asyncio.sleep(0)
 
     async def load_checkpoint(self, path: Path) -> None:
+        """Any world size's checkpoint (``world_size`` says whose it was)."""
+        if self.broken is not None:
+            raise RankLost(f"the sharded trainer is stopped: {self.broken}")
         state = json.loads((path / "trainer.json").read_text())
         self.steps, self.digest = state["steps"], state["digest"]
 
@@ -149,16 +171,21 @@ class HashTrainer:
 class Crash:
     """When this incarnation dies: at durable write number ``at_write`` (1-based, counted over
     log lines, trajectory files, checkpoint saves and commits, deletions), tearing a log line
-    after ``torn`` characters when set; or at the trainer call ``(what, n)``."""
+    after ``torn`` characters when set; or at the trainer call ``(what, n)``, where with
+    ``rank_loss`` the trainer raises ``RankLost`` instead and the process lives on (``lost``
+    says where, ``lost_after`` how many durable writes the incarnation had made by then)."""
 
     at_write: int | None = None
     torn: int | None = None
     trainer: tuple[str, int] | None = None
+    rank_loss: bool = False
     writes: int = 0
     dead: bool = False
     tore: bool = False  # the crash left a torn log line
     where: str = ""
     kinds: list[str] = field(default_factory=list)
+    lost: str = ""
+    lost_after: int = 0
 
     def die(self, where: str) -> None:
         self.dead, self.where = True, where
@@ -182,4 +209,14 @@ class Crash:
         if self.dead:
             raise SimulatedCrash("trainer call after the crash")
         if self.trainer == (what, n):
-            self.die(f"trainer {what} #{n}")
+            if not self.rank_loss:
+                self.die(f"trainer {what} #{n}")
+            if not self.lost:
+                self.lost, self.lost_after = f"trainer {what} #{n}", len(self.kinds)
+                raise RankLost(f"a trainer rank (simulated) was lost while in '{what}' "
+                               f"(call #{n} of this incarnation)")
+
+    @property
+    def ended(self) -> bool:
+        """The scheduled fault ended this incarnation: the process died or a rank was lost."""
+        return self.dead or bool(self.lost)

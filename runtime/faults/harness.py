@@ -9,8 +9,13 @@ restarts, so a schedule runs in milliseconds and exactly reproducibly.
 A process crash is simulated by the ``Crash`` guard: the incarnation's next durable write raises
 ``SimulatedCrash`` (after writing a torn prefix when asked), as does every later one, and the
 harness throws the incarnation's objects away. Only the run directory survives, as after a
-SIGKILL; the next incarnation starts with ``recover``. The ``Evidence`` collected on the way
-feeds ``checks``.
+SIGKILL; the next incarnation starts with ``recover``. A rank loss is no crash: the trainer
+raises the sharded trainer's ``RankLost`` and the production code handles it as it would (the
+driver stops the run: its tasks end, in-flight units are aborted, the store is closed, and the
+exception leaves ``Driver.run``, as ``train`` then exits 1); the incarnation must end with that
+``RankLost``, and the next one resumes from the run directory on a new trainer of the fault's
+world size, as ``train --resume`` with another ``trainer.world_size`` does. The ``Evidence``
+collected on the way feeds ``checks``.
 
 Termination: at most ``MAX_INCARNATIONS`` incarnations, and the virtual clock (``WatchedClock``)
 ends a run still going at ``MAX_VIRTUAL_S`` simulated seconds or after ``MAX_WAKEUPS`` jumps
@@ -40,9 +45,10 @@ from ..rollout.pool import EnginePool
 from ..scratch import remove, scratch_dir
 from ..tasks.base import Prompt
 from ..records import DriverSettings
-from .checks import CHECKS, CrashPoint, Evidence
+from ..trainer.sharded import RankLost
+from .checks import CHECKS, CrashPoint, Evidence, RankLoss
 from .fakes import INITIAL, Crash, CrashableRollout, HashTrainer, SimulatedCrash, Weights
-from .schedule import RESTARTS, Schedule
+from .schedule import FIRST_WORLD_SIZE, RESTARTS, Schedule
 
 PROMPTS = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(40)]
 TRAIN_S = 0.05
@@ -140,6 +146,7 @@ class Run:
         self.wakeups = 0  # virtual clock jumps over all incarnations (WatchedClock)
         self.deleted: set[Any] = set()  # trajectory files lose_trajectory removed so far
         self.crash_log: list[Crash] = []  # each incarnation's switch (its writes' kinds)
+        self.worlds: list[int] = []  # each incarnation's trainer's world size
         self.reports: list[Any] = []  # each recovery's report
 
     def reward(self, prompt: Prompt, completion: str) -> float:
@@ -157,7 +164,15 @@ class Run:
         f = self.restarts[incarnation]
         if f.kind == "crash":
             return Crash(at_write=f.target, torn=f.arg)
-        return Crash(trainer=(f.what, f.arg or 1))
+        return Crash(trainer=(f.what, f.arg or 1), rank_loss=f.kind == "rank_loss")
+
+    def _world_for(self, incarnation: int) -> int:
+        """The trainer's ranks: ``FIRST_WORLD_SIZE``, then after a rank loss the size the fault
+        names (a process crash, or a rank loss naming 0, resumes on the same size)."""
+        if incarnation == 0:
+            return FIRST_WORLD_SIZE
+        before = self.restarts[incarnation - 1]
+        return (before.kind == "rank_loss" and before.target) or self.worlds[incarnation - 1]
 
     def _record_saves(self, store: RunStore) -> None:
         save = store.trajectories.save
@@ -204,7 +219,7 @@ class Run:
 
     async def _incarnation(self, k: int, clock: VirtualClock, crash: Crash) -> None:
         asyncio.get_running_loop().set_exception_handler(self._loop_error)
-        trainer = HashTrainer(clock, TRAIN_S, crash)
+        trainer = HashTrainer(clock, TRAIN_S, crash, self.worlds[k])
         self.trainer = trainer
         engines: list[CrashableRollout] = []
         delays: dict[int, float] = {}
@@ -304,6 +319,7 @@ class Run:
         for k in range(MAX_INCARNATIONS):
             crash = self._crash_for(k)
             self.crash_log.append(crash)
+            self.worlds.append(self._world_for(k))
             clock = WatchedClock(start=self.now, wakeups=self.wakeups)
             out.incarnations += 1
             self.controller = None
@@ -311,9 +327,13 @@ class Run:
                 clock.run(self._incarnation(k, clock, crash))
                 finished = True
             except (SimulatedCrash, Exception) as exc:
-                if not crash.dead:
+                if not crash.ended:
                     out.violations.append(f"incarnation {k + 1} failed: {exc!r}")
                     return out
+                if crash.lost:
+                    self.ev.rank_losses.append(RankLoss(
+                        k + 1, crash.lost, crash.kinds[crash.lost_after:], repr(exc),
+                        isinstance(exc, RankLost)))
                 out.injected[self.restarts[k].kind] += 1
                 if crash.tore:
                     out.injected["torn log line"] += 1
@@ -322,6 +342,10 @@ class Run:
                 self.now, self.wakeups = clock.now(), clock.wakeups
                 self._collect()
             if finished:
+                if crash.lost:  # the run went on after the trainer lost a rank
+                    self.ev.rank_losses.append(RankLoss(
+                        k + 1, crash.lost, crash.kinds[crash.lost_after:], None, False))
+                    out.injected[self.restarts[k].kind] += 1
                 break
         else:
             out.violations.append(f"still not done after {MAX_INCARNATIONS} incarnations")

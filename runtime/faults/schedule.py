@@ -19,6 +19,12 @@ Fault kinds (``KINDS``), each with what its fields mean:
   when ``arg`` is set (a torn write). The run restarts from the event log.
 * ``trainer_crash`` -- the process dies inside the trainer's ``arg``-th call of kind ``what``
   (train, train-end, export, save): during a step, after it, exporting, checkpointing.
+* ``rank_loss`` -- at the same points, one rank of the sharded trainer dies: the call raises
+  ``RankLost`` (``runtime.trainer.sharded``) and that trainer refuses every later call. The
+  process lives on: the driver stops the run its own way (in-flight units aborted as
+  ``shutdown``, nothing of the failed step published), and the run is resumed from the event
+  log on a new trainer of ``target`` ranks (1 to 3; 0: as many as before; the first trainer
+  has 2).
 * ``lose_trajectory`` -- at the next restart, the trajectory file of one finished unit
   (``target``-th, modulo their number) is gone; recovery must filter and report that unit.
 """
@@ -30,9 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 KINDS = ("engine_crash", "hung", "nan_reward", "duplicate", "late", "unknown", "crash",
-         "trainer_crash", "lose_trajectory")
+         "trainer_crash", "rank_loss", "lose_trajectory")
 TRAINER_CALLS = ("train", "train-end", "export", "save")
-RESTARTS = ("crash", "trainer_crash")
+RESTARTS = ("crash", "trainer_crash", "rank_loss")  # each ends an incarnation; the run resumes
+TRAINER_FAULTS = ("trainer_crash", "rank_loss")  # at the trainer's call ``what`` #``arg``
+FIRST_WORLD_SIZE = 2  # ranks of the first incarnation's trainer
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,9 @@ class Fault:
             return f"process crash at durable write {self.target}{torn}"
         if k == "trainer_crash":
             return f"process crash in trainer {self.what} call #{self.arg}"
+        if k == "rank_loss":
+            return (f"a trainer rank is lost in {self.what} call #{self.arg} (RankLost); "
+                    f"resumed on {self.target} rank(s)")
         return f"at the next restart, finished unit #{self.target}'s trajectory file is lost"
 
 
@@ -114,8 +125,9 @@ def generate(seed: int) -> Schedule:
         elif kind == "crash":
             torn = rng.randint(0, 80) if rng.random() < 0.5 else None
             faults.append(Fault(kind, target=rng.randint(1, writes), arg=torn))
-        elif kind == "trainer_crash":
-            faults.append(Fault(kind, what=rng.choice(TRAINER_CALLS),
+        elif kind in TRAINER_FAULTS:
+            world = rng.randint(1, 3) if kind == "rank_loss" else 0
+            faults.append(Fault(kind, target=world, what=rng.choice(TRAINER_CALLS),
                                 arg=rng.randint(1, steps)))
         else:
             faults.append(Fault(kind, target=rng.randrange(100)))

@@ -24,10 +24,20 @@ asserts each is caught.
   unit and trains its data with the next batch, behind the controller's back. Caught by
   ``staleness`` (a trained unit that is not in the log's batch; often also over-stale) and by
   ``lineage``.
+* ``swallow_rank_loss`` -- the driver treats a lost trainer rank as a hiccup: a trainer call
+  that raises ``RankLost`` is skipped (a train step trains nothing, an export hands the engines
+  the weights exported last under the new version, a checkpoint save saves nothing) and the run
+  goes on with the broken trainer. Caught by ``rank_loss`` (the incarnation finished after the
+  loss and published after it) and by ``lineage``.
+* ``publish_on_rank_loss`` -- the driver stops on ``RankLost``, but first publishes the step
+  that failed with the weights it exported last, "so that the engines are not left behind".
+  Caught by ``rank_loss`` (a publish line after the loss) and by ``lineage`` (the engines
+  loaded weights that are not the log's version).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from reserve_occupy import UnitState
@@ -35,6 +45,7 @@ from reserve_occupy import UnitState
 from ..driver import Driver
 from ..recovery.resume import Recovery
 from ..trainer.base import GroupSample, Sample, TrainBatch
+from ..trainer.sharded import RankLost
 from ..records import GroupRun
 from .harness import Variant
 
@@ -127,6 +138,68 @@ class _AcceptLateDriver(Driver):
         return TrainBatch(tb.version, tb.groups + tuple(extra))
 
 
+class _Forgiving:
+    """The trainer behind a guard that swallows ``RankLost`` (``lost`` keeps the first)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.inner, self.lost, self.last = trainer, None, None
+
+    def _swallow(self, exc: RankLost) -> None:
+        self.lost = self.lost or exc
+
+    async def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        try:
+            return await self.inner.train_step(batch)
+        except RankLost as exc:
+            self._swallow(exc)
+            return {}
+
+    async def export_weights(self, version: int) -> Any:
+        try:
+            self.last = await self.inner.export_weights(version)
+        except RankLost as exc:
+            self._swallow(exc)
+            if self.last is None:
+                raise
+            self.last = dataclasses.replace(self.last, version=version)
+        return self.last
+
+    async def save_checkpoint(self, path: Any) -> None:
+        try:
+            await self.inner.save_checkpoint(path)
+        except RankLost as exc:
+            self._swallow(exc)
+
+
+class _SwallowRankLossDriver(Driver):
+    guard_checkpoints = True  # the checkpoint saves go through the same guard
+
+    def __init__(self, settings: Any, rollout: Any, trainer: Any, *args: Any,
+                 **kwargs: Any) -> None:
+        forgiving = _Forgiving(trainer)
+        super().__init__(settings, rollout, forgiving, *args, **kwargs)
+        if self.persist is not None and self.guard_checkpoints:
+            self.persist.trainer = forgiving  # type: ignore[attr-defined]
+
+
+class _PublishOnRankLossDriver(_SwallowRankLossDriver):
+    guard_checkpoints = False  # a lost rank in a checkpoint save stops the run before publish
+
+    async def _sync_weights(self, weights: Any) -> None:
+        await super()._sync_weights(weights)
+        lost = self.trainer.lost  # type: ignore[attr-defined]
+        if lost is not None:  # the step is public now: stop the run as production would
+            raise lost
+
+
+class _DriverVariant(Variant):
+    def __init__(self, name: str, cls: type[Driver]) -> None:
+        self.name, self.cls = name, cls
+
+    def driver_class(self) -> type[Driver]:
+        return self.cls
+
+
 def _recovery_variant(name: str, cls: type[Recovery]) -> Variant:
     v = Variant()
     v.name, v.recovery_class = name, cls
@@ -147,4 +220,6 @@ VARIANTS: dict[str, Variant] = {
     "keep_in_flight": _recovery_variant("keep_in_flight", _KeepInFlight),
     "no_retrain": _recovery_variant("no_retrain", _NoRetrain),
     "accept_late": _AcceptLate(),
+    "swallow_rank_loss": _DriverVariant("swallow_rank_loss", _SwallowRankLossDriver),
+    "publish_on_rank_loss": _DriverVariant("publish_on_rank_loss", _PublishOnRankLossDriver),
 }
