@@ -98,7 +98,7 @@ bench-trainer: $(STAMP)
 ## real vLLM engine): export per step single-process and sharded (rank 0 streams one tensor at
 ## a time, against the whole model gathered), push into the engine, and rank 0's memory rise.
 bench-export: $(STAMP)
-	$(PY) bench/export_push.py
+	$(PY) bench/export_push.py --write
 
 ## The trainer side on a GPU (torch with CUDA; vLLM not needed): step time, tokens/s, peak memory.
 ## RANKS=1,2: the sharded trainer at each rank count (one GPU a rank), per-rank peak memory.

@@ -22,7 +22,7 @@ time to gather, write and load weights does not depend on their values. Asserts 
 
     python bench/export_push.py                       # all sizes, 2 ranks (a few minutes)
     python bench/export_push.py --sizes h256x4 --repeats 1 --no-engine
-    make bench-export
+    make bench-export                                 # --write: docs/runtime.md's table
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ SIZES = {
                  tie_word_embeddings=True),
 }
 RSS_FILE = "export_rss.json"  # rank 0's measurement of its last export, in its out_dir
+DOC = ROOT / "docs" / "runtime.md"
+RESULTS = ROOT / "docs" / "results" / "export_push.json"
+BEGIN, END = "<!-- export-push:begin -->", "<!-- export-push:end -->"
 
 
 def _rss() -> int:
@@ -265,6 +268,21 @@ def table(rows: list[dict], ranks: int) -> str:
     return "\n".join(lines)
 
 
+def render(results: dict) -> str:
+    """The block docs/runtime.md holds between its export-push markers, from a results file."""
+    return (f"`make bench-export`: export and push per step, CPU fp32, {results['ranks']} "
+            f"ranks over gloo, median of {results['repeats']} ({results['seconds']:.0f} s in "
+            f"all, one run):\n\n{table(results['rows'], results['ranks'])}")
+
+
+def write_doc(results: dict) -> None:
+    """The results file and the page's block (``bench.docblock``)."""
+    from bench.docblock import splice
+
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    splice(DOC, BEGIN, END, render(results))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default=",".join(SIZES),
@@ -278,15 +296,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "export_push.json")
     ap.add_argument("--table", type=Path, metavar="JSON",
                     help="print the table of an earlier run's --out file and exit")
+    ap.add_argument("--write", action="store_true",
+                    help=f"keep the results in {RESULTS.relative_to(ROOT)} and the table in "
+                         f"{DOC.relative_to(ROOT)} (with --table: those of that file)")
     args = ap.parse_args(argv)
     if args.table is not None:
         try:
             saved = json.loads(args.table.read_text())
-            print(table(saved["rows"], saved["ranks"]))
+            print(render(saved))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"export_push: --table {args.table}: not a file this bench wrote ({exc})",
                   file=sys.stderr)
             return 2
+        if args.write:
+            write_doc(saved)
         return 0
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     bad = [s for s in sizes if s not in SIZES]
@@ -315,11 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.work, ignore_errors=True)
     took = time.perf_counter() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"ranks": args.ranks, "repeats": args.repeats,
-                                    "seconds": took, "rows": rows}, indent=1))
-    print(f"\nexport and push per step, CPU fp32, {args.ranks} ranks over gloo, median of "
-          f"{args.repeats} ({took:.0f} s in all; {args.out}):\n")
-    print(table(rows, args.ranks))
+    results = {"ranks": args.ranks, "repeats": args.repeats, "seconds": took, "rows": rows}
+    args.out.write_text(json.dumps(results, indent=1))
+    print(f"\n{render(results)}\n\n(results: {args.out})")
+    if args.write:
+        write_doc(results)
     return 0
 
 

@@ -63,3 +63,18 @@ def test_the_smallest_size_end_to_end_over_two_ranks(tmp_path, capsys):
     assert "push" not in row
     assert "| h256x4 | 12.1 M |" in capsys.readouterr().out
     assert not (tmp_path / "w").exists()  # the models and weights are removed
+
+
+def test_the_docs_table_is_rendered_from_the_results_file():
+    """docs/runtime.md's export-push block is what ``make bench-export`` last measured: the
+    bench's own ``render`` of docs/results/export_push.json (a hand edit fails)."""
+    from bench.docblock import between
+
+    bench = load_bench("export_push")
+    results = json.loads(bench.RESULTS.read_text())
+    page = between(bench.DOC.read_text(), bench.BEGIN, bench.END)
+    assert page == bench.render(results)
+    assert [r["size"] for r in results["rows"]][-1] == "qwen2.5-0.5b"  # 0.5 B measured
+    assert results["rows"][-1]["params"] > 490e6 and "push" in results["rows"][-1]
+    results["rows"][-1]["streamed"]["export_s"] += 1.0
+    assert page != bench.render(results)
