@@ -7,7 +7,8 @@ how many individual checks it made. Every check is shown to fail on a broken var
   outcome is the reference controller's, and no safety invariant breaks, across every restart.
 * ``conservation`` -- every admitted unit ends consumed (in exactly one batch), aborted, filtered
   or still finished; every explicit abort or filter carries a reason; nothing is in flight at the
-  end; every unit a restart lost had its prompt re-admitted.
+  end; every unit a restart lost, and every unit an orderly stop (``shutdown``) aborted before a
+  restart, had its prompt re-admitted.
 * ``recovery`` -- at each restart, judged in that restart's own window of the log (up to the
   next crash point), the units the durable log had FINISHED were reloaded (or, only when their
   file was gone by that restart, filtered as missing), and the units it had IN_FLIGHT were
@@ -101,6 +102,10 @@ def check_conservation(ev: Evidence) -> tuple[list[str], int]:
     reserved: dict[UnitId, dict[str, Any]] = {}
     lost: list[UnitId] = []
     readmitted: set[UnitId] = set()
+    # units an orderly stop aborted (``shutdown``) before the run was resumed: their prompts
+    # were drawn and never trained, as a crash's (the last incarnation's stop is not resumed)
+    stopped: list[UnitId] = []
+    resumed = max((cp.events for cp in ev.crashes), default=0)
     n = 0
     for e in contents.events:
         meta = contents.metas.get(e.seq, {})
@@ -120,6 +125,8 @@ def check_conservation(ev: Evidence) -> tuple[list[str], int]:
             out.append(f"{e.op} of {e.unit_id!r} (seq {e.seq}) has no reason")
         if meta.get("reason") in ("lost_in_crash", "recovered") and e.op in ("abort", "occupy"):
             lost += ([e.unit_id] if e.op == "abort" else []) + list(e.aborted)
+        elif meta.get("reason") == "shutdown" and e.op == "abort" and e.seq < resumed:
+            stopped += [e.unit_id, *e.aborted]
         n += 1
     for unit in reserved:
         state = controller.unit_state(unit)
@@ -133,6 +140,12 @@ def check_conservation(ev: Evidence) -> tuple[list[str], int]:
         if unit not in readmitted:
             out.append(f"unit {unit!r} was lost in a crash but its prompt "
                        f"{reserved.get(unit, {}).get('prompt')} was never re-admitted")
+    for unit in stopped:
+        n += 1
+        if unit not in readmitted:
+            out.append(f"unit {unit!r} was aborted by an orderly stop (shutdown) before a "
+                       f"restart but its prompt {reserved.get(unit, {}).get('prompt')} was "
+                       f"never re-admitted")
     if controller.version != ev.steps:
         out.append(f"the run ended at version {controller.version}, not {ev.steps}")
     return out, n

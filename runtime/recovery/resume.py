@@ -10,7 +10,8 @@
 3. Units the log has IN_FLIGHT lost their generation with the process: a unit whose complete
    trajectory reached the store (the crash fell between that write and its ``occupy`` line) is
    occupied now; every other one is aborted (``meta.reason = "lost_in_crash"``) and its prompt
-   is queued for re-admission.
+   is queued for re-admission. So are the prompts of the units an orderly stop aborted
+   (``meta.reason = "shutdown"``): however the run stopped, no drawn prompt is skipped.
 4. Units the log has FINISHED get their data back from the store; a unit whose file is missing
    is filtered (``meta.reason = "trajectory_missing"``) and reported, never silently dropped.
    With streaming, units the log has STREAMED (handed to the trainer before the crash) get their
@@ -70,6 +71,8 @@ class RecoveryReport:
     published: bool = False  # recovery published the batch that was training
     salvaged: list[UnitId] = field(default_factory=list)  # IN_FLIGHT, data complete: occupied
     lost: list[UnitId] = field(default_factory=list)  # IN_FLIGHT: aborted, prompt re-admitted
+    # aborted by the previous incarnation's orderly stop (``shutdown``): prompt re-admitted
+    stopped: list[UnitId] = field(default_factory=list)
     finished: list[UnitId] = field(default_factory=list)  # FINISHED, data loaded
     restream: list[UnitId] = field(default_factory=list)  # STREAMED: data loaded, train again
     missing: list[UnitId] = field(default_factory=list)  # FINISHED, no data: filtered
@@ -95,6 +98,10 @@ class RecoveryReport:
         out.append(f"recovery: {len(self.finished)} finished units reloaded, {len(self.salvaged)}"
                    f" in-flight units salvaged (complete on disk), {len(self.lost)} in-flight "
                    f"units aborted as lost ({self.readmit} prompts to re-admit)")
+        if self.stopped:
+            out.append(f"recovery: {len(self.stopped)} units in flight when the run last "
+                       f"stopped (aborted as shutdown) have their prompts re-admitted, among "
+                       f"the {self.readmit}")
         if self.missing:
             out.append(f"recovery: WARNING {len(self.missing)} finished units had no trajectory "
                        f"file and were filtered: {self.missing[:8]}")
@@ -286,6 +293,8 @@ class Recovery:
         controller, report = self.controller, self.report
         pending = _pending_readmits(controller, self.reserve_meta)
         report.readmit = len(pending)
+        stopped = {u for _, u in _pending_readmits(controller, self.reserve_meta, ("shutdown",))}
+        report.stopped = [u for _, u in pending if u in stopped]
         seqs = [int(m.group(1)) for u in self.order if isinstance(u, str)
                 and (m := _SEQ.match(u))]
         draws = [m["draw"] for m in self.reserve_meta.values() if isinstance(m.get("draw"), int)]
@@ -310,10 +319,20 @@ async def recover(run_dir: Path, settings: DriverSettings, recovery: RecoverySet
                                 check_every_op, log).run()
 
 
+# The reasons of the operations whose aborted units lost their prompt because the run stopped,
+# not because of anything about the unit: a crash (``lost_in_crash``; units the closing rule
+# dropped when recovery occupied or aborted, ``recovered``) or an orderly stop (``shutdown``:
+# the driver stopped on an error, a Ctrl-C, or at the end of its steps). Their prompts were
+# drawn and never trained, so the resumed run re-admits them (docs/recovery.md, step 3).
+READMIT_REASONS = ("lost_in_crash", "recovered", "shutdown")
+
+
 def _pending_readmits(controller: JournaledController,
-                      reserve_meta: dict[UnitId, dict[str, Any]]) -> list[tuple[int, UnitId]]:
-    """(prompt position, lost unit) for every unit a recovery lost that no later reservation
-    re-admitted, in the order they were lost."""
+                      reserve_meta: dict[UnitId, dict[str, Any]],
+                      reasons: tuple[str, ...] = READMIT_REASONS) -> list[tuple[int, UnitId]]:
+    """(prompt position, unit) for every unit a crash or an orderly stop lost (an ``abort``
+    with one of ``reasons``, and the units its closing rule dropped; the units a recovery
+    ``occupy`` dropped) that no later reservation re-admitted, in the order they were lost."""
     lost: list[UnitId] = []
     readmitted: set[UnitId] = set()
     for e in controller.events:
@@ -321,8 +340,7 @@ def _pending_readmits(controller: JournaledController,
         if e.op == "reserve" and "readmit_of" in meta:
             readmitted.add(meta["readmit_of"])
             reserve_meta.setdefault(e.unit_id, meta)  # type: ignore[arg-type]
-        elif meta.get("reason") in ("lost_in_crash", "recovered") and e.op in ("abort",
-                                                                              "occupy"):
+        elif meta.get("reason") in reasons and e.op in ("abort", "occupy"):
             if e.op == "abort":
                 lost.append(e.unit_id)  # type: ignore[arg-type]
             lost.extend(e.aborted)
