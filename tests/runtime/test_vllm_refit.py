@@ -92,12 +92,17 @@ async def test_keep_refit_continues_requests_on_the_new_weights(engine, tokenize
     # Each token scores as the weights it is attributed to score it (old before, new after).
     before = old.score(prompts, [s.token_ids for s in segs])
     after = new.score(prompts, [s.token_ids for s in segs])
+    apart = 0.0
     for s, b, a in zip(segs, before, after):
         k = s.refits[0][0]
         assert max(abs(x - y) for x, y in zip(s.logprobs[:k], b[:k])) < LOGPROB_TOL
         assert max(abs(x - y) for x, y in zip(s.logprobs[k:], a[k:])) < LOGPROB_TOL
-        # the check has teeth: old and new weights score the tokens after the refit apart
-        assert max(abs(x - y) for x, y in zip(a[k:], b[k:])) > 10 * LOGPROB_TOL
+        apart = max(apart, *(abs(x - y) for x, y in zip(a[k:], b[k:])))
+    # the check has teeth: old and new weights score the tokens after the refit apart. Taken
+    # over all requests: where a refit lands is the engine's timing, and a request refitted
+    # near its end leaves a few confident tokens the two weights agree on (measured once:
+    # 2.6e-3 on one request's tail)
+    assert apart > 10 * LOGPROB_TOL
     # ... and greedy decoding changed at the refit: the old weights continue differently.
     await _reset(engine, tiny_model)
     base = await asyncio.gather(*(engine.generate(GenerationRequest(
