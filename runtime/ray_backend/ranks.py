@@ -30,7 +30,13 @@ from ray.exceptions import RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..trainer.sharded import RankLost, _first_line, answer_values, fatal_answer
+from ..trainer.sharded import (
+    RankLost,
+    _first_line,
+    answer_values,
+    fatal_answer,
+    output_error,
+)
 from .refs import RayWeights, actor_options
 from .preflight import bundle
 
@@ -165,7 +171,7 @@ class RayShardedTrainer:
             reason = fatal_answer(r, a, startup, [s for s in range(self.world)
                                                   if s not in answers])
             if reason is not None:
-                self._fail(reason)
+                self._fail(reason, output_error(a))
         return [answers[r] for r in range(self.world)]
 
     def _unwrap(self, answers: list[tuple]) -> list[Any]:
@@ -178,9 +184,13 @@ class RayShardedTrainer:
                                f"in '{cmd}'")
         return self._unwrap(answers)[0]
 
-    def _fail(self, reason: str) -> NoReturn:
+    def _fail(self, reason: str, cause: OSError | None = None) -> NoReturn:
+        """As ``ShardedTrainer._fail``: stop the ranks, raise ``RankLost`` or the rank's
+        output error (a full disk)."""
         self._broken = reason
         self._stop()
+        if cause is not None:
+            raise cause from RankLost(reason)
         raise RankLost(reason)
 
     def _stop(self) -> None:

@@ -440,6 +440,9 @@ def error_kind(exc: BaseException) -> str:
 
 
 def _send_error(conn: Any, exc: BaseException) -> None:
+    """``("error", kind, text, traceback, errno)``: errno an ``OSError``'s (a full disk: the
+    driver raises it as one, ``sharded.output_error``), else None."""
     with contextlib.suppress(Exception):
         conn.send(("error", error_kind(exc), str(exc) or repr(exc),
-                   "".join(traceback.format_exception(exc))[-4000:]))
+                   "".join(traceback.format_exception(exc))[-4000:],
+                   exc.errno if isinstance(exc, OSError) else None))

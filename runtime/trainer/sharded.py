@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import multiprocessing as mp
+import os
 import signal
 import threading
 import time
@@ -69,7 +71,19 @@ def fatal_answer(rank: int, answer: tuple, startup: bool, silent: list[int]) -> 
         f" (rank(s) {', '.join(map(str, silent))} had not answered)" if silent else "")
 
 
-def answer_values(answers: list[tuple], fail: Callable[[str], NoReturn]) -> list[Any]:
+# What a rank's OSError must carry for the driver to raise it as the OSError it is: the
+# output cannot be written (the CLI's exit 74, as for the single-process trainer).
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
+
+
+def output_error(answer: tuple) -> OSError | None:
+    """A rank's error answer that says the output cannot be written (a full disk while rank 0
+    writes the weights or a checkpoint), as an ``OSError`` with its errno; else None."""
+    code = answer[4] if answer[0] == "error" and len(answer) > 4 else None
+    return OSError(code, os.strerror(code)) if code in OUTPUT_ERRNOS else None
+
+
+def answer_values(answers: list[tuple], fail: Callable[..., NoReturn]) -> list[Any]:
     """The values of every rank's answer (``("ok", value)``), in rank order. If some are
     errors: when every rank raised the same input error (a bad batch, found before any
     collective), that error is raised here, as one process raises it, and the trainer stays
@@ -77,12 +91,13 @@ def answer_values(answers: list[tuple], fail: Callable[[str], NoReturn]) -> list
     stops the trainer and raises ``RankLost``)."""
     errors = [(r, a) for r, a in enumerate(answers) if a[0] == "error"]
     if errors:
-        r, (_, kind, text, _tb) = errors[0]
+        r, first = errors[0]
+        kind, text = first[1], first[2]
         if all(a[1] == kind for _, a in errors) and len(errors) == len(answers) \
                 and kind in _INPUT_ERRORS:
             raise _INPUT_ERRORS[kind](text)
         reason = f"trainer rank {r}: {kind}: {_first_line(text)}"
-        fail(reason)
+        fail(reason, output_error(first))
         raise RankLost(reason)  # ``fail`` raises it; this only if it returned
     return [a[1] for a in answers]
 
@@ -182,7 +197,7 @@ class ShardedTrainer:
                         reason = fatal_answer(by_conn[obj], answer, startup, [
                             r for r in range(self.world) if r not in answers])
                         if reason is not None:
-                            self._fail(reason)
+                            self._fail(reason, output_error(answer))
                 for obj in ready:
                     r = by_sentinel.get(obj)  # type: ignore[call-overload]
                     if r is not None and r not in answers:
@@ -194,9 +209,14 @@ class ShardedTrainer:
             # while starting, any error answer failed above
             return answer_values([answers[r] for r in range(self.world)], self._fail)
 
-    def _fail(self, reason: str) -> NoReturn:
+    def _fail(self, reason: str, cause: OSError | None = None) -> NoReturn:
+        """Stop every rank and raise ``RankLost(reason)``; or, when a rank could not write the
+        output (``output_error``), that ``OSError`` (from the ``RankLost``), so a full disk is
+        the CLI's exit 74 as in one process. Either way the trainer is stopped."""
         self._broken = reason
         self._stop()
+        if cause is not None:
+            raise cause from RankLost(reason)
         raise RankLost(reason)
 
     def _stop(self) -> None:

@@ -8,6 +8,7 @@ Each ``ShardedTrainer`` starts its ranks as processes (each imports torch and tr
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -304,6 +305,34 @@ def test_a_lost_rank_stops_the_trainer_naming_it(tiny_model, tmp_path, variant, 
         tr.close()
 
 
+class FullDiskOnExport(RankTrainer):
+    """Rank 0's disk is full when it writes the weights (rank 1 waits in the gathers)."""
+
+    def _write_full(self, path):
+        if path is not None:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        super()._write_full(path)
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_rank_0_exports_is_the_os_error_it_is(tiny_model, tmp_path):
+    """As in one process, a full disk is an ``OSError`` with its errno (the CLI's exit 74,
+    "cannot write the output"), not a lost rank: the ranks are stopped at once (rank 1 was
+    waiting in a gather), nothing is published, and the trainer refuses further work."""
+    tr = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "run", seed=0,
+                        world_size=2, rank_class=f"{__name__}:FullDiskOnExport")
+    try:
+        with pytest.raises(OSError) as info:
+            tr._export(1)
+        assert info.value.errno == errno.ENOSPC and isinstance(info.value.__cause__, RankLost)
+        assert all(p.exitcode is not None for p in tr.procs)
+        assert not (tmp_path / "run" / "weights" / "v1").exists()
+        with pytest.raises(RankLost, match="stopped"):
+            tr._export(1)
+    finally:
+        tr.close()
+
+
 @pytest.mark.slow
 def test_close_releases_the_rendezvous_port(tiny_model, tmp_path):
     # Before: close() kept the rendezvous (the TCPStore the driver's process serves on
@@ -534,11 +563,9 @@ def test_a_rank_s_error_answer_is_the_input_error_it_names_or_rank_lost_naming_t
     stopped: list[str] = []  # why the trainer was stopped, per call that stopped it
 
     def local(answers):
-        def fail(reason):
-            stopped.append(reason)
-            raise RankLost(reason)
-
-        return answer_values(answers, fail)
+        trainer = ShardedTrainer.__new__(ShardedTrainer)
+        trainer._broken, trainer._stop = None, lambda: stopped.append(trainer._broken)
+        return answer_values(answers, trainer._fail)
 
     def ray_side(answers):
         trainer = RayShardedTrainer.__new__(RayShardedTrainer)
@@ -556,3 +583,17 @@ def test_a_rank_s_error_answer_is_the_input_error_it_names_or_rank_lost_naming_t
         assert stopped == [str(info.value)]
         with pytest.raises(RankLost, match=r"^trainer rank 0: RuntimeError: a collective"):
             read([hung, bad])
+        # rank 0 could not write the output (a full disk): the trainer stops, and the error
+        # is the OSError it is (the CLI's exit 74, as for one process), from the RankLost
+        stopped.clear()
+        disk = ("error", "OSError", "[Errno 28] No space left on device", "Traceback",
+                errno.ENOSPC)
+        with pytest.raises(OSError) as info:
+            read([disk, ("ok", 2)])
+        assert info.value.errno == errno.ENOSPC and not isinstance(info.value, RankLost)
+        assert isinstance(info.value.__cause__, RankLost)
+        assert stopped == ["trainer rank 0: OSError: [Errno 28] No space left on device"]
+        # another OSError (a permission, a missing file) is not the output's: RankLost
+        with pytest.raises(RankLost):
+            read([("error", "PermissionError", "denied", "Traceback", errno.EACCES),
+                  ("ok", 2)])
