@@ -40,7 +40,7 @@ def plan(entries: Iterable[tuple[str, torch.dtype, tuple[int, ...]]],
     for name, dtype, _ in listed:
         if dtype not in DTYPE_NAMES:
             raise StreamError(f"tensor {name!r}: dtype {dtype} has no safetensors name here")
-    return sorted(listed, key=lambda e: -torch.empty((), dtype=e[1]).element_size())
+    return sorted(listed, key=lambda e: -e[1].itemsize)
 
 
 def header(order: list[tuple[str, torch.dtype, tuple[int, ...]]],
@@ -50,7 +50,7 @@ def header(order: list[tuple[str, torch.dtype, tuple[int, ...]]],
     head: dict[str, object] = {"__metadata__": dict(metadata)} if metadata else {}
     at = 0
     for name, dtype, shape in order:
-        n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+        n = torch.Size(shape).numel() * dtype.itemsize
         head[name] = {"dtype": DTYPE_NAMES[dtype], "shape": list(shape),
                       "data_offsets": [at, at + n]}
         at += n
