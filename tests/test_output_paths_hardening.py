@@ -221,3 +221,24 @@ def test_train_refuses_a_run_directory_entry_that_is_a_link(tmp_path: Path, name
     assert f"run.output_dir {run}: {name}" in r.stderr and "symbolic link" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert os.path.islink(run / name) and not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("study", ["bound", "frontier"])
+def test_the_studies_refuse_a_linked_result_file_before_running(tmp_path: Path,
+                                                                 study: str) -> None:
+    """Before: the study ran, then renamed its file over the link (exit 0)."""
+    results, img = tmp_path / "results", tmp_path / "img"
+    results.mkdir()
+    img.mkdir()
+    if study == "bound":
+        name, where = "tables.md", results
+        argv = ["--batches", "2", "--seeds", "0", "--eta", "1", "--results-dir", str(results)]
+    else:
+        name, where = "sim_frontier_tiny.png", img
+        argv = ["--tiny", "--results-dir", str(results), "--img-dir", str(img)]
+    _make("link to /dev/null", where / name, tmp_path)
+    r = _cli("-m", f"runtime.sim.studies.{study}", *argv, cwd=tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr[-800:])
+    assert name in r.stderr and "symbolic link" in r.stderr and r.stdout == ""
+    _unchanged("link to /dev/null", where / name, tmp_path)
+    assert list(results.iterdir()) == ([] if study == "frontier" else [results / name])
