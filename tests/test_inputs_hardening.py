@@ -196,9 +196,12 @@ def test_path_text_limits() -> None:
     ["-m", "runtime.faults", "--schedules", "1", "--quiet"],
     ["-m", "runtime", "simulate", "list"],
     ["-m", "runtime.porting.check_trace", "-"],
+    ["-m", "runtime.sim.studies.pages", "--check"],
 ])
 def test_a_closed_stdout_is_one_line_and_exit_2(tmp_path: Path, argv: list[str]) -> None:
-    """Before: exit 70 (``AttributeError: 'NoneType' object has no attribute 'flush'``)."""
+    """Before: exit 70 (``AttributeError: 'NoneType' object has no attribute 'flush'``);
+    ``studies.pages``, outside the common wrapper then, printed its report into nothing and
+    exited 0."""
     r = _run(argv, tmp_path, shell_redirect=">&-")
     _one_line_2(r, "the standard output is closed")
 
