@@ -85,6 +85,21 @@ def test_conformance_dir_empty_is_refused_not_the_current_directory(tmp_path: Pa
     assert r.returncode == 2 and "the path is empty" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["simulate", "--cost", "", "--batches", "2", "--no-progress"], "--cost: the path is empty"),
+    (["simulate", "--workload", "", "--batches", "2", "--no-progress"],
+     "--workload: the path is empty"),
+    (["conformance", "--adapter", ""], "--adapter: empty"),
+    (["conformance", "--export", ""], "--export: empty"),
+])
+def test_an_empty_option_is_refused_not_taken_for_not_given(tmp_path: Path, argv: list[str],
+                                                            expected: str) -> None:
+    """Before: ``simulate --cost ''`` ran on the default preset, ``--workload ''`` on the
+    synthetic workload (exit 0); ``conformance --adapter ''`` and ``--export ''`` ran the
+    whole corpus against the reference (past this test's 60 s)."""
+    _one_line_2(_run(["-m", "runtime", *argv], tmp_path, timeout=60), expected)
+
+
 # ----------------------------------------------------------------------- duplicate keys ------
 
 @pytest.mark.parametrize("text, key, lines", [

@@ -82,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> None:
     """Options and paths, before any vector runs."""
     inputs.int_in("--stride", args.stride, 1, MAX_STRIDE)
+    for option, value in (("--adapter", args.adapter), ("--export", args.export)):
+        if value is not None:  # '' is refused, not taken for "not given" (the reference ran)
+            inputs.name_text(value, option)
     inputs.number_in("--adapter-timeout", args.adapter_timeout, 0.0, MAX_ADAPTER_TIMEOUT_S,
                      open_low=True)
     _families(args)
@@ -306,7 +309,7 @@ def run_command(args: argparse.Namespace) -> int:
                         "the shortest run in which each rule decides an outcome")
                 print(f"{v:<13} {desc}")
             return EXIT_OK
-        if args.export:
+        if args.export is not None:
             return _export(args)
         return _run(args)
     except (UsageError, AdapterError) as exc:

@@ -109,9 +109,9 @@ def _check(args: argparse.Namespace) -> None:
             what = "--capacity" if args.capacity else "--batch-size"
             raise UsageError(f"{what} {slots} at eta {max(etas)} needs {worst:,} slots, more "
                              f"than the controller's limit of {MAX_SLOTS:,}")
-    if args.workload:
+    if args.workload is not None:  # '' too: refused, not taken for "not given"
         inputs.readable_file(args.workload, "--workload")
-    if args.cost:
+    if args.cost is not None:
         inputs.text_file(args.cost, "--cost", inputs.COST_FILE_BYTES)
     if args.mode == "run" and args.out is not None:  # '' too: refused, not "no --out"
         inputs.output_dir(args.out, "--out", files=(
