@@ -74,7 +74,8 @@ class ExactAnswerReward:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="write the synthetic arithmetic task as JSONL")
+    ap = argparse.ArgumentParser(prog=PROG, description="write the synthetic arithmetic task "
+                                                   "as JSONL")
     ap.add_argument("--out", type=inputs.path_arg, default=DATA_FILE)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--max-operand", type=int, default=9)
