@@ -398,6 +398,82 @@ class JSONDepthError(json.JSONDecodeError):
         return type(self), (self.depth, self.max_depth)
 
 
+class DuplicateKeyError(json.JSONDecodeError):
+    """A JSON object gives one key twice. ``json.loads`` keeps the last value without a word,
+    so a record could say two things and be read as one of them; every reader of this project
+    refuses it. A subclass of ``json.JSONDecodeError`` (every handler of undecodable JSON
+    handles it too); ``msg`` names the key, and the line where the document has more than one."""
+
+    def __init__(self, key: str, doc: str, pos: int) -> None:
+        json.JSONDecodeError.__init__(self, "", doc, pos)
+        where = f" on line {self.lineno}" if "\n" in doc.rstrip("\n") else ""
+        self.key, self.msg = key, f"duplicate key {key[:80]!r}{where}"
+        self.args = (f"{self.msg} (column {self.colno})",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.key, self.doc, self.pos)
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: the object as a dict, or ``_Duplicate`` naming a repeated key."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Duplicate(key)
+            seen.add(key)
+    return obj
+
+
+def _duplicate_at(text: str) -> tuple[str, int]:
+    """(key, position) of the first key given twice in one object of ``text`` (valid JSON that
+    has one): decoded again with the pure-Python scanner, whose objects are read here key by
+    key, so the repeated key's position is known. Runs only once a duplicate was found."""
+    from json.decoder import WHITESPACE, JSONObject, scanstring
+    from json.scanner import py_make_scanner
+
+    decoder = json.JSONDecoder()
+
+    def parse_object(s_and_end: tuple[str, int], strict: bool, scan_once: Any, hook: Any,
+                     pairs_hook: Any, memo: Any = None) -> Any:
+        s, pos = s_and_end
+        keys: set[str] = set()
+        pos = WHITESPACE.match(s, pos).end()
+        while s[pos] == '"':
+            key, after = scanstring(s, pos + 1, strict)
+            if key in keys:
+                raise _Found(key, pos)
+            keys.add(key)
+            after = WHITESPACE.match(s, after).end() + 1  # the ':'
+            _, after = scan_once(s, WHITESPACE.match(s, after).end())
+            after = WHITESPACE.match(s, after).end()
+            if s[after] != ",":
+                break
+            pos = WHITESPACE.match(s, after + 1).end()
+        return JSONObject(s_and_end, strict, scan_once, hook, pairs_hook, memo)
+
+    class _Found(Exception):
+        def __init__(self, key: str, pos: int) -> None:
+            self.key, self.pos = key, pos
+
+    decoder.parse_object = parse_object  # type: ignore[assignment]
+    decoder.scan_once = py_make_scanner(decoder)
+    try:
+        decoder.decode(text)
+    except _Found as found:
+        return found.key, found.pos
+    return "", 0  # not reached: the caller found a duplicate
+
+
 _ESCAPE = re.compile(rb"\\.", re.S)  # a backslash escape in a string (``\"``, ``\\``, ``\n``)
 _NOT_MARK = bytes(c for c in range(256) if c not in b'[]{}"')
 _STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # +1 / -1, plus one
@@ -420,7 +496,8 @@ def json_depth(text: str | bytes) -> int:
 
 def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """``json.loads`` that refuses a document nested deeper than ``max_depth`` with
-    ``JSONDepthError`` (never ``RecursionError``). Bytes must be UTF-8 (``UnicodeDecodeError``
+    ``JSONDepthError`` (never ``RecursionError``), and one whose object gives a key twice
+    with ``DuplicateKeyError``. Bytes must be UTF-8 (``UnicodeDecodeError``
     otherwise). The caller bounds the text's size."""
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8")
@@ -430,9 +507,12 @@ def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     if depth > max_depth:
         raise JSONDepthError(depth, max_depth)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_pairs)
     except RecursionError:  # not reachable within MAX_JSON_DEPTH; kept as a last guard
         raise JSONDepthError(depth, max_depth) from None
+    except _Duplicate as dup:
+        key, pos = _duplicate_at(text)
+        raise DuplicateKeyError(key or dup.key, text, pos) from None
 
 
 def decode(text: str, line: int) -> object:

@@ -21,6 +21,13 @@ Append-only logs (``events.jsonl`` of a run with recovery, ``metrics.jsonl``, ``
 are not replaced but grow line by line; their readers drop a torn last line. When such a log is
 rewritten as a whole (a resumed run cutting it back), that rewrite goes through here.
 
+Only what this module may replace is replaced: a file's target must be absent or a regular
+file, a directory's absent or a directory (not a link to one). A device, a fifo, a socket or a
+symbolic link at the name raises ``NotReplaceable`` (an ``OSError``, ``EEXIST``: exit 74,
+"cannot write the output") before anything is written, so ``/dev/null`` behind a link is never
+turned into a file and a fifo never blocks the writer. The commands refuse such a path before
+any work (``runtime.inputs.output_file``, exit 2); this is the last guard.
+
 A library that reports a failed write as its own exception type (safetensors'
 ``SafetensorError: ... (os error 28)``) is turned back into the ``OSError`` it was
 (``reraise_os_error``), so a full disk is exit 74 (docs/cli.md) wherever it happens.
@@ -34,6 +41,7 @@ import io
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -69,6 +77,35 @@ def umask() -> int:
     return old
 
 
+class NotReplaceable(OSError):
+    """The name a file or directory is to be written at holds something this module must not
+    replace (a device, a fifo, a socket, a symbolic link, or a file where a directory goes)."""
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a fifo"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def check_replaceable(path: str | os.PathLike[str], directory: bool = False) -> None:
+    """``path`` is absent, or what a write may replace: a regular file (``directory``: a real
+    directory). Anything else raises ``NotReplaceable`` naming it; a link is not followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # nothing there: the write says why not
+        return
+    if stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode):
+        return
+    want = "a directory" if directory else "a regular file"
+    raise NotReplaceable(errno.EEXIST, f"exists and is {_kind(mode)}, not {want}: not "
+                                       f"replaced", str(path))
+
+
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Flush a directory's entries (a rename into it) to the disk."""
     fd = os.open(path, os.O_RDONLY)
@@ -84,6 +121,7 @@ def atomic(path: str | os.PathLike[str], mode: str = "w", fsync: bool = False
     """``with atomic(path) as f: f.write(...)``: ``path`` appears (or is replaced) only once
     the block ends without an exception; on any exception the temporary file is removed."""
     target = Path(path)
+    check_replaceable(target)  # before any byte is written
     tmp = temp_path(target)
     try:
         with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
@@ -91,6 +129,7 @@ def atomic(path: str | os.PathLike[str], mode: str = "w", fsync: bool = False
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
+        check_replaceable(target)  # again: the name may have changed while it was written
         os.replace(tmp, target)
         if fsync:
             fsync_dir(target.parent)
@@ -161,6 +200,7 @@ def atomic_dir(path: str | os.PathLike[str], fsync: bool = False) -> Iterator[Pa
     complete and with the usual modes (``settle``), only once the block ends without an
     exception; on any exception the temporary directory is removed."""
     target = Path(path)
+    check_replaceable(target, directory=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(target)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -211,5 +251,6 @@ def reraise_os_error(exc: BaseException, path: str | os.PathLike[str]) -> None:
                   str(path)) from exc
 
 
-__all__ = ["KeepWriteError", "atomic", "atomic_dir", "fsync_dir", "is_temp", "replace_dir", "reraise_os_error",
-           "savefig", "settle", "temp_path", "umask", "write_bytes", "write_text"]
+__all__ = ["KeepWriteError", "NotReplaceable", "atomic", "atomic_dir", "check_replaceable",
+           "fsync_dir", "is_temp", "replace_dir", "reraise_os_error", "savefig",
+           "settle", "temp_path", "umask", "write_bytes", "write_text"]

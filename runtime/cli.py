@@ -255,6 +255,47 @@ def _quiet_stdout() -> None:
         pass
 
 
+def standard_streams(prog: str) -> bool:
+    """A command started with a standard stream closed (``<&-``, ``>&-``, ``2>&-``; Python
+    then sets ``sys.stdin``/``stdout``/``stderr`` to None): the closed descriptor is taken by
+    ``/dev/null`` at once, so that no file the command opens later gets descriptor 0, 1 or 2
+    (a report printed into a checkpoint), and the stream is made usable again. A closed
+    standard input reads as empty (as ``</dev/null``), a closed standard error drops the
+    messages: the command carries on. A closed standard output would lose the command's
+    report without a word: False (exit 2) after one line on standard error, before any work."""
+    closed = []
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is not None:
+            continue
+        closed.append(name)
+        try:
+            os.fstat(fd)
+            taken = True  # something the interpreter opened since holds it: leave it be
+        except OSError:
+            taken = False
+        try:
+            if not taken:
+                null = os.open(os.devnull, os.O_RDWR)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+                stream = open(fd, mode, encoding="utf-8", closefd=False)  # noqa: SIM115
+            else:
+                stream = open(os.devnull, mode, encoding="utf-8")  # noqa: SIM115
+        except OSError:
+            continue
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    if "stdout" in closed:
+        try:
+            print(f"{prog}: the standard output is closed (>&-): the command's output would be "
+                  f"lost; send it to a file or to /dev/null", file=sys.stderr)
+        except (OSError, ValueError):
+            pass
+        return False
+    return True
+
+
 def guarded(body: Callable[[], int | None], prog: str, exiting: bool = False) -> int:
     """Run a command's ``body`` the way every console entry point of this project runs:
     SIGINT exits 130 and SIGTERM 143 with one line, a closed output pipe ends quietly with
@@ -264,6 +305,8 @@ def guarded(body: Callable[[], int | None], prog: str, exiting: bool = False) ->
     exits with the returned status (a console entry point); after an interrupt, further
     SIGINTs and SIGTERMs are then ignored to the end, so they cannot cut the exit short."""
     global _signalled, _terminated
+    if exiting and not standard_streams(prog):
+        return 2
     previous = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -287,11 +330,15 @@ def guarded(body: Callable[[], int | None], prog: str, exiting: bool = False) ->
         _quiet_stdout()
         return EXIT_PIPE
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+        from .atomic_io import NotReplaceable
+
+        replaceable = not isinstance(exc, NotReplaceable)
+        if replaceable and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
             return internal_error(prog, exc)
         _quiet_stdout()
+        why = exc.strerror or exc if replaceable else f"{exc.filename}: {exc.strerror}"
         try:
-            print(f"{prog}: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+            print(f"{prog}: cannot write the output: {why}", file=sys.stderr)
         except OSError:
             pass
         return EXIT_IO

@@ -469,7 +469,35 @@ def safe_yaml(text: str) -> Any:
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None:
         _check_expansion(root)
+        _check_duplicates(root)
     return yaml.safe_load(text)
+
+
+def _check_duplicates(root: yaml.Node) -> None:
+    """A key given twice in one mapping (a setting, or a whole section) raises ``ValueError``
+    naming the key and both lines: PyYAML keeps the last one without a word, so a second
+    ``run:`` section silently dropped every setting of the first. Keys are compared as
+    YAML reads them (tag and text: ``1`` and ``"1"`` differ, as they load)."""
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:  # an alias: checked where it was defined
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                stack.extend((key, value))
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in first:
+                    raise ValueError(f"the key {key.value!r} is given twice (lines "
+                                     f"{first[key.tag, key.value]} and {line}); give it once")
+                first[key.tag, key.value] = line
 
 
 def _check_expansion(root: yaml.Node) -> None:
@@ -556,10 +584,34 @@ def load_config(path: str | Path | None = None,
             raise ConfigFileError(f"override {dotted}: {'.'.join(parents)} is not a section")
         node[leaf] = value
     try:
-        return TrainConfig.model_validate(data)
+        cfg = TrainConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigFileError(
             "\n".join([f"{source}: invalid configuration:", *_describe(exc)])) from None
+    _check_texts(cfg, source)
+    return cfg
+
+
+# Settings that name a path, and settings that name a field, a module or a cluster: an empty
+# one never means "none" (``null`` does) -- run.output_dir '' wrote into the current directory.
+PATH_SETTINGS = ("model.path", "data.path", "run.output_dir")
+NAME_SETTINGS = ("data.prompt_field", "data.answer_field", "reward.name", "ray.address")
+
+
+def _check_texts(cfg: TrainConfig, source: str) -> None:
+    """Every path setting's text as ``inputs.path_text`` checks it (not empty, no NUL byte,
+    not longer than a path can be), every name setting not empty: ``ConfigFileError``."""
+    from .inputs import InputError, name_text, path_text
+
+    for dotted in (*PATH_SETTINGS, *NAME_SETTINGS):
+        section, leaf = dotted.split(".")
+        value = getattr(getattr(cfg, section), leaf)
+        if value is None:
+            continue
+        try:
+            (path_text if dotted in PATH_SETTINGS else name_text)(value, dotted)
+        except InputError as exc:
+            raise ConfigFileError(f"{source}: invalid configuration: {exc}") from None
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -568,6 +620,10 @@ def parse_override(item: str) -> tuple[str, Any]:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ConfigFileError(f"--set expects KEY=VALUE, got {item!r}")
+    if not value.strip():  # YAML reads '' as null: data.path= silently meant the demo data
+        raise ConfigFileError(f"--set {key.strip()}=: the value is empty (write "
+                              f"{key.strip()}=null for no value, or {key.strip()}=\"\" for "
+                              f"an empty string)")
     try:
         return key.strip(), safe_yaml(value)
     except yaml.YAMLError as exc:

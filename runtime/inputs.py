@@ -135,8 +135,93 @@ def open_read(path: str | os.PathLike[str], what: str = "") -> IO[bytes]:
         raise
 
 
+# The longest path and path component Linux takes (PATH_MAX, NAME_MAX, in bytes): a longer one
+# is refused here, with one line naming the option, instead of the ``ENAMETOOLONG`` a later
+# ``open`` raises (exit 70 where it was not caught). A filesystem with shorter limits still
+# answers ``ENAMETOOLONG``, which the checks below report the same way.
+MAX_PATH_BYTES = 4095
+MAX_NAME_BYTES = 255
+
+
+def _shown(path: str) -> str:
+    """A path as an error message shows it: ``repr``, cut to 80 characters."""
+    text = repr(path)
+    return text if len(text) <= 80 else text[:60] + "..." + text[-16:]
+
+
+def path_text(path: str | os.PathLike[str], option: str) -> str:
+    """The text of a path a user gave (an option, a setting, a file's field), checked before
+    it is used: not empty (``''`` would silently mean the current directory, or nothing), no
+    NUL byte (``open`` raises ``ValueError``), encodable to the filesystem's bytes, at most
+    ``MAX_PATH_BYTES`` bytes with no component longer than ``MAX_NAME_BYTES``. ``option``
+    names it in the message ('': the message starts with the path)."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    where = f"{option} {_shown(text)}".strip()
+    if not text.strip():
+        raise InputError(f"{option + ': ' if option else ''}the path is empty"
+                         f"{' (blank)' if text else ''}; name a file or directory ('.' for "
+                         f"the current directory)")
+    if "\0" in text:
+        raise InputError(f"{where}: the path contains a NUL byte")
+    try:
+        raw = os.fsencode(text)
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{where}: the path cannot be encoded for the filesystem "
+                         f"({exc.reason})") from None
+    if len(raw) > MAX_PATH_BYTES:
+        raise InputError(f"{where}: the path is {len(raw):,} bytes long; at most "
+                         f"{MAX_PATH_BYTES:,}")
+    longest = max(raw.split(b"/"), key=len)
+    if len(longest) > MAX_NAME_BYTES:
+        raise InputError(f"{where}: a name in the path is {len(longest):,} bytes long; at "
+                         f"most {MAX_NAME_BYTES}")
+    return text
+
+
+def path_arg(text: str) -> Path:
+    """``type=path_arg`` of an argparse option that takes a path: ``path_text``'s checks, as
+    argparse's one-line error (exit 2). (``type=Path`` turned ``''`` into ``.``.)"""
+    import argparse
+
+    try:
+        return Path(path_text(text, ""))
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def name_text(value: str, option: str) -> str:
+    """A name a user gave (a field, a module, a rule): not empty or blank, no NUL byte."""
+    if not value.strip():
+        raise InputError(f"{option}: empty{' (blank)' if value else ''}; a name is needed")
+    if "\0" in value:
+        raise InputError(f"{option} {_shown(value)}: contains a NUL byte")
+    return value
+
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a fifo"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISREG, "a regular file"))
+
+
+def file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` itself is (a symbolic link is not followed): ``"a regular file"``,
+    ``"a directory"``, ``"a symbolic link"``, ``"a fifo"``, ... ; None if nothing is there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:  # absent, or a parent is not a directory or not searchable: the caller's
+        return None  # next checks say which
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 def readable_file(path: str | os.PathLike[str], what: str) -> None:
     """The file exists, is a file, and can be opened for reading."""
+    path_text(path, what)
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{what} {path}: is a directory, not a file")
@@ -147,11 +232,19 @@ def readable_file(path: str | os.PathLike[str], what: str) -> None:
         raise InputError(f"{what} {path}: can't read: {exc.strerror or exc}") from None
 
 
-def output_dir(path: str | os.PathLike[str], option: str) -> Path:
-    """Create the output directory now (parents too) and make sure files can be written in it."""
+def output_dir(path: str | os.PathLike[str], option: str, files: tuple[str, ...] = ()) -> Path:
+    """Create the output directory now (parents too) and make sure files can be written in it.
+    A symbolic link to a directory is taken (the files go inside it; the link stays); anything
+    else that is not a directory is refused. ``files``: names the command writes in it, each
+    checked as ``output_file`` checks a file (a fifo or a link there is refused now, not once
+    the work is done)."""
+    path_text(path, option)
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise InputError(f"{option} {path}: exists and is not a directory")
+    if not p.exists() and p.is_symlink():
+        raise InputError(f"{option} {path}: is a symbolic link to nothing (a directory that "
+                         f"does not exist): refusing to create through it")
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -159,15 +252,53 @@ def output_dir(path: str | os.PathLike[str], option: str) -> Path:
                          f"{exc.strerror or exc}") from None
     if not os.access(p, os.W_OK | os.X_OK):
         raise InputError(f"{option} {path}: the directory is not writable")
+    for name in files:
+        _replaceable(p / name, f"{option} {path}: {name}")
     return p
 
 
+def own_entries(directory: str | os.PathLike[str], option: str, files: tuple[str, ...],
+                dirs: tuple[str, ...] = ()) -> None:
+    """In the output directory ``directory``, each of ``files`` is absent or a regular file and
+    each of ``dirs`` absent or a directory (not a link to one): what a run there appends to or
+    replaces (a fifo ``metrics.jsonl`` would block the run, a link would be written through
+    to wherever it points)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return
+    for name in files:
+        _replaceable(d / name, f"{option} {directory}: {name}")
+    for name in dirs:
+        kind = file_kind(d / name)
+        if kind not in (None, "a directory"):
+            raise InputError(f"{option} {directory}: {name} exists and is {kind}, not a "
+                             f"directory: refusing to write into it")
+
+
+def _replaceable(p: Path, where: str) -> None:
+    """``p`` is absent or a regular file: what the writers (``atomic_io``) may replace."""
+    kind = file_kind(p)
+    if kind is None or kind == "a regular file":
+        return
+    if kind == "a directory":
+        raise InputError(f"{where}: is a directory, not a file")
+    hint = ""
+    if kind == "a symbolic link":
+        target = os.readlink(p)
+        kind += f" (to {_shown(target)})"
+        hint = "; name the file it points to, or another path"
+    raise InputError(f"{where}: exists and is {kind}, not a regular file: refusing to "
+                     f"replace it{hint}")
+
+
 def output_file(path: str | os.PathLike[str], option: str) -> Path:
-    """The file can be written: not a directory, and its directory exists and is writable.
-    Nothing is created (a run that fails before its end leaves no empty file behind)."""
+    """The file can be written: absent or a regular file (a device, a fifo, a socket or a
+    symbolic link is refused: the write renames a new file over the name, which would replace
+    it -- docs/cli.md, "Output paths"), and its directory exists and is writable. Nothing is
+    created (a run that fails before its end leaves no empty file behind)."""
+    path_text(path, option)
     p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{option} {path}: is a directory, not a file")
+    _replaceable(p, f"{option} {path}")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         why = "is not a directory" if parent.exists() else "does not exist"
@@ -175,7 +306,7 @@ def output_file(path: str | os.PathLike[str], option: str) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise InputError(f"{option} {path}: not writable")
     if p.exists():  # os.access trusts permissions; root, /proc and read-only mounts do not
-        try:
+        try:  # a regular file (checked above): this open cannot block
             with open(p, "ab"):
                 pass
         except OSError as exc:
@@ -251,6 +382,7 @@ def text_lines(path: str | os.PathLike[str], limit: int, what: str
                ) -> Iterator[tuple[int, str]]:
     """``(number, text)`` for each line of the UTF-8 file ``path`` (a BOM on line 1 dropped),
     read with ``raw_lines``. Raises ``InputError`` naming ``what``, the file and the line."""
+    path_text(path, what or "file")
     p = Path(path)
     if p.is_dir():
         raise FileInputError(path, 0, "is a directory, not a file", what)
@@ -273,6 +405,7 @@ def text_lines(path: str | os.PathLike[str], limit: int, what: str
 def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
     """The whole of the file ``path``, refused (``InputError``) if it is larger than ``limit``
     bytes; at most ``limit + 1`` bytes are ever read."""
+    path_text(path, what or "file")
     p = Path(path)
     if p.is_dir():
         raise FileInputError(path, 0, "is a directory, not a file", what)

@@ -90,6 +90,16 @@ def input_errors() -> tuple[type[Exception], ...]:
             ConfigError)
 
 
+RUN_DIRS = ("trajectories", "checkpoints", "checkpoint", "weights", "tensorboard")
+
+
+def run_entries() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(files, directories) a run writes in its run directory (``RUN_FILES``)."""
+    from .recovery.rundir import RUN_FILES
+
+    return tuple(n for n in RUN_FILES if n not in RUN_DIRS), RUN_DIRS
+
+
 def _fail(message: str) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return 2
@@ -128,7 +138,16 @@ def _run(args: argparse.Namespace) -> int:
     from .session import is_run_dir, split_prompts
     from .tasks.base import check_answers, load_reward
 
-    resume = Path(args.resume) if args.resume else None
+    from .inputs import InputError, own_entries, path_text
+
+    try:  # '' is not "not given": --resume '' started a fresh run, --output-dir '' used "."
+        for option, value in (("--config", args.config), ("--resume", args.resume),
+                              ("--output-dir", args.output_dir)):
+            if value is not None:
+                path_text(value, option)
+    except InputError as exc:
+        return _fail(str(exc))
+    resume = Path(args.resume) if args.resume is not None else None
     config_path = args.config
     continuing = resume is not None and is_run_dir(resume)
     if resume is not None and not continuing and not (resume / "trainer_state.json").is_file():
@@ -159,6 +178,8 @@ def _run(args: argparse.Namespace) -> int:
         train_prompts, _ = split_prompts(prompts, cfg.run.eval_prompts, cfg.run.eval_holdout)
         out_dir = Path(cfg.run.output_dir)
         check_output_dir(out_dir)
+        if not args.overwrite:  # --overwrite moves them aside with the directory
+            own_entries(out_dir, "run.output_dir", *run_entries())
         model_path = _preflight(cfg, prompts, None if continuing else resume)
         # One owner per run directory: the lock is taken before the directory is looked at
         # (so two runs started at once cannot both find it free) and held until this process

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         inputs.int_in("--schedules", args.schedules, 1, MAX_SCHEDULES)
         inputs.int_in("--seed", args.seed, 0, 2**63 - 1)
         inputs.number_in("--sim-share", args.sim_share, 0.0, 1.0)
-        if args.json:
+        if args.json is not None:  # '' too: refused, not taken for "no --json"
             inputs.output_file(args.json, "--json")
         variant, policy, side = _variant(args.variant)
     except ValueError as exc:  # InputError too
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(summary)
     for schedule, violations, kind in failures[:SHOW]:
         _print_failure(schedule, violations, kind, variant, policy)
-    if args.json:
+    if args.json is not None:
         try:
             atomic_io.write_text(args.json, json.dumps(summary, indent=2))
         except OSError as exc:  # checked writable up front; the disk may still fail

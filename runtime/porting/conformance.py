@@ -68,10 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"only these families (repeatable): {', '.join(vec.family_names())}")
     parser.add_argument("--stride", type=int, default=1, metavar="K",
                         help="run every K-th vector only (quick runs)")
-    parser.add_argument("--save-failures", metavar="DIR", type=Path,
+    parser.add_argument("--save-failures", metavar="DIR", type=inputs.path_arg,
                         help="write each failing vector's port outcomes as a trace "
                              "(check it with check-trace for the buffer tables)")
-    parser.add_argument("--dir", type=Path, default=vec.CORPUS_DIR,
+    parser.add_argument("--dir", type=inputs.path_arg, default=vec.CORPUS_DIR,
                         help="the corpus directory (default: the one installed with the package, "
                              "runtime/porting/corpus)")
     parser.add_argument("--adapter-timeout", type=float, default=60.0, metavar="SECONDS",
@@ -82,11 +82,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> None:
     """Options and paths, before any vector runs."""
     inputs.int_in("--stride", args.stride, 1, MAX_STRIDE)
+    for option, value in (("--adapter", args.adapter), ("--export", args.export)):
+        if value is not None:  # '' is refused, not taken for "not given" (the reference ran)
+            inputs.name_text(value, option)
     inputs.number_in("--adapter-timeout", args.adapter_timeout, 0.0, MAX_ADAPTER_TIMEOUT_S,
                      open_low=True)
     _families(args)
-    if args.regenerate:
-        inputs.output_dir(args.dir, "--dir")
+    if args.regenerate:  # each file it may rewrite: absent or a regular file
+        inputs.output_dir(args.dir, "--dir", files=(
+            *(vec.path_for(f, Path()).name for f in vec.family_names()), vec.MANIFEST_NAME))
     elif not args.dir.is_dir():
         why = "not a directory" if args.dir.exists() else "does not exist"
         raise UsageError(f"--dir {args.dir}: {why}")
@@ -305,7 +309,7 @@ def run_command(args: argparse.Namespace) -> int:
                         "the shortest run in which each rule decides an outcome")
                 print(f"{v:<13} {desc}")
             return EXIT_OK
-        if args.export:
+        if args.export is not None:
             return _export(args)
         return _run(args)
     except (UsageError, AdapterError) as exc:

@@ -177,8 +177,9 @@ class SubprocessAdapter:
         answer = self._send(request)
         try:
             return loads_bounded(answer)
-        except ValueError:  # not JSON, nested too deep, not UTF-8
-            raise RuntimeError(f"adapter answered {answer.strip()[:200]!r}, not JSON") from None
+        except ValueError as exc:  # not JSON, nested too deep, a key twice, not UTF-8
+            raise RuntimeError(f"adapter answered {answer.strip()[:200]!r}, not JSON "
+                               f"({getattr(exc, 'msg', exc)})") from None
 
     def start(self, config: Config) -> None:
         # One process for the whole run: each header line starts a fresh controller.

@@ -101,26 +101,29 @@ def _check(args: argparse.Namespace) -> None:
     if args.mode == "run":
         etas = _int_list(args.eta, "eta")
         names = policy_names(args.policy)
-        if args.filter_rate:
-            RewardFilter(args.filter_rate, args.filter_skew, args.seed)  # validates both
+        # validates both, also at rate 0 (a NaN or inf skew was taken then, unread)
+        RewardFilter(args.filter_rate, args.filter_skew, args.seed)
         slots = args.capacity or args.batch_size
         worst = (max(etas) + 1) * slots
         if "reserve_occupy" in names and worst > MAX_SLOTS:  # its controller's (eta + 1) * C
             what = "--capacity" if args.capacity else "--batch-size"
             raise UsageError(f"{what} {slots} at eta {max(etas)} needs {worst:,} slots, more "
                              f"than the controller's limit of {MAX_SLOTS:,}")
-    if args.workload:
+    if args.workload is not None:  # '' too: refused, not taken for "not given"
         inputs.readable_file(args.workload, "--workload")
-    if args.cost:
+    if args.cost is not None:
         inputs.text_file(args.cost, "--cost", inputs.COST_FILE_BYTES)
-    if args.mode == "run" and args.out:
-        inputs.output_dir(args.out, "--out")
+    if args.mode == "run" and args.out is not None:  # '' too: refused, not "no --out"
+        inputs.output_dir(args.out, "--out", files=(
+            *OUT_FILES, *(f"staleness_{n}.png" for n in policy_names(args.policy))))
         _fresh_out(Path(args.out), args.overwrite)
     if args.mode in ("experiments", "regimes"):
         # A tiny sweep must never overwrite the shipped results of the full one in docs/.
         base = Path("out/sim-tiny") if args.tiny else Path("docs")
-        args.results_dir = args.results_dir or str(base / "results")
-        args.img_dir = args.img_dir or str(base / "img")
+        if args.results_dir is None:  # '' is refused below, not taken for the default
+            args.results_dir = str(base / "results")
+        if args.img_dir is None:
+            args.img_dir = str(base / "img")
         inputs.output_dir(args.results_dir, "--results-dir")
         inputs.output_dir(args.img_dir, "--img-dir")
 

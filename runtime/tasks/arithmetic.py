@@ -15,12 +15,15 @@ import argparse
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
-from .. import atomic_io
+from .. import atomic_io, inputs
 from .base import Prompt, finite_option
 
 DATA_FILE = Path(__file__).parent / "data" / "arithmetic.jsonl"
+PROG = "python -m runtime.tasks.arithmetic"
+MAX_OPERAND = 999  # (max_operand + 1) ** 2 problems: a million at most
 _INT = re.compile(r"[+-]?\d+")
 
 
@@ -71,12 +74,21 @@ class ExactAnswerReward:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="write the synthetic arithmetic task as JSONL")
-    ap.add_argument("--out", type=Path, default=DATA_FILE)
+    ap = argparse.ArgumentParser(prog=PROG, description="write the synthetic arithmetic task "
+                                                   "as JSONL")
+    ap.add_argument("--out", type=inputs.path_arg, default=DATA_FILE)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--max-operand", type=int, default=9)
     args = ap.parse_args(argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        inputs.int_in("--seed", args.seed, 0, 2**63 - 1)
+        inputs.int_in("--max-operand", args.max_operand, 1, MAX_OPERAND)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        inputs.output_file(args.out, "--out")
+    except (inputs.InputError, OSError) as exc:
+        why = exc if isinstance(exc, inputs.InputError) else f"--out {args.out}: {exc.strerror}"
+        print(f"{PROG}: {why}", file=sys.stderr)
+        return 2
     rows = all_problems(args.seed, args.max_operand)
     with atomic_io.atomic(args.out) as f:
         for row in rows:
@@ -86,4 +98,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ..cli import script
+
+    script(main, PROG)

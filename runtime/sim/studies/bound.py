@@ -457,8 +457,11 @@ def main(argv: list[str] | None = None) -> int:
         batches = sim_limit("--batches", one_int("--batches", args.batches, 1))
         batch_size = sim_limit("--batch-size", one_int("--batch-size", args.batch_size, 1))
         cost = preset(args.preset)
+        from .pages import TABLES
+
         results = None if args.results_dir is None else \
-            output_dir(args.results_dir, "--results-dir")  # before the runs, not after them
+            output_dir(args.results_dir, "--results-dir",  # before the runs, not after them
+                       files=(TABLES,))  # rewritten in place: not a link, not a fifo
     except (InputError, BoundError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -234,9 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true",
                         help="seconds-long smoke run (1 seed, η = 1, 4 batches, 128 groups)")
     args = parser.parse_args(argv)
-    try:  # before the runs, not after them (docs/cli.md)
-        results = inputs.output_dir(args.results_dir, "--results-dir")
-        img = inputs.output_dir(args.img_dir, "--img-dir")
+    name = "frontier_tiny" if args.tiny else "frontier"
+    try:  # before the runs, not after them (docs/cli.md); the files too: not a link or a fifo
+        results = inputs.output_dir(args.results_dir, "--results-dir", files=(f"{name}.json",))
+        img = inputs.output_dir(args.img_dir, "--img-dir", files=(f"sim_{name}.png",))
     except inputs.InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -244,7 +245,6 @@ def main(argv: list[str] | None = None) -> int:
         payload = run(seeds=(0,), etas=(1,), batches=4, batch_size=4, groups=128)
     else:
         payload = run()
-    name = "frontier_tiny" if args.tiny else "frontier"
     atomic_io.write_text(results / f"{name}.json", json.dumps(payload, indent=1) + "\n")
     plot(payload, img / f"sim_{name}.png")
     print(f"wrote {results / (name + '.json')} and {img / ('sim_' + name + '.png')}")

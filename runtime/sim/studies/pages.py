@@ -354,4 +354,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ...cli import script
+
+    script(main, "python -m runtime.sim.studies.pages")

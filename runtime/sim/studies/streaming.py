@@ -440,9 +440,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.tiny:
             args.results_dir, args.img_dir, args.page = ("out/sim-tiny/results",
                                                          "out/sim-tiny/img", "")
-        inputs.output_dir(args.results_dir, "--results-dir")
-        inputs.output_dir(args.img_dir, "--img-dir")
+        inputs.output_dir(args.results_dir, "--results-dir", files=("streaming.json",))
+        inputs.output_dir(args.img_dir, "--img-dir", files=("sim_streaming.png",))
         if args.page:  # before the runs: a missing marker must not cost a 30-minute run
+            inputs.output_file(args.page, "--page")  # rewritten in place: not a link
             text = inputs.text_file(args.page, "--page")
             names = list(BLOCKS) + (["streaming-regimes"] if args.regimes else [])
             for name in names:
@@ -477,4 +478,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ...cli import script
+
+    script(main, "python -m runtime.sim.studies.streaming")
