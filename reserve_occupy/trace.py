@@ -69,7 +69,8 @@ class TraceFormatError(ProtocolError, ValueError):
 class TraceEntry(NamedTuple):
     """One validated event line. ``event`` carries what the line says (absent fields are None
     or empty); ``logged`` names the fields the line actually had, so a comparison can skip what
-    an implementation did not log. ``refused``: the operation was refused (reserve waits,
+    an implementation did not log (``"batch.streamed"`` when a consume's batch logs
+    ``streamed``, even empty: an empty list says "none streamed", absent says "not logged"). ``refused``: the operation was refused (reserve waits,
     nothing to consume, nothing to release) and changed nothing. ``served``: on an occupy, the
     weight versions the generators actually used for the unit's first and last token, when the
     implementation logs them (the core does not know them)."""
@@ -364,6 +365,11 @@ def parse_record(obj: object, line: int) -> TraceEntry:
         if "aborted" in r else (),
         batch=_batch(line, r["batch"]) if "batch" in r else None,
     )
+    batch_streamed = isinstance(r.get("batch"), dict) and "streamed" in r["batch"]
+    if op == "stream" and batch_streamed:
+        raise TraceFormatError(line, "batch.streamed", "a stream's batch has no 'streamed' (its "
+                                                       "units are the units it hands); only a "
+                                                       "consume's batch names them")
     served = None
     if "served" in r:
         pair = r["served"]
@@ -374,7 +380,8 @@ def parse_record(obj: object, line: int) -> TraceEntry:
         if served[0] > served[1]:
             raise TraceFormatError(line, "served", f"first version {served[0]} is after the "
                                                    f"last {served[1]}")
-    logged = frozenset(k for k in r if k in allowed and k not in ("t", "meta", "refused"))
+    logged = frozenset([k for k in r if k in allowed and k not in ("t", "meta", "refused")]
+                       + ["batch.streamed"] * batch_streamed)
     return TraceEntry(line, event, logged, refused, served)
 
 

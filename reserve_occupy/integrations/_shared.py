@@ -100,3 +100,17 @@ def own_error(exc: BaseException, kind: type[E]) -> E | None:
         else:
             return None
     return None
+
+
+def missing_module(plugin: str, exc: ModuleNotFoundError, extra: str,
+                   packages: dict[str, str] | None = None) -> str:
+    """One line for a plugin's entry point whose framework (or one of the framework's imports)
+    is not installed: the missing module, and how to install it -- ``packages`` maps a
+    top-level module to its own instructions (a framework installed without its declared
+    dependencies, a GPU package), else the project's ``extra``. Re-raises ``exc`` when this
+    project's own module is missing: a broken install, not an extra."""
+    top = (exc.name or "").split(".")[0]
+    if not top or top in ("reserve_occupy", "runtime"):
+        raise exc
+    how = (packages or {}).get(top) or f"install it with pip install 'reserve-occupy[{extra}]'"
+    return f"error: {plugin} needs the module {top!r}, which this install lacks; {how}"

@@ -56,13 +56,18 @@ from ..errors import ProtocolError
 from ..machine import StalenessController
 from ..stuck import StuckTimeouts
 from ..types import Phase
-from ._shared import free_reservations, release_stuck
+from ._shared import free_reservations, release_stuck, seconds_setting
 
 __all__ = ["NemoSamplerError", "ReserveOccupySampler"]
 
 
 class NemoSamplerError(ProtocolError):
     """NeMo-RL drove the sampler in a way the protocol cannot follow (names what)."""
+
+
+def _setting_error(key: str, value: object, requirement: str) -> NemoSamplerError:
+    return NemoSamplerError(f"{key} {requirement} (or None), got {value!r}"
+                            if key == "stuck_timeout_s" else f"{key} {requirement}, got {value!r}")
 
 
 def _group_key(meta: Any) -> str:
@@ -88,10 +93,11 @@ class ReserveOccupySampler:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = Config(max_staleness=max_staleness, batch_size=groups_per_step,
                              streaming=streaming)
-        if stuck_timeout_s is not None and not stuck_timeout_s > 0:
-            raise NemoSamplerError(f"stuck_timeout_s must be > 0 or None, got {stuck_timeout_s!r}")
-        if not poll_s > 0:
-            raise NemoSamplerError(f"poll_s must be > 0, got {poll_s!r}")
+        # finite numbers of seconds > 0 (not a bool, a string, inf or NaN: inf would never
+        # fire, or poll never again), checked before the sampler takes any state
+        if stuck_timeout_s is not None:
+            stuck_timeout_s = seconds_setting(_setting_error, "stuck_timeout_s", stuck_timeout_s)
+        poll_s = seconds_setting(_setting_error, "poll_s", poll_s)
         self._buffer = buffer
         self.controller = StalenessController(self.config)
         self.stuck_timeout_s = stuck_timeout_s

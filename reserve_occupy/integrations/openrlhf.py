@@ -58,8 +58,8 @@ from ..machine import StalenessController
 from ..stuck import StuckTimeouts
 from ..trace import trace_records
 from ..types import Phase, UnitState
-from ._shared import (free_reservations, integer_setting, own_error, release_stuck,
-                      seconds_setting)
+from ._shared import (free_reservations, integer_setting, missing_module, own_error,
+                      release_stuck, seconds_setting)
 
 __all__ = ["OpenRLHFIntegrationError", "OpenRLHFSettingError", "StalenessBroker",
            "actor_classes", "install", "main"]
@@ -78,7 +78,12 @@ class OpenRLHFSettingError(OpenRLHFIntegrationError, ValueError):
 
     def __init__(self, key: str, value: object, requirement: str) -> None:
         self.key, self.value, self.requirement = key, value, requirement
-        super().__init__(f"{key}={value!r}: {requirement}")
+        # an option not given, or given without its value, has no value to show
+        super().__init__(f"{key} {requirement}" if value is MISSING else
+                         f"{key}={value!r}: {requirement}")
+
+
+MISSING = object()  # an option's value when the command line does not give one
 
 
 def _integer(key: str, value: object, minimum: int) -> int:
@@ -560,7 +565,7 @@ class _Handle:
 def install(max_staleness: int, stuck_timeout_s: Optional[float] = None) -> None:
     """Put ``ReserveOccupyPPOTrainerAsync`` where ``train_ppo_ray.train`` imports
     ``PPOTrainerAsync`` from (``openrlhf.trainer.ppo_trainer_async``)."""
-    _integer("--reserve_occupy.max_staleness", max_staleness, 0)
+    _max_staleness(max_staleness)
     if stuck_timeout_s is not None:
         _seconds("--reserve_occupy.stuck_timeout_s", stuck_timeout_s)
     import openrlhf.trainer.ppo_trainer_async as upstream
@@ -569,9 +574,49 @@ def install(max_staleness: int, stuck_timeout_s: Optional[float] = None) -> None
     upstream.PPOTrainerAsync = ReserveOccupyPPOTrainerAsync  # type: ignore[assignment]
 
 
+def _max_staleness(value: object) -> int:
+    """eta as the controller takes it (an integer 0..``MAX_STALENESS``), checked when the
+    command line is read, before OpenRLHF or Ray starts."""
+    from ..config import MAX_STALENESS
+
+    eta = _integer("--reserve_occupy.max_staleness", value, 0)
+    if eta > MAX_STALENESS:
+        raise OpenRLHFSettingError("--reserve_occupy.max_staleness", value,
+                                   f"must be <= {MAX_STALENESS}")
+    return eta
+
+
+USAGE = """\
+usage: python -m reserve_occupy.integrations.openrlhf --reserve_occupy.max_staleness N
+         [--reserve_occupy.stuck_timeout_s S] --train.async_enable ARGS...
+
+OpenRLHF's own command line (openrlhf.cli.train_ppo_ray) with the Reserve-Occupy trainer in
+place of its async trainer (docs/porting/openrlhf.md). ARGS are train_ppo_ray's arguments
+(python -m openrlhf.cli.train_ppo_ray --help lists them); --train.async_enable is required.
+
+options of this plugin (checked before OpenRLHF starts; a bad one is one line, exit 2):
+  --reserve_occupy.max_staleness N     eta, an integer 0..1024 (required): a trained group is
+                                       at most eta weight versions older than its batch
+  --reserve_occupy.stuck_timeout_s S   optional, seconds (finite, > 0): release a head batch
+                                       stuck that long on groups that never finish
+  -h, --help                           show this help and exit
+"""
+
+# what to install when OpenRLHF, or a module it imports, is missing (pyproject.toml, Makefile)
+PACKAGES = {
+    "openrlhf": "install OpenRLHF with pip install --no-deps openrlhf==0.11.2 and its CPU "
+                "imports with pip install 'reserve-occupy[openrlhf]'",
+    "flash_attn": "OpenRLHF imports it at module level: install flash-attn (a GPU package, "
+                  "pip install flash-attn) next to pip install 'reserve-occupy[openrlhf]'",
+    "deepspeed": "OpenRLHF imports it at module level: install deepspeed (pip install "
+                 "deepspeed) next to pip install 'reserve-occupy[openrlhf]'",
+}
+
+
 def parse_own_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Split ``--reserve_occupy.*`` options off OpenRLHF's command line."""
     own: dict[str, Any] = {}
+    own_seen: set[str] = set()
     rest: list[str] = []
     it = iter(argv)
     for arg in it:
@@ -582,7 +627,7 @@ def parse_own_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
         if not eq:
             value = next(it, None)
             if value is None:
-                raise OpenRLHFSettingError(key, None, "needs a value")
+                raise OpenRLHFSettingError(key, MISSING, "needs a value")
         name = key[len("--reserve_occupy."):]
         kinds = {"max_staleness": int, "stuck_timeout_s": float}
         if name not in kinds:
@@ -592,8 +637,15 @@ def parse_own_args(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             own[name] = kinds[name](value)
         except ValueError:
             raise OpenRLHFSettingError(key, value, "not a number") from None
+        if name in own_seen:
+            raise OpenRLHFSettingError(key, value, "given twice")
+        own_seen.add(name)
     if "max_staleness" not in own:
-        raise OpenRLHFSettingError("--reserve_occupy.max_staleness", None, "is required")
+        raise OpenRLHFSettingError("--reserve_occupy.max_staleness", MISSING,
+                                   "is required (eta, an integer 0..1024)")
+    _max_staleness(own["max_staleness"])
+    if "stuck_timeout_s" in own:
+        _seconds("--reserve_occupy.stuck_timeout_s", own["stuck_timeout_s"])
     if "--train.async_enable" not in rest:
         raise OpenRLHFIntegrationError("--train.async_enable is not set: the plugin replaces "
                                        "OpenRLHF's async trainer")
@@ -609,15 +661,24 @@ def main(argv: Optional[list[str]] = None) -> None:
     import runpy
 
     argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(USAGE, end="")
+        raise SystemExit(0)
     try:
         own, rest = parse_own_args(argv)
         install(**own)
     except OpenRLHFIntegrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except ModuleNotFoundError as exc:  # OpenRLHF, or flash_attn/deepspeed it imports
+        print(missing_module("the OpenRLHF plugin", exc, "openrlhf", PACKAGES), file=sys.stderr)
+        raise SystemExit(2) from None
     sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]
     try:
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+    except ModuleNotFoundError as exc:
+        print(missing_module("the OpenRLHF plugin", exc, "openrlhf", PACKAGES), file=sys.stderr)
+        raise SystemExit(2) from None
     except Exception as exc:
         own = integration_error(exc)
         if own is None:

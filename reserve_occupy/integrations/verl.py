@@ -41,8 +41,42 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
-from transfer_queue import KVBatchMeta
-from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+from ._shared import missing_module
+
+MODULE = "reserve_occupy.integrations.verl"  # also when run as __main__
+USAGE = f"""\
+usage: python -m {MODULE} [verl's Hydra overrides ...]
+
+verl's main_ppo with the Reserve-Occupy trainer modes and sampler (docs/porting/verl.md):
+  trainer.v1.trainer_mode=reserve_occupy_colocate_async (or reserve_occupy_separate_async)
+  trainer.v1.sampler.max_off_policy_threshold=null
+  trainer.v1.sampler.custom_sampler.path=pkg://{MODULE}
+  trainer.v1.sampler.custom_sampler.name=ReserveOccupyReplayBuffer
+  +trainer.v1.sampler.sampler_kwargs.max_staleness=ETA   (an integer 0..1024)
+  +trainer.v1.sampler.sampler_kwargs.batch_size=B        (= data.train_batch_size)
+These are checked before verl starts anything (a bad one is one line, exit 2). verl's own
+options: python -m {MODULE} --hydra-help, or --cfg job to print the composed config.
+"""
+
+# what to install when verl, or what it imports on CPU, is missing (pyproject.toml, Makefile)
+PACKAGES = {
+    "verl": "install verl with pip install --no-deps verl==0.9.1 transferqueue==0.1.11 "
+            "tensordict==0.10.0 pyvers==0.1.0 and its CPU imports with pip install "
+            "'reserve-occupy[verl]'",
+}
+
+try:
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+except ModuleNotFoundError as _exc:
+    if __name__ != "__main__":  # imported: the caller's to handle
+        raise
+    # the entry point without verl: its help, or one line naming what to install
+    if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
+        print(USAGE, end="")
+        raise SystemExit(0) from None
+    print(missing_module("the verl plugin", _exc, "verl", PACKAGES), file=sys.stderr)
+    raise SystemExit(2) from None
 
 from ..config import Config
 from ..errors import ConfigError, ProtocolError
@@ -81,6 +115,57 @@ def _seconds(key: str, value: object) -> float:
     return seconds_setting(VerlSettingError, key, value)
 
 
+def _settings(trainer_mode: str, trainer_config: Any, max_off_policy_threshold: Any,
+              sampler_kwargs: Any, poll_interval: Optional[float] = None) -> tuple[Any, ...]:
+    """The sampler's settings, checked: (sampler_kwargs as a dict, poll interval, stuck
+    timeout, filter metric, parameter_sync_step, Config). ``VerlIntegrationError`` (or
+    ``VerlSettingError`` naming the key) for the first that is wrong. The sampler's constructor
+    and ``check_config`` (the entry point, before verl starts anything) both call it."""
+    if sampler_kwargs is not None and not isinstance(sampler_kwargs, Mapping):
+        raise VerlSettingError(SAMPLER_KWARGS, sampler_kwargs, "must be a mapping")
+    kw = dict(sampler_kwargs or {})
+    unknown = set(kw) - {"max_staleness", "batch_size", "poll_interval", "stuck_timeout_s",
+                         "filter_groups_metric"}
+    if unknown:
+        raise VerlIntegrationError(f"unknown sampler_kwargs {sorted(map(str, unknown))}")
+    if trainer_mode == "sync":
+        raise VerlIntegrationError("trainer_mode 'sync' trains on-policy already: use "
+                                   "reserve_occupy_colocate_async or _separate_async")
+    if max_off_policy_threshold is not None:
+        raise VerlIntegrationError(
+            f"max_off_policy_threshold={max_off_policy_threshold}: set "
+            f"trainer.v1.sampler.max_off_policy_threshold=null, the protocol bounds "
+            f"staleness itself (verl's own check would drop or stall on top of it)")
+    for key in ("max_staleness", "batch_size"):
+        if key not in kw:
+            raise VerlIntegrationError(f"{SAMPLER_KWARGS}.{key} is not set")
+    eta = _integer(f"{SAMPLER_KWARGS}.max_staleness", kw["max_staleness"], 0)
+    batch = _integer(f"{SAMPLER_KWARGS}.batch_size", kw["batch_size"], 1)
+    if "poll_interval" in kw:
+        poll = _seconds(f"{SAMPLER_KWARGS}.poll_interval", kw["poll_interval"])
+    else:
+        poll = 0.5 if poll_interval is None else _seconds("poll_interval", poll_interval)
+    stuck = kw.get("stuck_timeout_s")
+    if stuck is not None:
+        stuck = _seconds(f"{SAMPLER_KWARGS}.stuck_timeout_s", stuck)
+    metric = kw.get("filter_groups_metric")
+    if metric is not None and (not isinstance(metric, str) or not metric.strip()):
+        raise VerlSettingError(f"{SAMPLER_KWARGS}.filter_groups_metric", metric,
+                               "must be a metric name (\"reward\" or a reward_extra_info "
+                               "key) or null")
+    sync_step = _integer(f"trainer.v1.{trainer_mode}.parameter_sync_step",
+                         (trainer_config or {}).get("parameter_sync_step", 1), 1)
+    if batch % sync_step:
+        raise VerlIntegrationError(
+            f"batch_size {batch} is not divisible by parameter_sync_step {sync_step}")
+    try:
+        config = Config(max_staleness=eta, batch_size=batch)
+    except ConfigError as exc:  # the controller's own limits (MAX_STALENESS, MAX_SLOTS)
+        raise VerlSettingError(f"{SAMPLER_KWARGS}.{exc.field}", exc.value,
+                               exc.requirement) from None
+    return kw, poll, stuck, metric, sync_step, config
+
+
 class ReserveOccupyReplayBuffer(ReplayBufferAsync):
     """verl's async replay buffer with Reserve–Occupy deciding admission, placement and batches.
 
@@ -96,50 +181,11 @@ class ReserveOccupyReplayBuffer(ReplayBufferAsync):
                  max_off_policy_threshold: Optional[int], max_off_policy_strategy: str,
                  sampler_kwargs: Any, poll_interval: Optional[float] = None, refill_fn=None,
                  clock: Callable[[], float] = time.monotonic, **_ignored: Any) -> None:
-        if sampler_kwargs is not None and not isinstance(sampler_kwargs, Mapping):
-            raise VerlSettingError(SAMPLER_KWARGS, sampler_kwargs, "must be a mapping")
-        kw = dict(sampler_kwargs or {})
-        unknown = set(kw) - {"max_staleness", "batch_size", "poll_interval", "stuck_timeout_s",
-                             "filter_groups_metric"}
-        if unknown:
-            raise VerlIntegrationError(f"unknown sampler_kwargs {sorted(map(str, unknown))}")
-        if trainer_mode == "sync":
-            raise VerlIntegrationError("trainer_mode 'sync' trains on-policy already: use "
-                                       "reserve_occupy_colocate_async or _separate_async")
-        if max_off_policy_threshold is not None:
-            raise VerlIntegrationError(
-                f"max_off_policy_threshold={max_off_policy_threshold}: set "
-                f"trainer.v1.sampler.max_off_policy_threshold=null, the protocol bounds "
-                f"staleness itself (verl's own check would drop or stall on top of it)")
+        kw, poll, stuck, metric, sync_step, config = _settings(
+            trainer_mode, trainer_config, max_off_policy_threshold, sampler_kwargs, poll_interval)
         if refill_fn is None:
             raise VerlIntegrationError("refill_fn is None: admission submits prompts through it")
-        for key in ("max_staleness", "batch_size"):
-            if key not in kw:
-                raise VerlIntegrationError(f"{SAMPLER_KWARGS}.{key} is not set")
-        eta = _integer(f"{SAMPLER_KWARGS}.max_staleness", kw["max_staleness"], 0)
-        batch = _integer(f"{SAMPLER_KWARGS}.batch_size", kw["batch_size"], 1)
-        if "poll_interval" in kw:
-            poll = _seconds(f"{SAMPLER_KWARGS}.poll_interval", kw["poll_interval"])
-        else:
-            poll = 0.5 if poll_interval is None else _seconds("poll_interval", poll_interval)
-        stuck = kw.get("stuck_timeout_s")
-        if stuck is not None:
-            stuck = _seconds(f"{SAMPLER_KWARGS}.stuck_timeout_s", stuck)
-        metric = kw.get("filter_groups_metric")
-        if metric is not None and (not isinstance(metric, str) or not metric.strip()):
-            raise VerlSettingError(f"{SAMPLER_KWARGS}.filter_groups_metric", metric,
-                                   "must be a metric name (\"reward\" or a reward_extra_info "
-                                   "key) or null")
-        sync_step = _integer(f"trainer.v1.{trainer_mode}.parameter_sync_step",
-                             (trainer_config or {}).get("parameter_sync_step", 1), 1)
-        if batch % sync_step:
-            raise VerlIntegrationError(
-                f"batch_size {batch} is not divisible by parameter_sync_step {sync_step}")
-        try:
-            self.config = Config(max_staleness=eta, batch_size=batch)
-        except ConfigError as exc:  # the controller's own limits (MAX_STALENESS, MAX_SLOTS)
-            raise VerlSettingError(f"{SAMPLER_KWARGS}.{exc.field}", exc.value,
-                                   exc.requirement) from None
+        self.config = config
         super().__init__(trainer_mode=trainer_mode, trainer_config=trainer_config,
                          max_off_policy_threshold=None, max_off_policy_strategy="drop",
                          sampler_kwargs=kw, poll_interval=poll, refill_fn=refill_fn,
@@ -428,8 +474,7 @@ def register() -> dict[str, type]:
     return _REGISTERED
 
 
-__all__ += ["register", "task_runner_class", "main", "integration_error"]
-MODULE = "reserve_occupy.integrations.verl"  # also when run as __main__
+__all__ += ["register", "task_runner_class", "main", "integration_error", "check_config"]
 
 
 # ---------------------------------------------------------------- the entry point -------------
@@ -457,15 +502,52 @@ def integration_error(exc: BaseException) -> Optional[VerlIntegrationError]:
     return own_error(exc, VerlIntegrationError)
 
 
+def check_config(config: Any) -> None:
+    """The plugin's settings in verl's (Hydra) config, checked in the driver before verl or Ray
+    starts anything: the trainer mode, the custom sampler, ``sampler_kwargs`` (as the sampler
+    checks them) and ``sampler_kwargs.batch_size`` = ``data.train_batch_size``."""
+    v1 = config.trainer.v1
+    mode = str(v1.trainer_mode)
+    if not mode.startswith("reserve_occupy_"):
+        raise VerlIntegrationError(
+            f"trainer.v1.trainer_mode={mode}: use reserve_occupy_colocate_async or "
+            f"reserve_occupy_separate_async")
+    sampler = v1.sampler
+    custom = sampler.get("custom_sampler", None)
+    if custom is None or custom.get("name") != "ReserveOccupyReplayBuffer":
+        raise VerlIntegrationError(
+            f"trainer.v1.sampler.custom_sampler is not this plugin's: set "
+            f"trainer.v1.sampler.custom_sampler.path=pkg://{MODULE} and "
+            f"custom_sampler.name=ReserveOccupyReplayBuffer")
+    trainer_config = v1.get(mode, None) or v1.get(mode[len("reserve_occupy_"):], None) or {}
+    _, _, _, _, _, protocol = _settings(mode, trainer_config,
+                                        sampler.get("max_off_policy_threshold", None),
+                                        sampler.get("sampler_kwargs", None))
+    train_batch = config.data.get("train_batch_size", None)
+    if train_batch != protocol.batch_size:
+        raise VerlIntegrationError(
+            f"sampler_kwargs.batch_size={protocol.batch_size} but data.train_batch_size="
+            f"{train_batch}: set them equal")
+
+
 def main() -> None:
     """``python -m reserve_occupy.integrations.verl <verl's Hydra overrides>``: verl's
-    ``main_ppo`` with the Reserve–Occupy task runner (docs/porting/verl.md). An error of this
-    integration (a setting the protocol cannot follow, in this process or in verl's task
-    runner) is one line on stderr and exit status 2; anything else is verl's to report."""
+    ``main_ppo`` with the Reserve–Occupy task runner (docs/porting/verl.md). ``-h``/``--help``
+    prints this plugin's help, exit 0. An error of this integration (a setting the protocol
+    cannot follow, checked here before verl starts, or in verl's task runner) is one line on
+    stderr and exit status 2, and so is a missing verl (or a module it imports); anything else
+    is verl's to report."""
     import os
 
-    import hydra
-    import verl.trainer
+    if "-h" in sys.argv[1:] or "--help" in sys.argv[1:]:
+        print(USAGE, end="")
+        raise SystemExit(0)
+    try:
+        import hydra
+        import verl.trainer
+    except ModuleNotFoundError as exc:
+        print(missing_module("the verl plugin", exc, "verl", PACKAGES), file=sys.stderr)
+        raise SystemExit(2) from None
 
     config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
 
@@ -484,15 +566,12 @@ def main() -> None:
 
 
 def _run_ppo(config: Any) -> None:
+    check_config(config)  # before verl or Ray starts anything
     from verl.trainer.main_ppo import run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    if not str(config.trainer.v1.trainer_mode).startswith("reserve_occupy_"):
-        raise VerlIntegrationError(
-            f"trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}: use "
-            f"reserve_occupy_colocate_async or reserve_occupy_separate_async")
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config),
                     use_critic=need_critic(config))

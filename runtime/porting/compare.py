@@ -105,7 +105,8 @@ def _compare_moves(op: str, expected: tuple, actual: tuple) -> Difference | None
     return None  # unreachable: unequal tuples differ somewhere
 
 
-def _compare_batch(expected: Any, actual: Any, op: str = "consume") -> list[Difference]:
+def _compare_batch(expected: Any, actual: Any, op: str = "consume",
+                   streamed_logged: bool = False) -> list[Difference]:
     rule = rule_for(op, "batch")
     out = []
     if expected.version != actual.version:
@@ -116,12 +117,18 @@ def _compare_batch(expected: Any, actual: Any, op: str = "consume") -> list[Diff
         out.append(Difference("batch.units", _unit_set(want), [u.unit_id for u in actual.units],
                               rule))
         return out
-    for unit_id, v in got.items():
-        if v is not None and v != want[unit_id]:
-            out.append(Difference(f"batch unit {unit_id!r} v_traj", want[unit_id], v, rule))
-    # ``streamed`` is optional on a consume (a runtime may track it itself); when logged, it
-    # must name exactly the units stream handed.
-    if actual.streamed and set(expected.streamed) != set(actual.streamed):
+    want_stale = {u.unit_id: u.staleness for u in expected.units}
+    for u in actual.units:
+        if u.v_traj is not None and u.v_traj != want[u.unit_id]:
+            out.append(Difference(f"batch unit {u.unit_id!r} v_traj", want[u.unit_id], u.v_traj,
+                                  rule))
+        elif u.staleness is not None and u.staleness != want_stale[u.unit_id]:
+            out.append(Difference(f"batch unit {u.unit_id!r} staleness", want_stale[u.unit_id],
+                                  u.staleness, rule))
+    # ``streamed`` is optional on a consume (a runtime may track it itself); when logged, even
+    # empty ("none streamed"), it must name exactly the units stream handed, each once.
+    if streamed_logged and (set(expected.streamed) != set(actual.streamed)
+                            or len(set(actual.streamed)) != len(actual.streamed)):
         out.append(Difference("batch.streamed", _unit_set(expected.streamed),
                               list(actual.streamed), rule_for(op, "streamed")))
     return out
@@ -163,5 +170,6 @@ def differences(expected: Event, entry: TraceEntry, coarse: bool = False) -> lis
         out.append(Difference("aborted", _unit_set(expected.aborted), list(actual.aborted),
                               rule_for(op, "aborted")))
     if op in ("consume", "stream"):
-        out.extend(_compare_batch(expected.batch, actual.batch, op))
+        out.extend(_compare_batch(expected.batch, actual.batch, op,
+                                  "batch.streamed" in logged))
     return out

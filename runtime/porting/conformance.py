@@ -19,6 +19,7 @@ import argparse
 import importlib
 import json
 import lzma
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,15 @@ from reserve_occupy.trace import dumps, header, loads_bounded, parse_config
 from .. import atomic_io, inputs
 from ..inputs import InputError
 from . import vectors as vec
-from .runner import Adapter, AdapterError, Failure, ReferenceAdapter, SubprocessAdapter
+from .runner import (
+    STUCK_GRACE_S,
+    Adapter,
+    AdapterError,
+    CallGuard,
+    Failure,
+    ReferenceAdapter,
+    SubprocessAdapter,
+)
 from .runner import run as run_vectors
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -75,8 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the corpus directory (default: the one installed with the package, "
                              "runtime/porting/corpus)")
     parser.add_argument("--adapter-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="--adapter-cmd: give up when the port does not answer a request "
-                             "within this long (60)")
+                        help="give up (exit 2) when the port does not answer a request within "
+                             "this long: an --adapter-cmd port's answer, or an --adapter's "
+                             "import, constructor or method call (60)")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -115,16 +125,47 @@ def _load_adapter(args: argparse.Namespace) -> Any:
     if not args.adapter:
         return ReferenceAdapter()
     module_name, _, attr = args.adapter.partition(":")
+    with CallGuard(args.adapter_timeout, _stuck(args)) as guard:
+        try:
+            return _construct(args, guard, module_name, attr or "Adapter")
+        except AdapterError as exc:
+            raise UsageError(f"cannot load adapter {args.adapter!r}: {exc}") from None
+
+
+def _stuck(args: argparse.Namespace) -> Any:
+    """What ends an in-process adapter call that ignores its interruption (``CallGuard``):
+    one line, and the process exits with status 2 (the adapter's code cannot be stopped
+    otherwise)."""
+    def stuck(what: str) -> None:
+        try:
+            print(f"error: the adapter did not return from {what} within "
+                  f"{args.adapter_timeout:g} s (--adapter-timeout), nor {STUCK_GRACE_S:g} s "
+                  f"after it was interrupted: ending the command", file=sys.stderr, flush=True)
+        finally:
+            os._exit(EXIT_USAGE)
+    return stuck
+
+
+def _construct(args: argparse.Namespace, guard: CallGuard, module_name: str, attr: str) -> Any:
+    """Import the adapter's module and build it, each under ``guard``."""
     try:
-        obj = getattr(importlib.import_module(module_name), attr or "Adapter")
+        obj = getattr(guard.call(f"import {module_name}", importlib.import_module,
+                                 module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
         raise UsageError(f"cannot load adapter {args.adapter!r}: {exc}") from None
     except SystemExit as exc:  # its module exits on import: not an adapter, and not a pass
         raise UsageError(f"cannot load adapter {args.adapter!r}: importing it raised "
                          f"SystemExit({exc.code!r})") from None
+    except AdapterError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- the port's module failed (SyntaxError, ...)
+        raise UsageError(f"cannot load adapter {args.adapter!r}: importing it raised "
+                         f"{type(exc).__name__}: {exc}") from None
     if isinstance(obj, type):
         try:
-            obj = obj()
+            obj = guard.call(f"{attr}()", obj)
+        except AdapterError:
+            raise
         except (Exception, SystemExit) as exc:  # noqa: BLE001 -- the port's constructor
             raise UsageError(f"adapter {args.adapter!r}: its constructor raised "
                              f"{type(exc).__name__}: {exc}") from None
@@ -233,7 +274,11 @@ def _run_watched(adapter: SubprocessAdapter, vectors: Any, mode: str) -> Any:
     the port (and whatever it starts) ends with this process, ``kill -9`` of it included. A
     port that keeps running after its input closed would otherwise be left behind, reparented
     to init; on a normal end (pass, fail, Ctrl-C) ``close`` and ``reap_children`` end it."""
-    from ..watchdog import Watchdog, children, reap_children
+    from ..watchdog import Watchdog, _stat, children, reap, reap_children
+
+    def _start_time(pid: int) -> int:
+        st = _stat(pid)
+        return -1 if st is None else st[1]
 
     before = children()
     watchdog = Watchdog.start(before)
@@ -242,6 +287,11 @@ def _run_watched(adapter: SubprocessAdapter, vectors: Any, mode: str) -> Any:
     finally:
         reap_children(before, spare=[watchdog.proc.pid] if watchdog else [])
         if watchdog is not None:
+            # a daemon of the port's (forked twice, a session of its own) is no child of
+            # ours any more, and not in the port's process group, which ``close`` ended: it
+            # carries the run's marker, as everything the port started does
+            reap(set(), watchdog.token, os.getpid(), exclude=before | {
+                (watchdog.proc.pid, _start_time(watchdog.proc.pid))})
             watchdog.stop()
 
 
@@ -275,7 +325,8 @@ def _run(args: argparse.Namespace) -> int:
     if isinstance(adapter, SubprocessAdapter):
         result = _run_watched(adapter, selected(), mode)
     else:
-        result = run_vectors(adapter, selected(), mode, progress=_progress)
+        result = run_vectors(adapter, selected(), mode, progress=_progress,
+                             call_timeout_s=args.adapter_timeout, on_stuck=_stuck(args))
     took = time.perf_counter() - t0
     if not result.vectors:  # a pass must have checked something
         raise UsageError(f"no vectors to run in {args.dir} for {', '.join(families) or 'no '}"

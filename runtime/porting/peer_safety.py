@@ -8,7 +8,12 @@ check runs only when the caller names the rule; the header never selects it.
 * ``reserve``'s ``v_traj`` is the version then, ``occupy``'s the unit's own;
 * the version: each event logs the current one, ``publish`` moves it by one and only after a
   ``consume``, a ``consume`` trains the current version and waits for its ``publish``;
-* full batches (``batch_size`` units), each unit's logged staleness = version - v_traj;
+* full batches (``batch_size`` units); a batch unit's ``v_traj`` and ``staleness`` are optional
+  (the trace format's), and where logged they are the unit's own (staleness = version - v_traj);
+* ``head``, where logged, is the version (a peer has no buffers: ``PeerController`` writes
+  head = version); refused lines' ``version`` and ``head`` are checked too;
+* an occupy's ``served``, where logged: the first version not older than the unit's ``v_traj``,
+  the last not newer than the published version;
 * the staleness bound, for a rule that promises it (the named rule's ``bounded``): a unit
   staler than eta (the eta the named rule enforces at the config's eta: 0 for ``synchronous``;
   never the header's ``x_eta``, which must agree) is a violation. An unbounded rule breaks the
@@ -23,7 +28,9 @@ check runs only when the caller names the rule; the header never selects it.
   that consume. A stream by a rule that does not stream, or in a log without streaming, is a
   violation.
 
-``release_stuck`` is Reserve–Occupy's and a violation here.
+``release_stuck`` is Reserve–Occupy's and a violation here, and so are a ``slot``, a ``moves``
+or an ``aborted`` list that names anything (a peer's rule has no slot table and no closing rule;
+it aborts with ``abort`` events).
 """
 
 from __future__ import annotations
@@ -71,12 +78,23 @@ class PeerTracker:
                 f"training={self.training} live={self.live}")
 
     def step(self, entry: TraceEntry) -> Violation | None:
+        e = entry.event
+        for name in ("version", "head"):
+            logged = getattr(e, name)
+            if logged is not None and logged != self.version:
+                return Violation("version", f"{e.op} logs {name} {logged}, the version is "
+                                            f"{self.version}" + (
+                                                "" if name == "version" else
+                                                " (a peer's log has no buffers: head is the "
+                                                "version)"))
         if entry.refused:
             return None
-        e = entry.event
-        if e.version is not None and e.version != self.version:
-            return Violation("version", f"{e.op} logs version {e.version}, the version is "
-                                        f"{self.version}")
+        for name, named in (("slot", e.slot is not None), ("moves", bool(e.moves)),
+                            ("aborted", bool(e.aborted))):
+            if named:
+                return Violation("operation", f"{e.op} logs {name}, which is Reserve–Occupy's "
+                                              f"slot table's; {self.policy} has none (it "
+                                              f"aborts with abort events)")
         op, u = e.op, e.unit_id
         state = self.units.get(u)
         if op == "reserve":
@@ -95,6 +113,13 @@ class PeerTracker:
             if op == "occupy" and "v_traj" in entry.logged and e.v_traj != self.v_traj[u]:
                 return Violation("version", f"unit {u!r} occupied with v_traj {e.v_traj}, "
                                             f"reserved at {self.v_traj[u]}")
+            served = entry.served if op == "occupy" else None
+            if served is not None and not self.v_traj[u] <= served[0] <= served[1] <= (
+                    self.version):
+                return Violation("version", f"unit {u!r} logs served={list(served)}: its "
+                                            f"weights must be no older than its v_traj "
+                                            f"{self.v_traj[u]} and no newer than the published "
+                                            f"version {self.version}")
             self.units[u] = FINISHED if op == "occupy" else DONE
             self.in_flight -= 1
         elif op == "filter":
@@ -103,7 +128,7 @@ class PeerTracker:
                                               f"{state or 'unknown'}, not finished")
             self.units[u] = DONE
         elif op == "consume":
-            return self._consume(e.batch)  # type: ignore[arg-type]
+            return self._consume(e.batch, "batch.streamed" in entry.logged)  # type: ignore
         elif op == "stream" and self.streams and self.config.streaming:
             return self._stream(e.batch)  # type: ignore[arg-type]
         elif op == "publish":
@@ -124,7 +149,10 @@ class PeerTracker:
         its logged v_traj and staleness are its own, and a bounded rule's is within eta."""
         u = unit.unit_id
         staleness = self.version - self.v_traj[u]
-        if unit.v_traj != self.v_traj[u] or unit.staleness != staleness:
+        # both optional (absent: not logged, not compared); the reader has checked that they
+        # agree with each other where both are logged
+        if (unit.v_traj is not None and unit.v_traj != self.v_traj[u]) or (
+                unit.staleness is not None and unit.staleness != staleness):
             return Violation("staleness", f"unit {u!r} logged v_traj {unit.v_traj} "
                                           f"staleness {unit.staleness}; it was reserved at "
                                           f"{self.v_traj[u]}: staleness {staleness}")
@@ -156,7 +184,8 @@ class PeerTracker:
             self.step_units.append(u)
         return None
 
-    def _consume(self, batch) -> Violation | None:  # type: ignore[no-untyped-def]
+    def _consume(self, batch, streamed_logged: bool = True  # type: ignore[no-untyped-def]
+                 ) -> Violation | None:
         if self.training:
             return Violation("phase", "consume while the previous batch is not published")
         if batch.version != self.version:
@@ -170,8 +199,8 @@ class PeerTracker:
         if left_out:
             return Violation("lifecycle", f"unit {left_out[0]!r} was streamed but the batch "
                                           f"does not train it")
-        if set(batch.streamed) != set(self.step_units) or len(batch.streamed) != len(
-                self.step_units):
+        if streamed_logged and (set(batch.streamed) != set(self.step_units)
+                                or len(batch.streamed) != len(self.step_units)):
             return Violation("lifecycle", f"batch.streamed names {list(batch.streamed)}; "
                                           f"streamed were {self.step_units}")
         for unit in batch.units:

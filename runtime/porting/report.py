@@ -21,8 +21,13 @@ def logged_record(entry: TraceEntry) -> dict[str, Any]:
         return refused_record(e.op, e.unit_id, e.version, e.head)
     record = event_to_record(e)
     out = {k: v for k, v in record.items() if k in entry.logged or (k == "aborted" and v)}
+    if "batch" in out:  # a batch unit's optional v_traj/staleness: shown only where logged
+        out["batch"]["units"] = [{k: v for k, v in u.items() if v is not None}
+                                 for u in out["batch"]["units"]]
     if entry.served is not None:
         out["served"] = list(entry.served)
+    if "batch.streamed" in entry.logged:  # logged, even empty ("none streamed")
+        out["batch"]["streamed"] = list(e.batch.streamed)  # type: ignore[union-attr]
     return out
 
 
@@ -138,24 +143,29 @@ def render_problem(p: Problem, report: Report) -> str:
             out.append("  buffers after (reference):")
             out.append("\n".join("    " + line for line in ref_after))
     elif p.tracked:
-        out.append("  live units when the problem was found (lenient mode tracks units, not "
-                   "slots):")
+        out.append("  live units when the problem was found (" + (
+            "a peer's log" if report.policy is not None else "lenient mode")
+            + " tracks units, not slots):")
         out.append("\n".join("    " + line for line in p.tracked.splitlines()))
     return "\n".join(out)
 
 
 def render_text(report: Report, name: str) -> str:
     c = report.config
-    params = (f"eta={c.max_staleness} batch_size={c.batch_size} capacity={c.capacity} "
-              f"max_concurrency={c.max_concurrency}")
     peer = report.policy is not None
+    eta = _eta(report)
+    # a peer's rule enforces its own eta (synchronous: 0), which the config's may not be
+    config_eta = (f" (config max_staleness {c.max_staleness})"
+                  if eta != c.max_staleness else "")
+    params = (f"eta={eta}{config_eta} batch_size={c.batch_size} capacity={c.capacity} "
+              f"max_concurrency={c.max_concurrency}")
     if report.ok:
         # CONFORMING is Reserve–Occupy conformance; a peer's log held its own rule, no more
         held = f"PEER RULE HELD ({report.policy})" if peer else f"CONFORMING ({report.mode})"
         verdict = (f"{name}: {held} -- {report.events} events, "
                    f"{report.units} units, {report.batches} batches, {params}")
         stats = (f"  largest staleness trained: {max(report.max_staleness, 0)} (eta "
-                 f"{c.max_staleness}); most units in flight: {report.max_in_flight}; "
+                 f"{eta}); most units in flight: {report.max_in_flight}; "
                  f"live at the end: {report.live_at_end}")
         lines = [verdict, stats]
         if peer:
@@ -172,11 +182,17 @@ def render_text(report: Report, name: str) -> str:
             + render_problem(report.problem, report))  # type: ignore[arg-type]
 
 
+def _eta(report: Report) -> int:
+    """The eta the check held the log to: a peer rule's own where one was named (synchronous:
+    0), else the config's."""
+    return report.config.max_staleness if report.eta is None else report.eta
+
+
 def _peer_line(report: Report) -> str:
     """A peer's log: its rule, and the staleness it trained (over eta: reported, no failure
     for a rule that does not promise the bound)."""
     trained = ", ".join(f"{k}: {v}" for k, v in report.staleness.items()) or "none"
-    eta = report.config.max_staleness if report.eta is None else report.eta
+    eta = _eta(report)
     if report.bounded:
         bound = f"bounded by its rule: every unit trained within eta {eta}"
     else:

@@ -14,7 +14,13 @@ answers each with one line -- the trace record it would log (``{"refused": true}
 refusal). A header line starts a fresh controller (one process serves every vector); it gets
 any one-line answer. An adapter process that cannot be started, exits, or stays silent for
 ``answer_timeout_s`` raises ``AdapterError`` (the command line: one line, exit status 2): that
-is not a verdict on any vector.
+is not a verdict on any vector. The process runs in a session of its own; ``close`` ends its
+whole process group, whatever it started there included, at the end of every run.
+
+An in-process adapter is untrusted code too: ``run(..., call_timeout_s=T)`` calls every method
+under a ``CallGuard``, so one that does not return within ``T`` seconds is interrupted (and
+``AdapterError``), and a ``KeyboardInterrupt`` (or ``SystemExit``) the adapter raises is its
+error, never taken for the user's Ctrl-C.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 import os
 import select
 import shlex
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -111,6 +119,119 @@ class AdapterError(Exception):
     """The adapter process cannot be started or stopped answering: no verdict is possible."""
 
 
+class AdapterTimeout(BaseException):
+    """Raised in the main thread, by ``CallGuard``'s SIGALRM handler, inside an adapter call
+    that has run past its timeout. A ``BaseException``, so that an adapter's ``except
+    Exception`` does not swallow it; ``CallGuard.call`` turns it into ``AdapterError``."""
+
+
+STUCK_GRACE_S = 5.0  # after the interruption, how long a call may take to give up
+
+
+class CallGuard:
+    """Calls into an in-process adapter (untrusted code) with a timeout, and tells the user's
+    Ctrl-C from the adapter's own ``KeyboardInterrupt``.
+
+    How a hung call is ended: a daemon thread watches the call in progress; once it has run
+    ``timeout_s`` seconds it sends SIGALRM to the main thread, whose handler (installed by
+    ``__enter__``, the previous one restored by ``__exit__``) raises ``AdapterTimeout`` in the
+    call -- a real signal, so a call blocked in ``sleep``, ``select`` or a lock wait is woken
+    too -- and ``call`` raises ``AdapterError``. A call that does not give up within
+    ``STUCK_GRACE_S`` more seconds (it catches ``BaseException``, or sits in native code that
+    does not return to the interpreter) is reported to ``on_stuck(what)``: the command line
+    prints one line and exits the process with status 2 (``os._exit``: the adapter's thread
+    cannot be stopped any other way); without ``on_stuck`` the signal is sent again every
+    ``STUCK_GRACE_S``. Signals reach only the main thread: elsewhere no timeout is enforced
+    (the command line always runs in the main thread).
+
+    A ``KeyboardInterrupt`` (or ``runtime.cli.Terminated``) raised in a call is the user's
+    only if a SIGINT or SIGTERM came while the guard was on (the handlers in place are wrapped
+    to note it, and otherwise act as before); else the adapter raised it, and ``call`` raises
+    ``AdapterError`` naming the call."""
+
+    def __init__(self, timeout_s: float | None = None, on_stuck: Any = None) -> None:
+        self.timeout_s = timeout_s
+        self.on_stuck = on_stuck
+        self.signalled = False  # a SIGINT or SIGTERM came: a KeyboardInterrupt is the user's
+        self._serial = 0
+        self._active: int | None = None  # the serial of the call in progress
+        self._what = ""
+        self._started = 0.0
+        self._fired: int | None = None  # the call interrupted
+        self._previous: dict[int, Any] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> CallGuard:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                self._previous[sig] = handler
+                signal.signal(sig, self._noting(handler))
+        if self.timeout_s is not None:
+            self._previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._on_alarm)
+            self._thread = threading.Thread(target=self._watch, name="adapter-call-guard",
+                                            args=(threading.main_thread().ident,), daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _noting(self, handler: Any) -> Any:
+        def noted(signum: int, frame: Any) -> Any:
+            self.signalled = True
+            return handler(signum, frame)
+        return noted
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        if self._active is not None and self._active == self._fired:
+            raise AdapterTimeout(self._what)
+
+    def _watch(self, main_ident: int) -> None:
+        assert self.timeout_s is not None
+        poll = max(0.01, min(0.5, self.timeout_s / 4))
+        while not self._stop.wait(poll):
+            active = self._active
+            if active is None or time.monotonic() - self._started < self.timeout_s:
+                continue
+            self._fired = active
+            while self._active == active and not self._stop.is_set():
+                signal.pthread_kill(main_ident, signal.SIGALRM)
+                if self._stop.wait(STUCK_GRACE_S) or self._active != active:
+                    break
+                if self.on_stuck is not None:
+                    self.on_stuck(self._what)
+                    return
+
+    def call(self, what: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, an adapter's code, named ``what`` in messages."""
+        self._serial += 1
+        self._what, self._started = what, time.monotonic()
+        try:
+            try:
+                self._active = self._serial
+                return fn(*args)
+            finally:
+                self._active = None
+        except AdapterTimeout:
+            raise AdapterError(f"the adapter did not return from {what} within "
+                               f"{self.timeout_s:g} s (--adapter-timeout): interrupted") from None
+        except KeyboardInterrupt as exc:
+            if self.signalled:
+                raise  # the user's Ctrl-C (or a SIGTERM)
+            raise AdapterError(f"the adapter raised {type(exc).__name__} in {what}: an "
+                               f"adapter must return or raise an exception (a "
+                               f"KeyboardInterrupt it raises is not the user's Ctrl-C)") from None
+
+
 MAX_ANSWER_BYTES = 64 << 20  # one answer line; a longer one is a runaway port, not a record
 
 
@@ -191,25 +312,33 @@ class SubprocessAdapter:
             if not argv:
                 raise AdapterError("the adapter command is empty")
             try:
+                # a session of its own: ``close`` ends its whole process group
                 self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, bufsize=0)
+                                             stdout=subprocess.PIPE, bufsize=0,
+                                             start_new_session=True)
             except OSError as exc:
                 raise AdapterError(f"adapter command {self.command!r} cannot be started: "
                                    f"{exc.strerror or exc}") from None
         self._send(header(config))  # any one-line answer acknowledges the header
 
     def close(self) -> None:
-        if self.proc is not None:
+        """End the port and its whole process group (what it started and left running, a
+        daemon that did not leave the group): its input is closed, it has 2 s to exit, then
+        the group gets SIGTERM and, ``STUCK_GRACE_S`` later, SIGKILL. The port is reaped only
+        after, so its pid (the group's id) is not free for another process meanwhile. A
+        daemon that left the group (``setsid``) is ended by the command's watchdog marker
+        (``conformance._run_watched``)."""
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        for stream in (proc.stdin, proc.stdout):
             try:
-                self.proc.stdin.close()  # type: ignore[union-attr]
+                stream.close()  # type: ignore[union-attr]
             except OSError:
                 pass
-            try:
-                self.proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        _wait_unreaped(proc.pid, 2.0)
+        _end_group(proc.pid)
+        proc.wait()
 
     def __getattr__(self, op: str) -> Any:
         if op not in UNIT_OPS and op not in ("consume", "publish", "release_stuck", "stream"):
@@ -217,6 +346,56 @@ class SubprocessAdapter:
         if op in UNIT_OPS:
             return lambda unit_id: self._ask({"op": op, "unit": unit_id})
         return lambda: self._ask({"op": op})
+
+
+def _wait_unreaped(pid: int, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for child ``pid`` to exit, without reaping it (its pid stays
+    taken). True if it exited."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        if info is not None:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` other than a zombie (Linux: /proc; elsewhere: assume so)."""
+    if not os.path.isdir("/proc/self"):
+        return True
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(b")") + 2:].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _end_group(pgid: int, grace_s: float = STUCK_GRACE_S) -> None:
+    """SIGTERM process group ``pgid``, SIGKILL it if anything of it is alive ``grace_s``
+    later. Its leader must not be reaped yet (so the id cannot be another group's)."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except OSError:  # ESRCH: nothing left in it; EPERM: not ours
+        return
+    deadline = time.monotonic() + grace_s
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 # ----------------------------------------------------------------- outcomes -> records ------
@@ -316,9 +495,12 @@ def _request(op: str, unit_id: Any) -> str:
     return f"{op} {unit_id!r}" if op in UNIT_OPS else op
 
 
-def _call(adapter: Any, op: str, unit_id: Any) -> Any:
+def _call(adapter: Any, op: str, unit_id: Any, guard: CallGuard | None = None) -> Any:
     method = getattr(adapter, op)
-    return method(unit_id) if op in UNIT_OPS else method()
+    args = (unit_id,) if op in UNIT_OPS else ()
+    if guard is None:
+        return method(*args)
+    return guard.call(f"{op}({unit_id!r})" if op in UNIT_OPS else f"{op}()", method, *args)
 
 
 def _applies(tracker: SafetyTracker, op: str, unit_id: Any) -> bool:
@@ -335,7 +517,8 @@ def _applies(tracker: SafetyTracker, op: str, unit_id: Any) -> bool:
     return not tracker.training  # consume, release_stuck, stream
 
 
-def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) -> None:
+def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result,
+               guard: CallGuard | None = None) -> None:
     from .vectors import CorpusError
 
     try:
@@ -343,7 +526,10 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
     except TraceFormatError as exc:  # the corpus, not the port, is wrong
         raise CorpusError(f"vector {vector.get('id')!r}: {exc}") from None
     try:
-        adapter.start(config)
+        if guard is None:
+            adapter.start(config)
+        else:
+            guard.call("start(config)", adapter.start, config)
     except AdapterError:
         raise
     except (SystemExit, GeneratorExit) as exc:
@@ -363,7 +549,7 @@ def run_vector(adapter: Any, vector: dict[str, Any], mode: str, result: Result) 
         result.steps += 1
         failure = None
         try:
-            value = _call(adapter, op, unit_id)
+            value = _call(adapter, op, unit_id, guard)
             record = outcome_record(op, unit_id, value, tracker.batches)
             outcomes.append(record)
             entry = parse_record(record, k + 2)
@@ -393,7 +579,8 @@ def _exited(exc: SystemExit | GeneratorExit, call: str) -> AdapterError:
     """An adapter that raises ``SystemExit`` would end the conformance run with the port's own
     exit status (0: a silent pass), one that raises ``GeneratorExit`` (a ``BaseException``,
     as ``SystemExit`` is) with a traceback: either is reported as an adapter that stopped
-    answering. ``KeyboardInterrupt`` is the user's, and goes through. An in-process adapter
+    answering. A ``KeyboardInterrupt`` goes through, to ``CallGuard.call``, which tells the
+    user's Ctrl-C from one the adapter raised. An in-process adapter
     that calls ``os._exit`` cannot be caught by anything in the process: run such a port with
     ``--adapter-cmd``, whose exit is seen."""
     what = (f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else
@@ -425,23 +612,28 @@ def _judge(expected: dict[str, Any], entry: TraceEntry, mode: str, tracker: Safe
 
 
 def run(adapter: Any, vectors: Iterable[dict[str, Any]], mode: str = "strict",
-        progress: Any = None) -> Result:
-    """Run every vector; ``progress(n_done)`` is called now and then for long runs."""
+        progress: Any = None, call_timeout_s: float | None = None,
+        on_stuck: Any = None) -> Result:
+    """Run every vector; ``progress(n_done)`` is called now and then for long runs. Every call
+    into the adapter runs under a ``CallGuard``: with ``call_timeout_s``, one that does not
+    return in time is ``AdapterError`` (``on_stuck``: see ``CallGuard``); a
+    ``KeyboardInterrupt`` the adapter raises is ``AdapterError``, the user's goes through."""
     result = Result(mode)
-    try:
-        for n, vector in enumerate(vectors, 1):
-            result.vectors += 1
-            try:
-                run_vector(adapter, vector, mode, result)
-            except AdapterError as exc:
-                raise AdapterError(f"vector {vector['id']}: {exc}") from None
-            if progress is not None and n % 500 == 0:
-                progress(n)
-    finally:
-        try:  # looked up after start: some adapters delegate every lookup to their port
-            close = getattr(adapter, "close", None)
-        except Exception:  # noqa: BLE001 -- no port to delegate to (start failed): no close
-            close = None
-        if close is not None:
-            close()
+    with CallGuard(call_timeout_s, on_stuck) as guard:
+        try:
+            for n, vector in enumerate(vectors, 1):
+                result.vectors += 1
+                try:
+                    run_vector(adapter, vector, mode, result, guard)
+                except AdapterError as exc:
+                    raise AdapterError(f"vector {vector['id']}: {exc}") from None
+                if progress is not None and n % 500 == 0:
+                    progress(n)
+        finally:
+            try:  # looked up after start: some adapters delegate every lookup to their port
+                close = getattr(adapter, "close", None)
+            except Exception:  # noqa: BLE001 -- no port to delegate to (start failed)
+                close = None
+            if close is not None:
+                guard.call("close()", close)
     return result

@@ -8,12 +8,14 @@ consume, publish and stream with their units -- and checks, after every event:
   ``v_traj`` recorded at its reserve; a unit is stamped with the current version; no live unit
   outlives its last legal buffer (``v_traj + eta < head``); a logged slot lies in a legal buffer;
   where an occupy logs ``served`` (the weight versions the generators really used), the first is
-  not older than ``v_traj`` -- otherwise publish ran ahead of the weights.
+  not older than ``v_traj`` -- otherwise publish ran ahead of the weights; where a batch unit
+  logs ``v_traj`` or ``staleness`` (consume and stream alike), they are the unit's own.
 * ``conservation`` -- each unit is reserved once and then ends at most once: occupy and abort only
   in flight, filter only finished (not streamed), consume only finished, nothing twice.
 * ``streamed``    -- stream only with streaming on, while idle, of finished units not handed
   yet, at a staleness in ``[0, eta]`` for buffer ``head``; the next batch contains every unit
-  handed (and, where it logs ``streamed``, names exactly those).
+  handed (and, where it logs ``streamed``, names exactly those, each once: an empty list says
+  none was handed).
 * ``order``       -- consume only while idle, of buffer ``head`` (= the published version), and
   publish only after a consume: batches train strictly in order.
 * ``batch``       -- every batch has exactly ``batch_size`` distinct units.
@@ -21,9 +23,15 @@ consume, publish and stream with their units -- and checks, after every event:
   units whose last legal buffer is ``<= k`` fit into buffers ``head .. k`` (``capacity`` slots
   each, at most ``batch_size`` of them finished). Slots the protocol never has cannot be promised.
 * ``concurrency`` -- at most ``max_concurrency`` units in flight.
-* ``window``      -- where a trace logs ``version`` or ``head``, they agree with the events.
+* ``window``      -- where a trace logs ``version`` or ``head`` (refused lines too), they agree
+  with the events; an occupy's ``served`` names no version newer than the published one (the
+  generators cannot run weights not published yet: publish was logged late).
+* ``moves``       -- where an event logs moves (lenient mode places nothing itself), each names
+  a unit the trace reserved and moves a live one only between buffers legal for it; an abort's
+  or filter's ``slot`` lies in a legal buffer, like a reserve's or occupy's.
 
-Refused operations change nothing and are not checked here (waiting is always safe).
+Refused operations change nothing (waiting is always safe); only their logged ``version`` and
+``head`` are checked.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ class SafetyTracker:
         self.max_staleness_seen = -1
         self.max_in_flight_seen = 0
         self._served: tuple[int, int] | None = None
+        self._logged: frozenset[str] = frozenset()  # the current entry's logged fields
         self.streamed: dict[object, None] = {}  # units handed by stream since the last consume
 
     # ------------------------------------------------------------------ bookkeeping -------
@@ -124,15 +133,16 @@ class SafetyTracker:
 
     def step(self, entry: TraceEntry) -> Violation | None:
         """Apply one logged event; return the first invariant it breaks, or None."""
-        if entry.refused:
-            return None
         e = entry.event
         for name, have in (("version", self.version), ("head", self.head)):
             if name in entry.logged and getattr(e, name) != have:
-                return Violation("window", f"{e.op} logs {name}={getattr(e, name)}, but the "
-                                           f"events so far give {name}={have} ('{name}' is the "
-                                           f"value before the event)")
-        self._served = entry.served
+                refused = " (refused)" if entry.refused else ""
+                return Violation("window", f"{e.op}{refused} logs {name}={getattr(e, name)}, "
+                                           f"but the events so far give {name}={have} "
+                                           f"('{name}' is the value before the event)")
+        if entry.refused:
+            return None
+        self._served, self._logged = entry.served, entry.logged
         handler = getattr(self, "_" + e.op)
         return handler(e) or self._after(e)
 
@@ -146,6 +156,27 @@ class SafetyTracker:
         self.units[e.unit_id] = (ENDED, v)
         self._set(e.unit_id, IN_FLIGHT)
         return self._legal_slot(e, "reserved in")
+
+    def _moved(self, e: Event) -> Violation | None:
+        """The event's logged moves: each names a unit the trace reserved, and a live one only
+        between buffers legal for it. (Which unit a rule moves is placement, strict mode's
+        business; a move of an ended unit moves a slot its end did not free: wasteful, not
+        unsafe, as the ``abort_keeps_slot`` mutant shows.)"""
+        for k, m in enumerate(e.moves):
+            have = self.state(m.unit_id)
+            if have is None:
+                return Violation("conservation", f"{e.op} moves[{k}] ({m.reason.value}) moves "
+                                                 f"unit {m.unit_id!r}, which was never "
+                                                 f"reserved")
+            if have == ENDED:
+                continue
+            d = self._deadline(m.unit_id)
+            for end, ref in (("from", m.src), ("to", m.dst)):
+                if not self.head <= ref.buffer <= d:
+                    return Violation("staleness", f"{e.op} moves[{k}] moves unit {m.unit_id!r} "
+                                                  f"{end} buffer {ref.buffer}; legal buffers "
+                                                  f"are {self.head}..{d} (v_traj + eta = {d})")
+        return None
 
     def _drop(self, e: Event, why: str) -> Violation | None:
         for unit_id in e.aborted:
@@ -168,27 +199,36 @@ class SafetyTracker:
                                           f"v{self._served[0]} but stamped v_traj={v}: the "
                                           f"version was published before those weights were "
                                           f"live, so its staleness is under-counted")
+        if self._served is not None and self._served[1] > self.version:
+            return Violation("window", f"unit {e.unit_id!r} logs served={list(self._served)}, "
+                                       f"but the published version is {self.version}: "
+                                       f"generators cannot run weights not published yet "
+                                       f"(publish logged late, or served in another "
+                                       f"numbering)")
         self._set(e.unit_id, FINISHED)
-        return self._legal_slot(e, "occupies") or self._drop(e, "aborted by the closing rule")
+        return (self._moved(e) or self._legal_slot(e, "occupies")
+                or self._drop(e, "aborted by the closing rule"))
 
     def _abort(self, e: Event) -> Violation | None:
         bad = self._require("abort", e.unit_id, IN_FLIGHT)
         if bad:
             return bad
         self._set(e.unit_id, ENDED, "aborted")
-        return self._drop(e, "aborted by the closing rule")
+        return (self._legal_slot(e, "freed a slot in") or self._moved(e)
+                or self._drop(e, "aborted by the closing rule"))
 
     def _filter(self, e: Event) -> Violation | None:
         bad = self._require("filter", e.unit_id, FINISHED)
         if bad:
             return bad
         self._set(e.unit_id, ENDED, "filtered")
-        return self._drop(e, "aborted by the closing rule")
+        return (self._legal_slot(e, "freed a slot in") or self._moved(e)
+                or self._drop(e, "aborted by the closing rule"))
 
     def _release_stuck(self, e: Event) -> Violation | None:
         if self.training:
             return Violation("order", "release_stuck while a batch is training")
-        return self._drop(e, "released by release_stuck")
+        return self._drop(e, "released by release_stuck") or self._moved(e)
 
     def _consume(self, e: Event) -> Violation | None:
         b = e.batch
@@ -207,7 +247,9 @@ class SafetyTracker:
             return Violation("batch", f"batch {b.version} has {len(ids)} units "
                                       f"({len(set(ids))} distinct), batch_size is "
                                       f"{self.config.batch_size}")
-        if b.streamed and set(b.streamed) != set(self.streamed):  # type: ignore[union-attr]
+        if "batch.streamed" in self._logged and (  # logged, even empty: "none streamed"
+                set(b.streamed) != set(self.streamed)  # type: ignore[union-attr]
+                or len(set(b.streamed)) != len(b.streamed)):  # type: ignore[union-attr]
             names, version = list(b.streamed), b.version  # type: ignore[union-attr]
             return Violation("streamed", f"batch {version} names {names} as streamed; "
                                          f"stream handed {list(self.streamed)}")
@@ -217,10 +259,10 @@ class SafetyTracker:
             bad = self._require("consume", u.unit_id, FINISHED)
             if bad:
                 return bad
+            bad = self._batch_unit(f"batch {b.version}", b.version, u)
+            if bad:
+                return bad
             v = self.units[u.unit_id][1]
-            if u.v_traj is not None and u.v_traj != v:
-                return Violation("staleness", f"batch {b.version} logs v_traj={u.v_traj} for "
-                                              f"unit {u.unit_id!r}, reserved with v_traj={v}")
             stale = b.version - v
             if not 0 <= stale <= self.eta:
                 return Violation("staleness", f"batch {b.version} trains unit {u.unit_id!r} "
@@ -251,12 +293,28 @@ class SafetyTracker:
             bad = self._require("stream", u.unit_id, FINISHED)
             if bad:
                 return bad
+            bad = self._batch_unit(f"stream for buffer {b.version}", b.version, u)
+            if bad:
+                return bad
             v = self.units[u.unit_id][1]
             if not 0 <= self.head - v <= self.eta:
                 return Violation("staleness", f"stream hands unit {u.unit_id!r} (v_traj={v}) "
                                               f"for buffer {self.head}, eta={self.eta}")
             self._set(u.unit_id, STREAMED)
             self.streamed[u.unit_id] = None
+        return None
+
+    def _batch_unit(self, what: str, version: int, u) -> Violation | None:  # type: ignore
+        """A batch unit's logged ``v_traj`` and ``staleness`` are its own (the trace reader
+        has checked that the two agree with each other where both are logged)."""
+        v = self.units[u.unit_id][1]
+        if u.v_traj is not None and u.v_traj != v:
+            return Violation("staleness", f"{what} logs v_traj={u.v_traj} for unit "
+                                          f"{u.unit_id!r}, reserved with v_traj={v}")
+        if u.staleness is not None and u.staleness != version - v:
+            return Violation("staleness", f"{what} logs staleness={u.staleness} for unit "
+                                          f"{u.unit_id!r}, reserved with v_traj={v}: its "
+                                          f"staleness is {version - v}")
         return None
 
     def _publish(self, e: Event) -> Violation | None:
