@@ -21,6 +21,17 @@ from runtime.records import DriverSettings
 # it has a counterpart showing that wrong weights or a wrong temperature land 1e-3 to 1e-2 away.
 LOGPROB_TOL = 3e-4
 
+def window_reward(rows: list[dict[str, Any]]) -> float:
+    """The training reward of a window of metrics rows: the mean over the samples completed in
+    it. A row's ``reward`` is None when no sample completed since the previous step
+    (runtime/metrics.py), so each row counts with its ``samples_completed``; a window in which
+    nothing completed has no reward, and the test that asked for one fails saying so."""
+    scored = [(r["reward"], r["samples_completed"]) for r in rows if r["reward"] is not None]
+    n = sum(k for _, k in scored)
+    assert n > 0, f"no sample completed in steps {[r['step'] for r in rows]}"
+    return sum(x * k for x, k in scored) / n
+
+
 PROMPTS = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(100)]
 
 
