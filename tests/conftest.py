@@ -28,7 +28,7 @@ def _stamps() -> dict[str, tuple[int, int]]:
     """(mtime_ns, size) of ``out/`` and of every entry up to three levels below it."""
     stamps: dict[str, tuple[int, int]] = {}
     frontier = [OUT]
-    for _ in range(4):
+    for level in range(4):
         deeper = []
         for path in frontier:
             try:
@@ -36,7 +36,7 @@ def _stamps() -> dict[str, tuple[int, int]]:
             except OSError:
                 continue
             stamps[str(path)] = (st.st_mtime_ns, st.st_size)
-            if path.is_dir() and not path.is_symlink():
+            if level < 3 and path.is_dir() and not path.is_symlink():
                 try:
                     deeper += [Path(e.path) for e in os.scandir(path)]
                 except OSError:
