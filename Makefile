@@ -35,7 +35,8 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not (slow or vllm or ray or verl or venv or faults or proofs or deep)"
 
-## The tests marked deep, which `make test` skips: the 30-step bf16-mixed demo run learns.
+## The tests marked deep, which `make test` skips: the 30-step bf16-mixed demo run learns, the
+## 1,000 seeded fault schedules (`make test` runs 300).
 test-deep: $(STAMP)
 	RO_TEST_DEEP=1 $(PY) -m pytest -m deep
 

@@ -1,10 +1,12 @@
-"""The fault-injection suite: 1,000 seeded schedules with zero violations, every fault kind
-injected, deterministic runs, and every deliberately broken variant caught (the checks can
-fail). ``make faults-deep`` runs 10,000."""
+"""The fault-injection suite: 300 seeded schedules with zero violations, every fault kind
+injected at least 10 times and every recovery path taken, deterministic runs, and every
+deliberately broken variant caught (the checks can fail). ``make test-deep`` runs the 1,000 of
+the earlier CI set, ``make faults-deep`` 10,000."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 import pytest
@@ -15,26 +17,36 @@ from runtime.faults.schedule import KINDS, RESTARTS, Fault, Schedule, generate, 
 from runtime.faults.sim import SIM_KINDS, SIM_VARIANTS, generate_sim, run_sim_schedule
 from runtime.faults.variants import VARIANTS
 
-CI_SCHEDULES = 1000
+# `make test` runs the first 300 seeds (240 driver, 60 simulator schedules; a third of the
+# 1,000 it ran before): the smallest multiple of 100 at which every fault kind still fires at
+# least 10 times (at 200, lose_trajectory and the simulator's nan_reward fire 7 times; at 300
+# the latter exactly 10; the seeds are fixed, so the counts are too) and every recovery path
+# below is taken. `make test-deep` (RO_TEST_DEEP=1) runs the 1,000, `make faults-deep` 10,000.
+CI_SCHEDULES = 300
+DEEP_SCHEDULES = 1000
 
 
 @pytest.mark.slow
 @pytest.mark.faults
-def test_a_thousand_seeded_schedules_find_no_violation(tmp_path, capsys):
-    code = cli.main(["--schedules", str(CI_SCHEDULES), "--json", str(tmp_path / "s.json"),
+@pytest.mark.parametrize("schedules", [CI_SCHEDULES, pytest.param(DEEP_SCHEDULES, marks=[
+    pytest.mark.deep,
+    pytest.mark.skipif(os.environ.get("RO_TEST_DEEP") != "1", reason="make test-deep runs it")])])
+def test_seeded_schedules_find_no_violation(tmp_path, capsys, schedules):
+    code = cli.main(["--schedules", str(schedules), "--json", str(tmp_path / "s.json"),
                      "--quiet"])
     summary = json.loads((tmp_path / "s.json").read_text())
     printed = capsys.readouterr().out
     with capsys.disabled():
         print("\n" + printed)
     assert code == 0 and summary["violating_schedules"] == 0
-    assert summary["schedules"] == CI_SCHEDULES
+    assert summary["schedules"] == schedules
     injected = summary["injected"]
     for kind in KINDS:
         assert injected.get(kind, 0) >= 10, (kind, injected)  # every driver fault fired
     for kind in SIM_KINDS:
         assert injected.get(f"sim {kind}", 0) >= 10, (kind, injected)
-    assert injected["torn log line"] >= 10 and summary["restarts"] >= 200
+    # restarts: 130 in the first 300 schedules, 200 or more in the first 1,000
+    assert injected["torn log line"] >= 10 and summary["restarts"] >= schedules // 5
     did = summary["recovery"]
     for what in ("finished units reloaded", "in-flight units salvaged",
                  "in-flight units aborted as lost", "batches retrained",

@@ -21,6 +21,42 @@ from runtime.records import DriverSettings
 # it has a counterpart showing that wrong weights or a wrong temperature land 1e-3 to 1e-2 away.
 LOGPROB_TOL = 3e-4
 
+def window_reward(rows: list[dict[str, Any]]) -> float:
+    """The training reward of a window of metrics rows: the mean over the samples completed in
+    it. A row's ``reward`` is None when no sample completed since the previous step
+    (runtime/metrics.py), so each row counts with its ``samples_completed``; a window in which
+    nothing completed has no reward, and the test that asked for one fails saying so."""
+    scored = [(r["reward"], r["samples_completed"]) for r in rows if r["reward"] is not None]
+    n = sum(k for _, k in scored)
+    assert n > 0, f"no sample completed in steps {[r['step'] for r in rows]}"
+    return sum(x * k for x, k in scored) / n
+
+
+FLOAT32_EPS = 2.0 ** -23  # torch.finfo(torch.float32).eps
+
+
+def fp32_tol(scale: float, config: Any, terms: int = 1) -> float:
+    """How far two float32 evaluations of the same network may differ when they only sum in
+    different orders (other shapes, another micro-batch split, other kernels of the same
+    operation, another CPU's vector width): the tolerance of the tests that compare them.
+
+    One sum of n products is off by about eps * sqrt(n) of its magnitude (rounding errors of
+    random sign: Higham, Accuracy and Stability of Numerical Algorithms, ch. 3); the longest
+    sum in the tiny Qwen2 is the MLP's down projection (n = intermediate_size), and
+    ``terms`` > 1 when the compared value itself sums that many (a gradient over tokens). Every
+    layer and the head add their own error, counted linearly (they need not cancel), and a
+    log-probability is the difference of two such results (the token's logit and the
+    log-sum-exp), hence the 2. ``scale`` is the magnitude of what is compared (the largest
+    |value|). For the tiny model (n = 512, 4 layers + head) and log-probabilities near -10 this
+    is 2 * 1.19e-7 * 22.6 * 5 * 10 = 2.7e-4: 17 times the largest difference seen (1.62e-5 on
+    an AVX-512 CPU; about 2e-6 elsewhere), and 370 times under the 0.1 a sample attending to
+    another one moves it (the counterparts in test_packing)."""
+    import math
+
+    n = config.intermediate_size * terms
+    return 2 * FLOAT32_EPS * math.sqrt(n) * (config.num_hidden_layers + 1) * max(scale, 1.0)
+
+
 PROMPTS = [Prompt(f"{i % 10}+{i // 10}=", str(i % 10 + i // 10), i) for i in range(100)]
 
 

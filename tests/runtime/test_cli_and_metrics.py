@@ -21,19 +21,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_invalid_config_is_one_clear_line_and_exit_2(tmp_path, capsys):
+    # each with its own output directory: a train command that got past its check would
+    # otherwise write into the default one (out/runtime/demo), a user's `make demo` run
+    run = ["--output-dir", str(tmp_path / "run")]
     bad = tmp_path / "bad.yaml"
     bad.write_text("staleness:\n  max_staleness: -1\n")
-    assert main(["train", "--config", str(bad)]) == 2
+    assert main(["train", "--config", str(bad), *run]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: invalid configuration" in err and "staleness.max_staleness" in err
     assert "Traceback" not in err
-    assert main(["train", "--set", "run.steps"]) == 2
+    assert main(["train", "--set", "run.steps", *run]) == 2
     assert "--set expects KEY=VALUE" in capsys.readouterr().err
-    assert main(["train", "--set", "model.path=/nonexistent"]) == 2
+    assert main(["train", "--set", "model.path=/nonexistent", *run]) == 2
     assert "not a local Hugging Face model directory" in capsys.readouterr().err
     data = tmp_path / "d.jsonl"
     data.write_text("not json\n")
-    assert main(["train", "--set", f"data.path={data}"]) == 2
+    assert main(["train", "--set", f"data.path={data}", *run]) == 2
     assert f"{data}:1: not valid JSON" in capsys.readouterr().err
 
 

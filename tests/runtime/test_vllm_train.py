@@ -13,7 +13,6 @@ import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from statistics import fmean
 
 import pytest
 
@@ -25,7 +24,7 @@ from runtime.rollout.base import GenerationRequest, Segment
 from runtime.session import run_training
 from runtime.tasks.arithmetic import ExactAnswerReward
 
-from .helpers import LOGPROB_TOL, version_scorer
+from .helpers import LOGPROB_TOL, version_scorer, window_reward
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 
@@ -258,8 +257,8 @@ async def test_reward_improves_on_the_synthetic_task(engine, tiny_model, tmp_pat
                              "run.output_dir": str(tmp_path), "run.seed": 0})
     result = await _train(cfg, engine, tiny_model, tmp_path)
     gain = result.eval_after["reward"] - result.eval_before["reward"]
-    first = fmean(r["reward"] for r in result.rows[:10])
-    last = fmean(r["reward"] for r in result.rows[-10:])
+    first = window_reward(result.rows[:10])
+    last = window_reward(result.rows[-10:])
     print(f"eval reward {result.eval_before['reward']:.3f} -> {result.eval_after['reward']:.3f}"
           f" (greedy {result.eval_before['greedy_reward']:.3f} -> "
           f"{result.eval_after['greedy_reward']:.3f}); training reward {first:.3f} -> "
@@ -283,8 +282,8 @@ async def test_the_demo_still_learns_in_bf16_mixed(engine, tiny_model, tmp_path)
                              "run.eval_prompts": 0, "run.output_dir": str(tmp_path),
                              "trainer.precision": "bf16-mixed"})
     result = await _train(cfg, engine, tiny_model, tmp_path)
-    first = fmean(r["reward"] for r in result.rows[:10])
-    last = fmean(r["reward"] for r in result.rows[-10:])
+    first = window_reward(result.rows[:10])
+    last = window_reward(result.rows[-10:])
     print(f"bf16-mixed training reward {first:.3f} -> {last:.3f}")
     assert last - first >= IMPROVEMENT_MARGIN
 
