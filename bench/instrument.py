@@ -96,24 +96,22 @@ def order(pair: int, comparison: int = 0, mode: str = "alternate",
 def steady_rate(rows: Sequence[dict[str, Any]], warmup_steps: int,
                 key: str = "tokens_trained") -> float:
     """``key`` per second over the steps after the first ``warmup_steps``: (``key`` at the last
-    row - at the row of step ``warmup_steps``) / (``time_s`` there - ``time_s`` here), the
-    rows a run's ``metrics.jsonl`` (cumulative ``key``, ``time_s`` from the run's start, one
-    row per step). ``warmup_steps`` 0: from the run's start (0 tokens at time 0)."""
+    row - at the ``warmup_steps``-th row) / (``time_s`` there - ``time_s`` here), the rows a
+    run's ``metrics.jsonl`` (one per step, in ``step`` order whatever their numbering;
+    cumulative ``key``; ``time_s`` from the run's start). ``warmup_steps`` 0: from the run's
+    start (0 tokens at time 0)."""
     if warmup_steps < 0:
         raise WindowError(f"warmup_steps must be >= 0 (got {warmup_steps})")
     by_step = sorted(rows, key=lambda r: r["step"])
-    after = [r for r in by_step if r["step"] > warmup_steps]
-    if not after:
+    if len(by_step) <= warmup_steps:
         raise WindowError(f"no step after the {warmup_steps} warm-up steps "
                           f"({len(by_step)} rows)")
     if warmup_steps == 0:
         t0, x0 = 0.0, 0.0
     else:
-        base = [r for r in by_step if r["step"] == warmup_steps]
-        if not base:
-            raise WindowError(f"no row for step {warmup_steps}, where the window starts")
-        t0, x0 = float(base[-1]["time_s"]), float(base[-1][key])
-    last = after[-1]
+        base = by_step[warmup_steps - 1]
+        t0, x0 = float(base["time_s"]), float(base[key])
+    last = by_step[-1]
     dt = float(last["time_s"]) - t0
     if not dt > 0:
         raise WindowError(f"the window after step {warmup_steps} lasted {dt} s")

@@ -116,8 +116,10 @@ def test_the_steady_state_window_leaves_out_the_warm_up():
     assert ins.steady_rate(rows, 0) == 50.0  # from the run's start: 400 / 8
     with pytest.raises(ins.WindowError, match="no step after the 4 warm-up steps"):
         ins.steady_rate(rows, 4)
-    with pytest.raises(ins.WindowError, match="no row for step 5"):
-        ins.steady_rate(rows + [{"step": 6, "time_s": 9.0, "tokens_trained": 500}], 5)
+    # the runtime numbers its steps from 0: the window is by position, not by number
+    assert ins.steady_rate([dict(r, step=r["step"] - 1) for r in rows], 1) == 100.0
+    with pytest.raises(ins.WindowError, match="lasted 0.0 s"):
+        ins.steady_rate([dict(r, time_s=5.0) for r in rows], 1)
 
 
 def test_placements_count_the_units_trained_in_another_step():
@@ -135,3 +137,64 @@ def test_placements_count_the_units_trained_in_another_step():
     assert a == {"g0": 1, "g1": 1, "g2": 2, "g3": 2}
     # g1 and g2 swapped steps, g3 only in a, g4 only in b; g0 the same
     assert ins.placement_diff(a, b) == 4 and ins.placement_diff(a, a) == 0
+
+
+@pytest.mark.vllm
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_tiny_aa_grid_through_the_real_harness(engine, tmp_path):
+    """The reference against itself, 2 pairs of 3 steps on the real engine, as bench-peers
+    runs a grid: one discarded warm-up run, then the pairs in alternating order; each run's
+    throughput over the steps after the first; the A/A row first in the table."""
+    peers, ins = load_bench("peers_compare"), _ins()
+    ref = (*peers.REF, 1)
+    results = await peers.main([ref], [0, 1], 3, peers.MEDIAN, peers.SIGMA,
+                               tmp_path / "rows.jsonl", engine=engine, warmup_steps=1)
+    runs, pairs = results["runs"], results["pairs"]
+    assert [r["run"] for r in runs] == [2, 3, 4, 5]  # run 1, the warm-up, is discarded
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 4
+    assert [(p["pair"], p["first"], p["a"]["run"], p["b"]["run"]) for p in pairs] == [
+        (0, "a", 2, 3), (1, "b", 5, 4)]  # pair 1 ran b first
+    assert [r["seed"] for r in runs] == [0, 0, 1, 1]
+    for r in runs:
+        assert r["steps"] == 3 and r["warmup_steps"] == 1 and r["steady_trained_tok_s"] > 0
+        # the window is steps 2-3, not the run from its start
+        assert r["steady_trained_tok_s"] != r["tokens_trained"] / r["wall_s"]
+        assert set(r["placements"].values()) == {1, 2, 3}  # every step trained units
+    for p in pairs:
+        assert p["ratio"] == p["a"]["steady_trained_tok_s"] / p["b"]["steady_trained_tok_s"]
+    (row,) = results["comparisons"]
+    assert row["aa"] and row["trained"]["pairs"] == 2 and len(row["diff"]) == 2
+    assert row["trained"]["median"] == pytest.approx(
+        (pairs[0]["ratio"] + pairs[1]["ratio"]) / 2, rel=4 * 2.2e-16)
+    assert not row["trained"]["resolved"]  # 2 pairs: no 90 % sign interval exists
+    fp = results["false_positive"]
+    assert fp["pairs"] == 2 and fp["sign"] == 0.0 and 0.0 <= fp["bootstrap"] <= 1.0
+    table = peers.render({**results, "runs": runs}).splitlines()
+    assert "is called resolved 0.0% of the time with the sign interval" in table[1]
+    assert table[5].startswith("| 1 | A/A: nemo_in_order | off | keep | itself | 2 | ")
+    assert "not resolved" in table[5]
+
+
+def test_the_table_prints_the_aa_row_first_and_same_decisions_without_a_ratio():
+    peers, ins = load_bench("peers_compare"), _ins()
+
+    def comp(policy, aa, diffs, ratios):
+        return {"eta": 1, "policy": policy, "streaming": False, "refit": "keep",
+                "against": "ref", "aa": aa, "seeds": list(range(len(ratios))),
+                "diff": diffs, "same_decisions": all(d == 0 for d in diffs),
+                "trained": ins.summarize(ratios), "gen": ins.summarize(ratios),
+                "trained_tok_s": [100.0], "staleness_max": 1, "staleness_mean": 0.5,
+                "units_dropped": 0.0}
+
+    ratios = [1.07, 1.01, 1.10, 1.04, 1.02, 1.09, 1.06, 1.03, 1.08, 1.05]
+    results = {"instrument": {"order": "alternate", "order_seed": 0, "interval": "sign",
+                              "level": 0.9, "warmup_steps": 1, "pin": None},
+               "comparisons": [comp("verl_drop", False, [0] * 10, ratios),
+                               comp("reserve_occupy", False, [3] * 10, ratios),
+                               comp("nemo_in_order", True, [0] * 10, [1.0] * 10)]}
+    body = peers.render(results).splitlines()[4:]
+    assert body[0].startswith("| 1 | A/A: nemo_in_order | off | keep | itself | 10 | "
+                              "1.000 [1.000, 1.000] | not resolved |")
+    assert "| verl_drop | off | keep | ref | 10 | same decisions | - | same decisions |" in body[1]
+    assert "| reserve_occupy | off | keep | ref | 10 | 1.055 [1.020, 1.090] | resolved |" \
+        in body[2]
