@@ -319,14 +319,16 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
 async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: float,
                sigma: float, rows: Path | None = None, engine: Any = None,
                warmup_steps: int = 1, order: str = "alternate", order_seed: int = 0,
-               method: str = "sign", level: float = instrument.LEVEL, pin: bool = False
-               ) -> dict[str, Any]:
+               method: str = "sign", level: float = instrument.LEVEL, pin: bool = False,
+               tail_class: Any = None, on_row: Any = None) -> dict[str, Any]:
     """The grid as the instrument runs it (``bench/instrument.py``): per seed, each
     comparison's two runs one after the other in alternating (or seeded random) order, on one
     warm engine (``engine``, or a new one closed at the end), after one discarded warm-up run
     of the reference. Returns the results: ``runs`` (every run's row, in the order run),
     ``comparisons`` (per row: its pairs' ratios, interval and verdict) and the A/A
-    ``false_positive`` rates."""
+    ``false_positive`` rates. ``tail_class`` and ``on_row`` are bench/calibrate.py's: its
+    timing engine wrapper, and a call with each kept run's row (with ``_tail``, the wrapper,
+    and ``_out``, the run's directory, while it still exists)."""
     from runtime.data import load_prompts
     from runtime.models.tiny import ensure_tiny_model
     from runtime.rollout.vllm_engine import VLLMRollout
@@ -352,8 +354,10 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
                 policy, streaming, refit, eta = config
                 out = Path(tmp) / f"run-{count[0]}"
                 row = await _one(engine, model, prompts, policy, streaming, refit, eta, seed,
-                                 steps, out, median, sigma, warmup_steps)
+                                 steps, out, median, sigma, warmup_steps, tail_class)
                 row["run"], row["rate"] = count[0], row["steady_trained_tok_s"]
+                if on_row is not None and count[0] > 1:  # not the discarded warm-up
+                    on_row(row)
                 print(f"[{count[0]}/{total} {time.perf_counter() - t0:.0f}s] {policy} "
                       f"streaming={'on' if streaming else 'off'} refit={refit} eta={eta} "
                       f"seed={seed}: {row['steady_trained_tok_s']:.0f} trained tok/s (steps "
