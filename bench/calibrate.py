@@ -74,6 +74,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench.cli import Parser  # noqa: E402
 from bench.docblock import between, splice  # noqa: E402
 
 import peers_compare as peers  # noqa: E402  (configures vLLM's env through refit_compare)
@@ -672,7 +673,7 @@ def read_raw(path: Path, bad: Any) -> dict[str, Any]:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="calibrate.py", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="calibrate.py", description=__doc__.split("\n\n")[0])
     peers.add_grid_options(parser, steps=8)
     parser.add_argument("--write", action="store_true",
                         help=f"write {RESULTS.relative_to(ROOT)} and the tables of "

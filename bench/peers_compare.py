@@ -58,6 +58,7 @@ from refit_compare import SETTINGS as REFIT_SETTINGS  # noqa: E402  (configures 
 from refit_compare import _g  # noqa: E402
 
 import instrument  # noqa: E402
+from bench.cli import Parser, int_in  # noqa: E402
 
 from runtime.peers import POLICY_CHOICES, REFERENCE, peer_streams  # noqa: E402
 
@@ -462,9 +463,9 @@ def add_grid_options(parser: argparse.ArgumentParser, steps: int) -> None:
     parser.add_argument("--refits", default=",".join(REFITS), help="abort, keep or both")
     parser.add_argument("--streaming", default="off,on",
                         help="off, on or both (on: the rules that stream only)")
-    parser.add_argument("--steps", type=int, default=steps, help=f"steps per run (default "
+    parser.add_argument("--steps", type=int_in(1, 10**6), default=steps, help=f"steps per run (default "
                         f"{steps})")
-    parser.add_argument("--warmup-steps", type=int, default=1,
+    parser.add_argument("--warmup-steps", type=int_in(0, 10**6), default=1,
                         help="steps of each run left out of its throughput (default 1)")
     parser.add_argument("--median", type=float, default=MEDIAN,
                         help=f"median answer length (tokens) of the lognormal, at most "
@@ -473,7 +474,7 @@ def add_grid_options(parser: argparse.ArgumentParser, steps: int) -> None:
                         help=f"the lognormal's sigma (0 to {MAX_SIGMA:g})")
     parser.add_argument("--order", default="alternate", choices=instrument.ORDERS,
                         help="each pair's order: alternate (default) or random")
-    parser.add_argument("--order-seed", type=int, default=0,
+    parser.add_argument("--order-seed", type=int_in(0, 2**32 - 1), default=0,
                         help="the random order's seed, and the bootstrap's (default 0)")
     parser.add_argument("--interval", default="sign", choices=instrument.METHODS,
                         help="the median's interval: sign (exact order statistics, default) or "
@@ -581,7 +582,7 @@ def check_grid(args: argparse.Namespace, bad: Any) -> None:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="peers_compare.py",
+    parser = Parser(prog="peers_compare.py",
                                      description=__doc__.split("\n\n")[0])
     add_grid_options(parser, steps=6)
     parser.add_argument("--write", action="store_true",
