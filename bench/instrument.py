@@ -267,8 +267,17 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return ""
+
+
 def place(engine_pids: Sequence[int] | None = None) -> dict[str, Any]:
-    """Pin the engine's process(es) (default: this process's children, the ``EngineCore``) to
+    """Pin the engine's process(es) (default: this process's child named ``EngineCore``, else
+    every child; the multiprocessing resource tracker is another child) to
     the first usable core and every thread of this process (driver, trainer) to the others,
     torch at one thread. Returns what was done; raises ``OSError`` where the host has fewer
     than two usable cores or affinity cannot be set. Threads started later inherit their
@@ -279,7 +288,10 @@ def place(engine_pids: Sequence[int] | None = None) -> dict[str, Any]:
     if len(cores) < 2:
         raise OSError(f"--pin needs two usable cores (this process may use {len(cores)})")
     engine_core, rest = {cores[0]}, set(cores[1:])
-    engines = list(engine_pids) if engine_pids is not None else _children(os.getpid())
+    if engine_pids is None:
+        kids = _children(os.getpid())
+        engine_pids = [k for k in kids if "EngineCore" in _cmdline(k)] or kids
+    engines = list(engine_pids)
     if not engines:
         raise OSError("--pin found no engine process to place (vLLM's EngineCore is a child "
                       "of this process)")

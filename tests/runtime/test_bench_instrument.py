@@ -198,3 +198,39 @@ def test_the_table_prints_the_aa_row_first_and_same_decisions_without_a_ratio():
     assert "| verl_drop | off | keep | ref | 10 | same decisions | - | same decisions |" in body[1]
     assert "| reserve_occupy | off | keep | ref | 10 | 1.055 [1.020, 1.090] | resolved |" \
         in body[2]
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_place_pins_the_engine_apart_from_the_driver():
+    """``--pin`` in a child process (pinning here would pin the test session): an engine
+    stand-in (a child ``sleep``) on the first usable core, every thread of the process on the
+    others, torch at one thread."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    code = f"""
+import json, os, subprocess, sys, threading
+sys.path.insert(0, {str(bench)!r})
+import instrument, torch
+t = threading.Thread(target=lambda: __import__("time").sleep(5)); t.start()  # a thread too
+child = subprocess.Popen(["sleep", "30"])
+try:
+    done = instrument.place([child.pid])
+    tasks = os.listdir(f"/proc/{{os.getpid()}}/task")
+    print(json.dumps({{"done": done, "child": sorted(os.sched_getaffinity(child.pid)),
+                      "threads": sorted({{c for t in tasks for c in os.sched_getaffinity(int(t))}}),
+                      "ntasks": len(tasks), "torch": torch.get_num_threads()}}))
+finally:
+    child.kill()
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    cores = sorted(__import__("os").sched_getaffinity(0))
+    assert out["child"] == [cores[0]] == out["done"]["engine_cores"]
+    assert out["threads"] == cores[1:] == out["done"]["driver_cores"] and out["ntasks"] > 1
+    assert out["torch"] == 1
