@@ -77,16 +77,19 @@ bench-precision: $(STAMP)
 	$(PY) bench/precision_curve.py --docs
 
 ## Every staleness.policy x streaming off/on x refit abort/keep x eta 1,2 on the real vLLM CPU
-## engine, long-tail answer lengths, seeds 0-2 (736 s on 2 loaded cores): docs/results/peers_compare.json
-## and the table of docs/peers.md. `python bench/peers_compare.py --help` for a smaller grid.
+## engine, long-tail answer lengths, measured by bench/instrument.py: per row 5 pairs (seeds
+## 0-4) against the reference in alternating order, the A/A row first, 90 % intervals
+## (52 comparisons, 521 runs: about 50 min at the 5.6 s a 10-step run took on 2 loaded cores):
+## docs/results/peers_compare.json and the table of docs/peers.md. `python
+## bench/peers_compare.py --help` for a smaller grid.
 bench-peers: $(STAMP)
-	$(PY) bench/peers_compare.py --seeds 0,1,2 --etas 1,2 --steps 10 --write
+	$(PY) bench/peers_compare.py --etas 1,2 --steps 10 --write
 
-## The simulator held to the engine: the bench-peers grid (seeds 0-1, eta 1,2, 8 steps) with
-## every engine request timed; fits the simulator's cost terms to it, simulates each row with
-## them and writes docs/results/calibration.json and the tables of docs/calibration.md.
+## The simulator held to the engine: the bench-peers grid (5 pairs per row, eta 1,2, 8 steps)
+## with every engine request timed; fits the simulator's cost terms to it, simulates each run
+## with them and writes docs/results/calibration.json and the tables of docs/calibration.md.
 calibrate: $(STAMP)
-	$(PY) bench/calibrate.py --seeds 0,1 --etas 1,2 --steps 8 --write
+	$(PY) bench/calibrate.py --etas 1,2 --steps 8 --write
 
 ## The trainer on CPU: tokens/s and padding fraction of padded vs packed micro-batches on one
 ## seeded long-tail batch, for the single process and the sharded trainer at 1 and 2 ranks,

@@ -74,6 +74,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench.cli import Parser  # noqa: E402
 from bench.docblock import between, splice  # noqa: E402
 
 import peers_compare as peers  # noqa: E402  (configures vLLM's env through refit_compare)
@@ -365,8 +366,18 @@ def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: boo
     trained = sum(by_tid[t].length for b in sim.ledger.batches for t in b.tids)
     decoded = sum(i.decoded for i in sim.instances)
     wall = sim.now
+    # the instrument's window: the batches after the run's warm-up steps, from the end of the
+    # last warm-up batch's publish to the end of the last one's (as the runtime's metrics rows)
+    w = run.get("warmup_steps", 0)
+    ends = [b.t_published if math.isfinite(b.t_published) else b.t_trained
+            for b in sim.ledger.batches]
+    steady = None
+    if len(ends) > w:
+        t0 = ends[w - 1] if w else 0.0
+        tokens = sum(by_tid[t].length for b in sim.ledger.batches[w:] for t in b.tids)
+        steady = tokens / (ends[-1] - t0) if ends[-1] > t0 else None
     return {"wall_s": wall, "gen_tok_s": decoded / wall, "trained_tok_s": trained / wall,
-            "steps_per_s": len(sim.ledger.batches) / wall,
+            "steps_per_s": len(sim.ledger.batches) / wall, "steady_trained_tok_s": steady,
             "chunks": sum(len(b.chunks) for b in sim.ledger.batches)}
 
 
@@ -449,12 +460,11 @@ def _spread(results: dict[str, Any], key: str = "ratio") -> float:
     return median(xs) if xs else math.nan
 
 
-def render(results: dict[str, Any]) -> str:
-    """The generated part of docs/calibration.md, from the results file."""
+def _fit_lines(results: dict[str, Any]) -> list[str]:
+    """The fitted terms' table."""
     fit = results["fit"]
     d, t, c, o = fit["decode"], fit["train"], fit["chunk"], fit["decode_with_overlap"]
-    rows = table_rows(results)
-    lines = [f"Fitted on this machine from {d['requests']} engine requests and "
+    return [f"Fitted on this machine from {d['requests']} engine requests and "
              f"{t['steps']} whole-batch steps ({len(results['runs'])} runs, "
              f"{results['grid_wall_s']:.0f} s); the revised model adds the trainer's "
              f"contention and ties prefill to the per-request cost (see below):", "",
@@ -479,7 +489,15 @@ def render(results: dict[str, Any]) -> str:
              ("| streaming chunk overhead `chunk_overhead_s` (`chunk_share` 1) | "
               f"{c['chunk_overhead_s']:.3f} s | (same) | {c['chunks']} chunks in "
               f"{c['steps']} steps |"
-              if c else "| streaming chunk overhead | not measured | | no streaming run |"),
+              if c else "| streaming chunk overhead | not measured | | no streaming run |"),]
+
+
+def render(results: dict[str, Any]) -> str:
+    """The generated part of docs/calibration.md, from the results file."""
+    if "comparisons" in results:  # a grid the instrument ran (paired, with intervals)
+        return render_compared(results)
+    rows = table_rows(results)
+    lines = _fit_lines(results) + [
              "",
              f"Within {TARGET:.0%} of the measured trained tok/s ratio: **{_within(rows, 'sim')}"
              f" of {len(rows)} rows** with the cost model as it was, **"
@@ -522,71 +540,96 @@ def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC
     splice(doc, BEGIN, END, render(results))
 
 
+def compared_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The instrument's comparisons, each with the simulated ratio of its pairs (the median of
+    simulated a / simulated b over the pairs, the steady-state window of each) for both cost
+    models, its gap (simulated / measured - 1) and whether it is within ``TARGET`` or inside
+    the measured interval."""
+    by_run = {r["run"]: r for r in results["runs"]}
+    out = []
+    for j, c in enumerate(results["comparisons"]):
+        pairs = [p for p in results["pairs"] if p["comparison"] == j]
+        row = dict(c)
+        meas, lo, hi = c["trained"]["median"], c["trained"]["lo"], c["trained"]["hi"]
+        for sim in SIMS:
+            xs = [by_run[p["a"]["run"]][sim]["steady_trained_tok_s"]
+                  / by_run[p["b"]["run"]][sim]["steady_trained_tok_s"] for p in pairs
+                  if by_run[p["a"]["run"]][sim]["steady_trained_tok_s"]
+                  and by_run[p["b"]["run"]][sim]["steady_trained_tok_s"]]
+            x = median(xs) if xs else None
+            gap = x / meas - 1.0 if x is not None and meas else None
+            row[sim] = {"ratio": x, "gap": gap, "within": gap is not None and (
+                abs(gap) <= TARGET or (lo is not None and hi is not None and lo <= x <= hi))}
+        out.append(row)
+    return out
+
+
+def render_compared(results: dict[str, Any]) -> str:
+    """The page of a grid the instrument ran: the fit, then per comparison (the A/A rows
+    first) the measured ratio with its interval and verdict beside the simulated ones."""
+    rows = sorted(compared_rows(results), key=lambda c: (c["eta"], not c["aa"]))
+    ins = results["instrument"]
+    scored = [r for r in rows if not r["aa"]]
+    peers_table = peers.render_compared(results).split("\n\n")[0]  # its method paragraph
+    lines = _fit_lines(results) + [
+        "", peers_table, "",
+        f"Within {TARGET:.0%} of the measured trained tok/s ratio or inside its "
+        f"{ins['level']:.0%} interval: **{sum(r['sim']['within'] for r in scored)} of "
+        f"{len(scored)} rows** with the cost model as it was, **"
+        f"{sum(r['sim_revised']['within'] for r in scored)} of {len(scored)}** revised.",
+        "",
+        "| eta | policy | streaming | refit | against | pairs | trained tok/s measured "
+        "[interval] | resolved | simulated, as it was | gap | revised | gap | within |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t = r["trained"]
+        sim, rev = r["sim"], r["sim_revised"]
+        lines.append(
+            f"| {r['eta']} | {'A/A: ' if r['aa'] else ''}{r['policy']} | "
+            f"{'on' if r['streaming'] else 'off'} | {r['refit']} | "
+            f"{'itself' if r['aa'] else r['against']} | {t['pairs']} | {peers._cell(t)} | "
+            f"{'resolved' if t['resolved'] else 'not resolved'} | {_g(sim['ratio'], '.3f')} | "
+            f"{_g(sim['gap'], '+.1%')} | {_g(rev['ratio'], '.3f')} | {_g(rev['gap'], '+.1%')} "
+            f"| {'yes' if rev['within'] else 'no'} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------ the runs ----
 
-async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, streaming: bool,
-               refit: str, eta: int, seed: int, steps: int, out: Path, med: float,
-               sigma: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    from runtime.config import load_config
-    from runtime.session import run_training
-
-    cfg = load_config(None, {**peers.SETTINGS, "run.steps": steps, "run.seed": seed,
-                             "run.output_dir": str(out), "staleness.policy": policy,
-                             "staleness.max_staleness": eta, "trainer.streaming": streaming,
-                             "rollout.refit": refit})
-    tail = Timed(engine, cfg.rollout.max_tokens, seed, med, sigma)
-    result = await run_training(cfg, model, prompts, peers.ones_fraction, out, rollout=tail,
-                                log=lambda _: None)
-    row = peers._row(result, policy, streaming, refit, eta, seed)
-    m = measure(tail.calls, _jsonl(out / "metrics.jsonl"), _jsonl(out / "driver_notes.jsonl"))
-    m["refit"] = refit
-    return row, m
-
-
 async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], steps: int,
-               med: float, sigma: float, engine: Any = None, raw: Path | None = None
-               ) -> dict[str, Any]:
-    """Measure the grid, fit, simulate each row: the results file's content."""
-    from runtime.data import load_prompts
-    from runtime.models.tiny import ensure_tiny_model
-    from runtime.rollout.vllm_engine import VLLMRollout
+               med: float, sigma: float, engine: Any = None, raw: Path | None = None,
+               warmup_steps: int = 1, order: str = "alternate", order_seed: int = 0,
+               method: str = "sign", level: float = 0.9, pin: bool = False) -> dict[str, Any]:
+    """Measure the grid as bench-peers does (the instrument: pairs, alternating order, A/A
+    rows, steady-state window; ``peers_compare.main``) while timing every engine request, fit,
+    simulate each run: the results file's content."""
+    measured: dict[int, dict[str, Any]] = {}
 
-    model = ensure_tiny_model(log=None)
-    prompts = load_prompts()
-    owned = engine is None
-    if owned:
-        engine = VLLMRollout(model, max_model_len=128, max_num_seqs=64, seed=0)
-    runs: list[dict[str, Any]] = []
-    measured: list[dict[str, Any]] = []
+    def on_row(row: dict[str, Any]) -> None:
+        out = row["_out"]
+        m = measure(row["_tail"].calls, _jsonl(out / "metrics.jsonl"),
+                    _jsonl(out / "driver_notes.jsonl"))
+        m["refit"] = row["refit"]
+        measured[row["run"]] = m
+
     t0 = time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for seed in seeds:
-                for policy, streaming, refit, eta in runs_grid:
-                    out = Path(tmp) / f"{policy}-{int(streaming)}-{refit}-{eta}-{seed}"
-                    row, m = await _one(engine, model, prompts, policy, streaming, refit, eta,
-                                        seed, steps, out, med, sigma)
-                    runs.append(row)
-                    measured.append(m)
-                    print(f"[{len(runs)}/{len(runs_grid) * len(seeds)} "
-                          f"{time.perf_counter() - t0:.0f}s] {policy} streaming="
-                          f"{'on' if streaming else 'off'} refit={refit} eta={eta} seed={seed}:"
-                          f" {row['trained_tok_s']:.0f} trained tok/s, "
-                          f"{len(m['requests'])} requests timed", flush=True)
-    finally:
-        if owned:
-            await engine.close()
+    compared = await peers.main(runs_grid, seeds, steps, med, sigma, engine=engine,
+                                warmup_steps=warmup_steps, order=order, order_seed=order_seed,
+                                method=method, level=level, pin=pin, tail_class=Timed,
+                                on_row=on_row)
+    ms = [measured[r["run"]] for r in compared["runs"]]
+    wall = time.perf_counter() - t0
     if raw is not None:  # what the fit reads, to fit again without the engine (--from-raw)
         raw.write_text(json.dumps({"steps": steps, "seeds": seeds, "median": med,
-                                   "grid_wall_s": time.perf_counter() - t0,
-                                   "sigma": sigma, "runs": runs, "measured": measured}))
-    return finish(runs, measured, steps, seeds, med, sigma, time.perf_counter() - t0)
+                                   "sigma": sigma, "grid_wall_s": wall, "compared": compared,
+                                   "measured": ms}))
+    return finish(compared, ms, steps, seeds, med, sigma, wall)
 
 
-def finish(runs: list[dict[str, Any]], measured: list[dict[str, Any]], steps: int,
+def finish(compared: dict[str, Any], measured: list[dict[str, Any]], steps: int,
            seeds: list[int], med: float, sigma: float, wall: float) -> dict[str, Any]:
     """Fit the runs' measurements, simulate each run with the fit: the results."""
-    peers.add_ratios(runs)
+    runs = compared["runs"]
     fit = fit_costs(measured)
     max_tokens = peers.SETTINGS["rollout.max_tokens"]
     for row, m in zip(runs, measured):
@@ -594,26 +637,44 @@ def finish(runs: list[dict[str, Any]], measured: list[dict[str, Any]], steps: in
                       max(64, 8 * (row["eta"] + 2) * BATCH * steps), max_tokens, med, sigma)
         row["sim"] = simulate_row(row, fit, wl)
         row["sim_revised"] = simulate_row(row, fit, wl, revised=True)
-    add_sim_ratios(runs)
     return {"steps": steps, "seeds": seeds, "lognormal": {"median": med, "sigma": sigma},
             "reference": dict(zip(("policy", "streaming", "refit"), peers.REF)),
-            "grid_wall_s": round(wall, 1), "fit": fit, "runs": runs}
+            "grid_wall_s": round(wall, 1), "fit": fit, **compared}
+
+
+RAW_KEYS = {"steps": int, "seeds": list, "median": float, "sigma": float, "compared": dict,
+            "measured": list}
+
+
+def read_raw(path: Path, bad: Any) -> dict[str, Any]:
+    """A ``--raw`` file, checked before anything is fitted (``bad``: one line, exit 2)."""
+    if not path.is_file():
+        bad(f"--from-raw {path}: " + ("not a regular file" if path.exists() else
+                                       "no such file"))
+    try:
+        dump = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        bad(f"--from-raw {path}: not a JSON file of --raw ({e.__class__.__name__})")
+    if not isinstance(dump, dict):
+        bad(f"--from-raw {path}: not a file of --raw (a JSON object expected)")
+    for key, kind in RAW_KEYS.items():
+        value = dump.get(key)
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value) if kind is float else
+              isinstance(value, kind) and not isinstance(value, bool))
+        if not ok:
+            bad(f"--from-raw {path}: {key!r} missing or not a {kind.__name__} (a file of "
+                f"--raw from this version of calibrate.py)")
+    compared = dump["compared"]
+    if not all(isinstance(compared.get(k), list) for k in ("runs", "pairs", "comparisons")) \
+            or len(compared["runs"]) != len(dump["measured"]):
+        bad(f"--from-raw {path}: its runs and measurements do not match")
+    return dump
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
-    parser.add_argument("--etas", default="1,2", help="comma-separated max staleness values")
-    parser.add_argument("--policies", default=",".join(peers.POLICY_CHOICES),
-                        help=f"comma-separated, of: {', '.join(peers.POLICY_CHOICES)} "
-                             f"(the reference {peers.REF[0]} must be one)")
-    parser.add_argument("--refits", default=",".join(peers.REFITS), help="abort, keep or both "
-                        "(keep must be one: the reference row)")
-    parser.add_argument("--streaming", default="off,on",
-                        help="off, on or both (on: reserve_occupy only; off must be one)")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--median", type=float, default=peers.MEDIAN)
-    parser.add_argument("--sigma", type=float, default=peers.SIGMA)
+    parser = Parser(prog="calibrate.py", description=__doc__.split("\n\n")[0])
+    peers.add_grid_options(parser, steps=8)
     parser.add_argument("--write", action="store_true",
                         help=f"write {RESULTS.relative_to(ROOT)} and the tables of "
                              f"{DOC.relative_to(ROOT)}")
@@ -623,32 +684,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="fit and simulate again from a --raw file, without the engine")
     parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = peers.parse(_strip(argv))  # the grid's checks are peers_compare's (exit 2)
-    mine = parser.parse_args(argv)
-    mine.grid, mine.seed_list = args.grid, args.seed_list
-    ref = (peers.REF[0], False, peers.REF[2])
-    if mine.steps < 3:
+    args = parser.parse_args(argv)
+    peers.check_write(args, _bad, BEGIN, END)
+    if args.from_raw is not None:
+        if args.raw is not None:
+            _bad("--raw and --from-raw: one or the other (--from-raw runs nothing)")
+        args.dump = read_raw(args.from_raw, _bad)
+        return args
+    peers.check_grid(args, _bad)  # the grid's checks are peers_compare's (exit 2)
+    if args.raw is not None:
+        peers._writable(args.raw, "--raw", _bad)
+    if args.steps < 3:  # (the reference, whole-batch, runs in every grid: the train fit's)
         _bad("--steps must be >= 3 (the train fit needs steps of different sizes)")
-    if not any((p, s, r) == ref for p, s, r, _ in mine.grid):
-        _bad(f"the grid must hold the reference row ({peers.REF[0]}, streaming off, refit "
-             f"{peers.REF[2]}): every ratio is to it")
-    if not any(not s for _, s, _, _ in mine.grid):
-        _bad("the grid must hold a whole-batch (streaming off) row: the train fit needs one")
-    return mine
-
-
-def _strip(argv: list[str]) -> list[str]:
-    """``argv`` less the options peers_compare does not take."""
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a in ("--results", "--doc", "--raw", "--from-raw"):
-            skip = True
-        elif a != "--write":
-            out.append(a)
-    return out
+    return args
 
 
 def _bad(msg: str) -> None:
@@ -659,14 +707,20 @@ def _bad(msg: str) -> None:
 if __name__ == "__main__":
     args = parse()
     if args.from_raw is not None:
-        dump = json.loads(args.from_raw.read_text())
-        for r in dump["runs"]:
-            r.pop("sim", None)
-        results = finish(dump["runs"], dump["measured"], dump["steps"], dump["seeds"],
-                         dump["median"], dump["sigma"], dump.get("grid_wall_s", 0.0))
+        dump = args.dump
+        try:
+            results = finish(dump["compared"], dump["measured"], dump["steps"], dump["seeds"],
+                             dump["median"], dump["sigma"], dump.get("grid_wall_s", 0.0))
+        except FitError as e:
+            _bad(f"--from-raw {args.from_raw}: {e}")
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            _bad(f"--from-raw {args.from_raw}: not a file of --raw ({e.__class__.__name__}: "
+                 f"{e})")
     else:
         results = asyncio.run(main(args.grid, args.seed_list, args.steps, args.median,
-                                   args.sigma, raw=args.raw))
+                                   args.sigma, raw=args.raw, warmup_steps=args.warmup_steps,
+                                   order=args.order, order_seed=args.order_seed,
+                                   method=args.interval, level=args.level, pin=args.pin))
     print(render(results))
     if args.write:
         write(results, args.results, args.doc)

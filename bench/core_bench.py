@@ -28,6 +28,13 @@ import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+import sys as _sys
+from pathlib import Path as _Path
+
+if str(_Path(__file__).resolve().parents[1]) not in _sys.path:
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 from transitions import Machine
 
@@ -115,17 +122,17 @@ def summarize(times: dict[str, list[int]]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 256])
-    ap.add_argument("--eta", type=int, default=3)
-    ap.add_argument("--concurrency", type=float, default=2.5,
+    ap = Parser(prog="core_bench.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--batch-sizes", type=int_in(1, 1 << 20), nargs="+", default=[16, 256])
+    ap.add_argument("--eta", type=int_in(0, 1024), default=3)
+    ap.add_argument("--concurrency", type=float_in(0, 1e6, lo_open=True), default=2.5,
                     help="max_concurrency as a multiple of the batch size")
-    ap.add_argument("--units", type=int, default=40_000,
+    ap.add_argument("--units", type=int_in(1, 10**9), default=40_000,
                     help="finished units per configuration and round")
-    ap.add_argument("--min-batches", type=int, default=200,
+    ap.add_argument("--min-batches", type=int_in(1, 10**9), default=200,
                     help="raise --units where a configuration would consume fewer batches")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--trigger-calls", type=int, default=20_000,
+    ap.add_argument("--rounds", type=int_in(1, 10**6), default=3)
+    ap.add_argument("--trigger-calls", type=int_in(1, 10**9), default=20_000,
                     help="bare transitions triggers timed before and after each round")
     ap.add_argument("--oversampling", action="store_true",
                     help="also capacity = 1.25 B (batch-level oversampling)")

@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 from runtime.trainer.rank import RankTrainer  # noqa: E402  (imports torch)
 
@@ -284,7 +285,7 @@ def write_doc(results: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(prog="export_push.py", description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default=",".join(SIZES),
                     help=f"comma-separated, of {', '.join(SIZES)} (default: all)")
     ap.add_argument("--ranks", type=int, default=2, help="sharded trainer's ranks (default 2)")
@@ -293,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-engine", action="store_true", help="skip the push into vLLM")
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "bench" / "export_push",
                     help="where models and exported weights go (emptied first)")
-    ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "export_push.json")
-    ap.add_argument("--table", type=Path, metavar="JSON",
+    ap.add_argument("--out", type=out_path, default=ROOT / "out" / "bench" / "export_push.json")
+    ap.add_argument("--table", type=in_path, metavar="JSON",
                     help="print the table of an earlier run's --out file and exit")
     ap.add_argument("--write", action="store_true",
                     help=f"keep the results in {RESULTS.relative_to(ROOT)} and the table in "

@@ -59,6 +59,7 @@ from statistics import fmean
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 from runtime.rollout.env import configure
 
@@ -252,7 +253,7 @@ def _ranks(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(prog="gpu_trainer.py", description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true",
                     help="a 2-layer model and small batches (CPU when there is no GPU)")
     ap.add_argument("--configs", default=",".join(c[0] for c in CONFIGS),
@@ -261,21 +262,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated rank counts (e.g. 1,2): each configuration with the "
                          "sharded trainer at each count, rank r on cuda:r (default: the "
                          "single-process trainer)")
-    ap.add_argument("--steps", type=int, help="training steps per configuration (default 4)")
-    ap.add_argument("--groups", type=int, help="groups per step (default 8)")
-    ap.add_argument("--group-size", type=int, help="samples per group (default 8)")
-    ap.add_argument("--prompt-len", type=int, help="prompt tokens (default 256)")
-    ap.add_argument("--response-len", type=int, help="response tokens (default 512)")
-    ap.add_argument("--micro-batch", type=int, help="sequences per forward (default 8); the "
+    ap.add_argument("--steps", type=int_in(1, 10**6), help="training steps per configuration (default 4)")
+    ap.add_argument("--groups", type=int_in(1, 10**6), help="groups per step (default 8)")
+    ap.add_argument("--group-size", type=int_in(1, 10**6), help="samples per group (default 8)")
+    ap.add_argument("--prompt-len", type=int_in(1, 10**7), help="prompt tokens (default 256)")
+    ap.add_argument("--response-len", type=int_in(1, 10**7), help="response tokens (default 512)")
+    ap.add_argument("--micro-batch", type=int_in(1, 10**6), help="sequences per forward (default 8); the "
                     "token budget per forward is this many full-length samples")
     ap.add_argument("--packing", choices=("on", "off"), default="on",
                     help="trainer.packing: samples packed in one row per micro-batch (on) or "
                          "one padded row each (off); docs/runtime.md, 'Packed sequences'")
-    ap.add_argument("--budget-s", type=float, default=420.0,
+    ap.add_argument("--budget-s", type=float_in(0, 1e7, lo_open=True), default=420.0,
                     help="start no configuration whose training (after its start-up, the "
                          "longest measured so far) would begin after this many seconds "
                          "(default 420)")
-    ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "gpu_trainer.json")
+    ap.add_argument("--out", type=out_path, default=ROOT / "out" / "bench" / "gpu_trainer.json")
     args = ap.parse_args(argv)
     import importlib.util
 

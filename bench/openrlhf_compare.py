@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.docblock import between, splice  # noqa: E402
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
 DOC = ROOT / "docs" / "porting" / "openrlhf.md"
@@ -93,16 +94,16 @@ def write(results: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=24)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--n-samples", type=int, default=2)
-    ap.add_argument("--train-s", type=float, default=1.0)
-    ap.add_argument("--seeds", default="0,1")
+    ap = Parser(prog="openrlhf_compare.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int_in(1, 10**6), default=24)
+    ap.add_argument("--batch", type=int_in(1, 10**6), default=4)
+    ap.add_argument("--n-samples", type=int_in(1, 10**4), default=2)
+    ap.add_argument("--train-s", type=float_in(0, 3600), default=1.0)
+    ap.add_argument("--seeds", type=int_list(0, 2**32 - 1), default=[0, 1])
     ap.add_argument("--write", action="store_true",
                     help=f"write {RESULTS.name} and {DOC.name}'s table")
     args = ap.parse_args(argv)
-    seeds = [int(x) for x in args.seeds.split(",")]
+    seeds = args.seeds
 
     from tests.integrations import openrlhf_harness as h
 

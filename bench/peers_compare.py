@@ -41,6 +41,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -55,6 +56,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from refit_compare import SETTINGS as REFIT_SETTINGS  # noqa: E402  (configures vLLM's env)
 from refit_compare import _g  # noqa: E402
+
+import instrument  # noqa: E402
+from bench.cli import Parser, int_in  # noqa: E402
 
 from runtime.peers import POLICY_CHOICES, REFERENCE, peer_streams  # noqa: E402
 
@@ -167,6 +171,8 @@ def render(results: dict[str, Any]) -> str:
     """The table docs/peers.md shows, from the results file: one row per (eta, policy,
     streaming, refit), means over the seeds. A results file whose grid ran NeMo-RL as shipped
     (``SHIPPED``) gets one more column: each row's ratios to it."""
+    if "comparisons" in results:  # a grid the instrument ran (paired, with intervals)
+        return render_compared(results)
     shipped = any((r["policy"], r["streaming"], r["refit"]) == SHIPPED for r in results["runs"])
     lines = ["| eta | policy | streaming | refit | seeds | gen tok/s (x ref) "
              "| trained tok/s (x ref) | steps/s (x ref) | staleness max / mean | units dropped "
@@ -223,24 +229,107 @@ def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC
 
 async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, streaming: bool,
                refit: str, eta: int, seed: int, steps: int, out: Path, median: float,
-               sigma: float) -> dict[str, Any]:
+               sigma: float, warmup_steps: int = 0, tail_class: Any = None
+               ) -> dict[str, Any]:
+    """One run: its row, with the instrument's steady-state rates (``steady_trained_tok_s``,
+    ``steady_gen_tok_s``: the steps after ``warmup_steps``) and ``placements`` (each trained
+    unit's step, from its ``events.jsonl``). ``tail_class``: the engine wrapper (``LongTail``,
+    or calibrate's timing one; its instance is the row's ``_tail``)."""
     from runtime.config import load_config
     from runtime.session import run_training
 
-    cfg = load_config(None, {**SETTINGS, "run.steps": steps, "run.seed": seed,
-                             "run.output_dir": str(out), "staleness.policy": policy,
-                             "staleness.max_staleness": eta, "trainer.streaming": streaming,
-                             "rollout.refit": refit})
-    tail = LongTail(engine, cfg.rollout.max_tokens, seed, median, sigma)
+    cfg = load_config(None, config_settings(policy, streaming, refit, eta, seed, steps, out))
+    tail = (tail_class or LongTail)(engine, cfg.rollout.max_tokens, seed, median, sigma)
     result = await run_training(cfg, model, prompts, ones_fraction, out, rollout=tail,
                                 log=lambda _: None)
-    return _row(result, policy, streaming, refit, eta, seed)
+    row = _row(result, policy, streaming, refit, eta, seed)
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
+               if x.strip()]
+    row["warmup_steps"] = warmup_steps
+    row["steady_trained_tok_s"] = instrument.steady_rate(metrics, warmup_steps)
+    row["steady_gen_tok_s"] = instrument.steady_rate(metrics, warmup_steps, "tokens_generated")
+    row["placements"] = instrument.placements(instrument.read_events(out / "events.jsonl"))
+    row["_tail"], row["_out"] = tail, out
+    return row
 
 
-async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], steps: int,
-               median: float, sigma: float, rows: Path | None = None, engine: Any = None
-               ) -> list[dict[str, Any]]:
-    """The grid's rows, seeds in turn, on ``engine`` (None: a new one, closed at the end)."""
+def config_settings(policy: str, streaming: bool, refit: str, eta: int, seed: int, steps: int,
+                    out: Path | str) -> dict[str, Any]:
+    """The ``--set`` settings of one run of the grid."""
+    return {**SETTINGS, "run.steps": steps, "run.seed": seed, "run.output_dir": str(out),
+            "staleness.policy": policy, "staleness.max_staleness": eta,
+            "trainer.streaming": streaming, "rollout.refit": refit}
+
+
+Config = tuple[str, bool, str, int]  # (policy, streaming, refit, eta)
+
+
+def comparisons(runs_grid: list[Config]) -> list[dict[str, Any]]:
+    """The comparisons a grid makes, per eta: first the A/A one (the reference against itself,
+    the noise floor), then every other row against the reference (``against: ref``), then
+    every Reserve-Occupy row against NeMo-RL as shipped where the grid holds it (``against:
+    shipped``). The reference is run whether or not the grid names it."""
+    out: list[dict[str, Any]] = []
+    for eta in dict.fromkeys(e for *_, e in runs_grid):
+        ref, shipped = (*REF, eta), (*SHIPPED, eta)
+        out.append({"a": ref, "b": ref, "against": "ref", "aa": True})
+        out += [{"a": c, "b": ref, "against": "ref", "aa": False} for c in runs_grid
+                if c[3] == eta and c != ref]
+        if shipped in runs_grid:
+            out += [{"a": c, "b": shipped, "against": "shipped", "aa": False}
+                    for c in runs_grid if c[3] == eta and c[0] == REFERENCE]
+    return out
+
+
+def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], method: str,
+                    level: float, seed: int = 0) -> dict[str, Any]:
+    """Each comparison's pairs summarized by the instrument (trained and generated tok/s over
+    the steady-state window), and the A/A false-positive rates of both interval methods from
+    the grid's A/A pairs (at the grid's number of pairs and at the sign interval's minimum)."""
+    rows = []
+    for j, c in enumerate(comps):
+        mine = [p for p in pairs if p["comparison"] == j]
+        gen = [p["a"]["steady_gen_tok_s"] / p["b"]["steady_gen_tok_s"] for p in mine
+               if p["b"]["steady_gen_tok_s"]]
+        rows.append({
+            "eta": c["a"][3], "policy": c["a"][0], "streaming": c["a"][1], "refit": c["a"][2],
+            "against": c["against"], "aa": c["aa"], "against_config": list(c["b"]),
+            "seeds": [p["seed"] for p in mine], "first": [p["first"] for p in mine],
+            "diff": [p["diff"] for p in mine],
+            "same_decisions": bool(mine) and all(p["diff"] == 0 for p in mine),
+            "trained": instrument.summarize([p["ratio"] for p in mine if p["ratio"] is not None],
+                                            method, level, seed),
+            "gen": instrument.summarize(gen, method, level, seed),
+            "trained_tok_s": [p["a"]["steady_trained_tok_s"] for p in mine],
+            "staleness_max": max((p["a"]["staleness_max"] for p in mine), default=0),
+            "staleness_mean": _mean([p["a"]["staleness_mean"] for p in mine]),
+            "units_dropped": _mean([p["a"]["units_dropped"] for p in mine]),
+        })
+    aa = [r for p in pairs for r in [p["ratio"]] if comps[p["comparison"]]["aa"]
+          and r is not None]
+    n = max((r["trained"]["pairs"] for r in rows), default=0)
+    fp = None
+    if len(aa) >= 2:
+        fp = {"aa_ratios": aa, "pairs": n, "nominal": round(1 - level, 6), "min_pairs":
+              instrument.min_pairs(level)}
+        for m in instrument.METHODS:
+            fp[m] = instrument.false_positive_rate(aa, n, m, level, trials=1000, seed=seed)
+    return {"rows": rows, "false_positive": fp}
+
+
+async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: float,
+               sigma: float, rows: Path | None = None, engine: Any = None,
+               warmup_steps: int = 1, order: str = "alternate", order_seed: int = 0,
+               method: str = "sign", level: float = instrument.LEVEL, pin: bool = False,
+               tail_class: Any = None, on_row: Any = None) -> dict[str, Any]:
+    """The grid as the instrument runs it (``bench/instrument.py``): per seed, each
+    comparison's two runs one after the other in alternating (or seeded random) order, on one
+    warm engine (``engine``, or a new one closed at the end), after one discarded warm-up run
+    of the reference. Returns the results: ``runs`` (every run's row, in the order run),
+    ``comparisons`` (per row: its pairs' ratios, interval and verdict) and the A/A
+    ``false_positive`` rates. ``tail_class`` and ``on_row`` are bench/calibrate.py's: its
+    timing engine wrapper, and a call with each kept run's row (with ``_tail``, the wrapper,
+    and ``_out``, the run's directory, while it still exists)."""
     from runtime.data import load_prompts
     from runtime.models.tiny import ensure_tiny_model
     from runtime.rollout.vllm_engine import VLLMRollout
@@ -250,62 +339,190 @@ async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], st
     owned = engine is None
     if owned:
         engine = VLLMRollout(model, max_model_len=128, max_num_seqs=64, seed=0)
+    comps = comparisons(runs_grid)
     runs: list[dict[str, Any]] = []
-    total, t0 = len(runs_grid) * len(seeds), time.perf_counter()
+    total = 1 + 2 * len(comps) * len(seeds)
+    t0 = time.perf_counter()
+    placed = None
     try:
+        if pin:
+            placed = instrument.place()
         with tempfile.TemporaryDirectory() as tmp:
-            for seed in seeds:
-                for policy, streaming, refit, eta in runs_grid:
-                    out = Path(tmp) / f"{policy}-{int(streaming)}-{refit}-{eta}-{seed}"
-                    row = await _one(engine, model, prompts, policy, streaming, refit, eta,
-                                     seed, steps, out, median, sigma)
-                    runs.append(row)
-                    if rows is not None:  # each run as it ends (a cut grid keeps its runs)
-                        with rows.open("a") as f:
-                            f.write(json.dumps(row) + "\n")
-                    print(f"[{len(runs)}/{total} {time.perf_counter() - t0:.0f}s] {policy} "
-                          f"streaming={'on' if streaming else 'off'} refit={refit} eta={eta} "
-                          f"seed={seed}: {row['gen_tok_s']:.0f} gen tok/s, "
-                          f"{row['trained_tok_s']:.0f} trained tok/s, staleness max "
-                          f"{row['staleness_max']}, dropped {row['units_dropped']}, eval "
-                          f"{row['eval_before']:.3f} -> {row['eval_after']:.3f}, "
-                          f"{row['wall_s']:.1f} s", flush=True)
+            count = [0]
+
+            async def run(config: Config, seed: int) -> dict[str, Any]:
+                count[0] += 1
+                policy, streaming, refit, eta = config
+                out = Path(tmp) / f"run-{count[0]}"
+                row = await _one(engine, model, prompts, policy, streaming, refit, eta, seed,
+                                 steps, out, median, sigma, warmup_steps, tail_class)
+                row["run"], row["rate"] = count[0], row["steady_trained_tok_s"]
+                if on_row is not None and count[0] > 1:  # not the discarded warm-up
+                    on_row(row)
+                print(f"[{count[0]}/{total} {time.perf_counter() - t0:.0f}s] {policy} "
+                      f"streaming={'on' if streaming else 'off'} refit={refit} eta={eta} "
+                      f"seed={seed}: {row['steady_trained_tok_s']:.0f} trained tok/s (steps "
+                      f"after {warmup_steps}), staleness max {row['staleness_max']}, dropped "
+                      f"{row['units_dropped']}, {row['wall_s']:.1f} s"
+                      + (" (warm-up, discarded)" if count[0] == 1 else ""), flush=True)
+                return row
+
+            def keep(row: dict[str, Any]) -> None:
+                row.pop("_tail", None)
+                row.pop("_out", None)
+                runs.append(row)
+                if rows is not None:  # each run as it ends (a cut grid keeps its runs)
+                    with rows.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+
+            pairs = await instrument.run_pairs(
+                [(c["a"], c["b"]) for c in comps], seeds, run, order, order_seed,
+                warmup=(*REF, runs_grid[0][3]), on_run=keep)
     finally:
         if owned:
             await engine.close()
-    add_ratios(runs)
-    return runs
+    for p in pairs:
+        p["a"], p["b"] = {k: p["a"][k] for k in PAIR_KEYS}, {k: p["b"][k] for k in PAIR_KEYS}
+    summary = summarize_pairs(comps, pairs, method, level, order_seed)
+    return {"instrument": {"order": order, "order_seed": order_seed, "interval": method,
+                           "level": level, "warmup_steps": warmup_steps, "pin": placed,
+                           "warmup_run": 1},
+            "runs": runs, "pairs": pairs, "comparisons": summary["rows"],
+            "false_positive": summary["false_positive"]}
+
+
+PAIR_KEYS = ("run", "rate", "steady_trained_tok_s", "steady_gen_tok_s", "staleness_max",
+             "staleness_mean", "units_dropped")
+
+
+def _cell(s: dict[str, Any]) -> str:
+    """``median [lo, hi]`` of an instrument summary."""
+    if s["median"] is None:
+        return "n/a"
+    lo = "-inf" if s["lo"] is None else f"{s['lo']:.3f}"
+    hi = "inf" if s["hi"] is None else f"{s['hi']:.3f}"
+    return f"{s['median']:.3f} [{lo}, {hi}]"
+
+
+def render_compared(results: dict[str, Any]) -> str:
+    """The table of a grid run by the instrument: the A/A row of each eta first (the noise
+    floor), then every row against the reference (and against NeMo-RL as shipped); a row whose
+    every pair made the same decisions as its baseline says so instead of a ratio."""
+    ins, fp = results["instrument"], results.get("false_positive")
+    pct = f"{ins['level']:.0%}"
+    head = [f"Pairs per row: {max((len(c['seeds']) for c in results['comparisons']), default=0)}"
+            f", order {ins['order']} (seed {ins['order_seed']}), one discarded warm-up run, "
+            f"trained and generated tok/s over the steps after the first "
+            f"{ins['warmup_steps']}; ratio: the median of the pairs' ratios, {pct} interval "
+            f"({'exact order-statistic (sign)' if ins['interval'] == 'sign' else 'percentile bootstrap'}"
+            f"), resolved when it excludes 1; cores "
+            + ("pinned (engine " + ",".join(map(str, ins["pin"]["engine_cores"]))
+               + ", driver and trainer " + ",".join(map(str, ins["pin"]["driver_cores"])) + ")"
+               if ins.get("pin") else "not pinned") + "."]
+    if fp:
+        head.append(f"A/A check of the interval: with {fp['pairs']} pairs, an A/A comparison "
+                    f"drawn from this grid's {len(fp['aa_ratios'])} A/A pair ratios is called "
+                    f"resolved {fp['sign']:.1%} of the time with the sign interval and "
+                    f"{fp['bootstrap']:.1%} with the percentile bootstrap (nominal "
+                    f"{fp['nominal']:.0%}; the sign interval needs {fp['min_pairs']} pairs).")
+    lines = head + ["", "| eta | policy | streaming | refit | against | pairs "
+                    "| trained tok/s ratio [interval] | resolved | gen tok/s ratio [interval] "
+                    "| units in another step (per pair) | trained tok/s | staleness max / mean "
+                    "| units dropped |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = sorted(results["comparisons"], key=lambda c: (c["eta"], not c["aa"]))
+    for c in rows:
+        t = c["trained"]
+        same = c["same_decisions"] and not c["aa"]
+        if same:
+            ratio, verdict, gen = "same decisions", "-", "same decisions"
+        else:
+            ratio, gen = _cell(t), _cell(c["gen"])
+            verdict = "resolved" if t["resolved"] else "not resolved"
+        name = ("A/A: " if c["aa"] else "") + c["policy"]
+        lines.append(
+            f"| {c['eta']} | {name} | {'on' if c['streaming'] else 'off'} | {c['refit']} | "
+            f"{'itself' if c['aa'] else c['against']} | {t['pairs']} | {ratio} | {verdict} | "
+            f"{gen} | {', '.join(map(str, c['diff']))} | "
+            f"{_g(_mean(c['trained_tok_s']), '.0f')} | {c['staleness_max']} / "
+            f"{_g(c['staleness_mean'], '.2f')} | {_g(c['units_dropped'], '.1f')} |")
+    return "\n".join(lines)
 
 
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
+def add_grid_options(parser: argparse.ArgumentParser, steps: int) -> None:
+    """The grid's and the instrument's options, shared with bench/calibrate.py."""
+    parser.add_argument("--seeds", default="0,1,2,3,4",
+                        help="comma-separated run seeds, one pair per seed and row (default "
+                             "0-4: the sign interval needs 5 pairs at 90 %%)")
     parser.add_argument("--etas", default="1,2", help="comma-separated max staleness values")
     parser.add_argument("--policies", default=",".join(POLICY_CHOICES),
                         help=f"comma-separated, of: {', '.join(POLICY_CHOICES)}")
     parser.add_argument("--refits", default=",".join(REFITS), help="abort, keep or both")
     parser.add_argument("--streaming", default="off,on",
                         help="off, on or both (on: the rules that stream only)")
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int_in(1, 10**6), default=steps, help=f"steps per run (default "
+                        f"{steps})")
+    parser.add_argument("--warmup-steps", type=int_in(0, 10**6), default=1,
+                        help="steps of each run left out of its throughput (default 1)")
     parser.add_argument("--median", type=float, default=MEDIAN,
-                        help="median answer length (tokens) of the lognormal")
-    parser.add_argument("--sigma", type=float, default=SIGMA, help="the lognormal's sigma")
-    parser.add_argument("--write", action="store_true",
-                        help=f"write {RESULTS.relative_to(ROOT)} and the table of "
-                             f"{DOC.relative_to(ROOT)}")
-    parser.add_argument("--rows", type=Path, default=None,
-                        help="append each run's row to this JSONL file as it ends")
-    parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
-    parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+                        help=f"median answer length (tokens) of the lognormal, at most "
+                             f"rollout.max_tokens ({SETTINGS['rollout.max_tokens']})")
+    parser.add_argument("--sigma", type=float, default=SIGMA,
+                        help=f"the lognormal's sigma (0 to {MAX_SIGMA:g})")
+    parser.add_argument("--order", default="alternate", choices=instrument.ORDERS,
+                        help="each pair's order: alternate (default) or random")
+    parser.add_argument("--order-seed", type=int_in(0, 2**32 - 1), default=0,
+                        help="the random order's seed, and the bootstrap's (default 0)")
+    parser.add_argument("--interval", default="sign", choices=instrument.METHODS,
+                        help="the median's interval: sign (exact order statistics, default) or "
+                             "bootstrap (percentile)")
+    parser.add_argument("--level", type=float, default=instrument.LEVEL,
+                        help="the interval's coverage (default 0.9)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the engine's process on one core, this process (driver, "
+                             "trainer) on the others, torch at one thread")
 
-    def bad(msg: str) -> None:
-        print(f"peers_compare: {msg}", file=sys.stderr)
-        raise SystemExit(2)
+
+MAX_SIGMA = 5.0  # exp(5 * 6 sd) ~ 1e13: larger overflows nothing useful (every cap is 1 or max)
+
+
+def _writable(path: Path, what: str, bad: Any) -> None:
+    """A file the bench will write (or append to): refused when it is a directory or not a
+    regular file, or its folder does not exist or cannot be written."""
+    if str(path) == "":
+        bad(f"{what}: an empty path")
+    if path.exists() and (path.is_dir() or not path.is_file()):
+        bad(f"{what} {path}: not a regular file")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        bad(f"{what} {path}: no such folder {parent}")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        bad(f"{what} {path}: cannot be written")
+
+
+def check_write(args: argparse.Namespace, bad: Any, begin: str, end: str) -> None:
+    """``--write``'s outputs checked before the grid starts: the results file writable, the
+    doc a readable file holding the generated block's markers."""
+    if not args.write:
+        return
+    _writable(args.results, "--results", bad)
+    _writable(args.doc, "--doc", bad)
+    try:
+        text = args.doc.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        bad(f"--doc {args.doc}: cannot be read ({e.__class__.__name__})")
+    if begin not in text or end not in text:
+        bad(f"--doc {args.doc}: has no generated block ({begin} ... {end})")
+
+
+def check_grid(args: argparse.Namespace, bad: Any) -> None:
+    """Every grid and instrument option checked (``bad`` says one line and exits 2): sets
+    ``seed_list``, ``eta_list``, ``policy_list``, ``refit_list``, ``streaming_list`` and
+    ``grid``; each run's config is validated as the runtime will (``load_config``)."""
+    from runtime.config import load_config
 
     try:
         args.seed_list, args.eta_list = _ints(args.seeds), _ints(args.etas)
@@ -327,8 +544,25 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         bad(f"eta must be >= 0 (got {args.etas!r})")
     if [s for s in args.seed_list if s < 0]:
         bad(f"seeds must be >= 0 (got {args.seeds!r})")
-    if args.steps < 1 or args.median <= 0 or args.sigma < 0:
-        bad("--steps must be >= 1, --median > 0 and --sigma >= 0")
+    if len(set(args.seed_list)) != len(args.seed_list):
+        bad(f"--seeds names a seed twice (got {args.seeds!r}): one pair per seed")
+    if not (math.isfinite(args.median) and 0 < args.median <= SETTINGS["rollout.max_tokens"]):
+        bad(f"--median must be a number in (0, {SETTINGS['rollout.max_tokens']}] (the answer "
+            f"cap, rollout.max_tokens) (got {args.median})")
+    if not (math.isfinite(args.sigma) and 0 <= args.sigma <= MAX_SIGMA):
+        bad(f"--sigma must be a number in [0, {MAX_SIGMA:g}] (got {args.sigma})")
+    if args.steps < 1:
+        bad(f"--steps must be >= 1 (got {args.steps})")
+    if not 0 <= args.warmup_steps < args.steps:
+        bad(f"--warmup-steps must be >= 0 and less than --steps (got {args.warmup_steps}, "
+            f"steps {args.steps}): the window needs a step after it")
+    if not (math.isfinite(args.level) and 0 < args.level < 1):
+        bad(f"--level must be a number in (0, 1) (got {args.level})")
+    if args.order_seed < 0:
+        bad(f"--order-seed must be >= 0 (got {args.order_seed})")
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        bad(f"--pin needs two usable cores (this process may use "
+            f"{len(os.sched_getaffinity(0))})")
     if not (args.seed_list and args.eta_list and args.policy_list and args.refit_list
             and modes):
         bad("--seeds, --etas, --policies, --refits and --streaming must each name one or more")
@@ -336,19 +570,53 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.grid:
         bad("the grid is empty (streaming on alone runs only the rules that stream: "
             "reserve_occupy, " + ", ".join(p for p in POLICY_CHOICES if peer_streams(p)) + ")")
+    for policy, streaming, refit, eta in [*args.grid, *((*REF, e) for e in args.eta_list)]:
+        for seed in (min(args.seed_list), max(args.seed_list)):
+            try:
+                load_config(None, config_settings(policy, streaming, refit, eta, seed,
+                                                  args.steps, "out"))
+            except ValueError as e:  # ConfigFileError: the settings' problems, a line each
+                why = "; ".join(x.strip() for x in str(e).splitlines()[1:]) or str(e)
+                bad(f"{policy} streaming={'on' if streaming else 'off'} refit={refit} "
+                    f"eta={eta} seed={seed}: {why}")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = Parser(prog="peers_compare.py",
+                                     description=__doc__.split("\n\n")[0])
+    add_grid_options(parser, steps=6)
+    parser.add_argument("--write", action="store_true",
+                        help=f"write {RESULTS.relative_to(ROOT)} and the table of "
+                             f"{DOC.relative_to(ROOT)}")
+    parser.add_argument("--rows", type=Path, default=None,
+                        help="append each run's row to this JSONL file as it ends")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    def bad(msg: str) -> None:
+        print(f"peers_compare: {msg}", file=sys.stderr)
+        raise SystemExit(2)
+
+    check_grid(args, bad)
+    if args.rows is not None:
+        _writable(args.rows, "--rows", bad)
+    check_write(args, bad, BEGIN, END)
     return args
 
 
 if __name__ == "__main__":
     args = parse()
     t0 = time.perf_counter()
-    runs = asyncio.run(main(args.grid, args.seed_list, args.steps, args.median, args.sigma,
-                            args.rows))
+    results = asyncio.run(main(args.grid, args.seed_list, args.steps, args.median, args.sigma,
+                               args.rows, warmup_steps=args.warmup_steps, order=args.order,
+                               order_seed=args.order_seed, method=args.interval,
+                               level=args.level, pin=args.pin))
     results = {"settings": SETTINGS, "steps": args.steps, "seeds": args.seed_list,
                "etas": args.eta_list, "lognormal": {"median": args.median, "sigma": args.sigma},
                "reference": dict(zip(("policy", "streaming", "refit"), REF)),
                "shipped": dict(zip(("policy", "streaming", "refit"), SHIPPED)),
-               "grid_wall_s": round(time.perf_counter() - t0, 1), "runs": runs}
+               "grid_wall_s": round(time.perf_counter() - t0, 1), **results}
     print(render(results))
     if args.write:
         write(results, args.results, args.doc)

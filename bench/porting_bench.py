@@ -9,6 +9,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
+import sys as _sys
+from pathlib import Path as _Path
+
+if str(_Path(__file__).resolve().parents[1]) not in _sys.path:
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 from reserve_occupy import Config, StalenessController
 from reserve_occupy.trace import dumps
@@ -19,8 +26,8 @@ from runtime.porting.workload import Profile, drive
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=200_000)
+    parser = Parser(prog="porting_bench.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int_in(1, 10**9), default=200_000)
     args = parser.parse_args()
     config = Config(2, 16, capacity=18, max_concurrency=48)
     t0 = time.perf_counter()

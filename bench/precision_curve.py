@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.docblock import between, splice  # noqa: E402
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 from runtime.rollout.env import configure
 
@@ -108,18 +109,32 @@ def _line(r: dict) -> str:
             f"{r['s_per_step']:.2f} s/step in all")
 
 
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")  # trainer.precision's values
+
+
+def _precisions(text: str) -> list[str]:
+    import argparse
+
+    xs = [x.strip() for x in text.split(",") if x.strip()]
+    if not xs or set(xs) - set(PRECISIONS):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated, of "
+                                         f"{', '.join(PRECISIONS)}")
+    return xs
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--precisions", default="fp32,bf16-mixed,bf16")
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--out", type=Path,
+    ap = Parser(prog="precision_curve.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--precisions", type=_precisions, default="fp32,bf16-mixed,bf16",
+                    help="comma-separated, of: " + ", ".join(PRECISIONS))
+    ap.add_argument("--steps", type=int_in(1, 10**6), default=60)
+    ap.add_argument("--out", type=out_path,
                     default=ROOT / "docs" / "results" / "precision_curve.json")
     ap.add_argument("--runs", type=Path, default=ROOT / "out" / "bench" / "precision_curve",
                     help="run directories, one per precision (default out/bench/...)")
     ap.add_argument("--docs", action="store_true", help="write the table into docs/runtime.md")
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    results = asyncio.run(bench(args.precisions.split(","), args.steps, args.runs))
+    results = asyncio.run(bench(args.precisions, args.steps, args.runs))
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
     if args.docs:

@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.docblock import between, splice  # noqa: E402
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 from runtime.rollout.env import configure  # noqa: E402
 
@@ -180,9 +181,9 @@ async def main(steps: int, rounds: int) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser = Parser(prog="refit_compare.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int_in(1, 10**6), default=12)
+    parser.add_argument("--rounds", type=int_in(1, 10**4), default=2)
     parser.add_argument("--write", action="store_true",
                         help=f"write {RESULTS.relative_to(ROOT)} and the table of "
                              f"{DOC.relative_to(ROOT)}")

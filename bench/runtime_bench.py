@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.docblock import between, splice  # noqa: E402
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 from runtime.rollout.env import configure
 
@@ -195,9 +196,9 @@ def write(results: dict) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--etas", default="1")
+    ap = Parser(prog="runtime_bench.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int_in(1, 10**6), default=30)
+    ap.add_argument("--etas", type=int_list(0, 1024), default=[1])
     ap.add_argument("--streaming", default="off,on", help="off, on, or off,on")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "runtime")
@@ -213,7 +214,7 @@ def main() -> int:
     modes = {"off": False, "on": True}
     try:
         streaming = [modes[m] for m in args.streaming.split(",")]
-        etas = [int(x) for x in args.etas.split(",")]
+        etas = args.etas
     except (KeyError, ValueError) as exc:
         ap.error(f"--etas takes integers, --streaming off/on ({exc})")
     runs = [(eta, s) for eta in etas for s in streaming]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 
 def _batch(trainer, version: int):
@@ -48,11 +49,11 @@ async def _lag_while(step) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worlds", default="1,2")
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=4)
+    ap = Parser(prog="sharded_bench.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--worlds", type=int_list(1, 64), default=[1, 2])
+    ap.add_argument("--steps", type=int_in(1, 10**6), default=3)
+    ap.add_argument("--hidden", type=int_in(8, 1 << 16), default=128)
+    ap.add_argument("--layers", type=int_in(1, 1024), default=4)
     ap.add_argument("--out", default="out/sharded_bench")
     args = ap.parse_args()
 
@@ -71,7 +72,7 @@ def main() -> None:
     out = Path(args.out)
     n_params = None
     rows = []
-    for name in ["single", *(f"fsdp x{w}" for w in args.worlds.split(","))]:
+    for name in ["single", *(f"fsdp x{w}" for w in args.worlds)]:
         settings = TrainerConfig(lr=1e-3)
         t0 = time.perf_counter()
         if name == "single":

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import time
 
-from runtime.sim.model.cost import preset
-from runtime.sim.model.runner import RunSpec, simulate
-from runtime.sim.model.workload import generate
+import sys as _sys
+from pathlib import Path as _Path
+
+if str(_Path(__file__).resolve().parents[1]) not in _sys.path:
+    _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
+from runtime.sim.model.cost import preset  # noqa: E402
+from runtime.sim.model.runner import RunSpec, simulate  # noqa: E402
+from runtime.sim.model.workload import generate  # noqa: E402
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    Parser(prog="sim_bench.py", description=__doc__.split("\n\n")[0]).parse_args(argv)
     workload, cost = generate(0), preset("qwen3-8b-h20")
     total_events, start = 0, time.perf_counter()
     for eta in range(6):

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.docblock import splice  # noqa: E402
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 
 from runtime.rollout.env import configure  # noqa: E402
 
@@ -129,26 +130,26 @@ def _modes(text: str) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="trainer_bench.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--groups", type=int, default=8)
-    ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--prompt-len", type=int, default=32)
-    ap.add_argument("--median", type=float, default=48.0)
-    ap.add_argument("--sigma", type=float, default=1.0)
-    ap.add_argument("--max-response", type=int, default=1024)
-    ap.add_argument("--budget", type=int, default=4096, help="max_tokens_per_micro_batch")
-    ap.add_argument("--micro-batch", type=int, default=64, help="rows cap (padded)")
+    ap.add_argument("--threads", type=int_in(1, 4096), default=1)
+    ap.add_argument("--groups", type=int_in(1, 10**6), default=8)
+    ap.add_argument("--group-size", type=int_in(1, 10**6), default=8)
+    ap.add_argument("--prompt-len", type=int_in(1, 10**7), default=32)
+    ap.add_argument("--median", type=float_in(0, 1e7, lo_open=True), default=48.0)
+    ap.add_argument("--sigma", type=float_in(0, 5), default=1.0)
+    ap.add_argument("--max-response", type=int_in(1, 10**7), default=1024)
+    ap.add_argument("--budget", type=int_in(1, 10**9), default=4096, help="max_tokens_per_micro_batch")
+    ap.add_argument("--micro-batch", type=int_in(1, 10**6), default=64, help="rows cap (padded)")
     ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--steps", type=int, default=3, help="timed steps per mode")
+    ap.add_argument("--steps", type=int_in(1, 10**6), default=3, help="timed steps per mode")
     ap.add_argument("--ranks", type=_ranks, default=(1, 2),
                     help="sharded-trainer world sizes to run besides the single process "
                          "(comma-separated; '' for none)")
     ap.add_argument("--modes", type=_modes, default=("padded", "packed"))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, help="write the results as JSON here")
+    ap.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0)
+    ap.add_argument("--out", type=out_path, help="write the results as JSON here")
     ap.add_argument("--write", action="store_true", help="put the table in docs/runtime.md")
     args = ap.parse_args(argv)
 

@@ -22,21 +22,22 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on 127.0.0.1 only
 DOC = Path(__file__).resolve().parents[1] / "docs" / "porting" / "verl.md"
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--sync-step", type=int, default=1, help="parameter_sync_step")
-    ap.add_argument("--eta", default="1,2")
-    ap.add_argument("--seeds", default="0,1,2")
+    ap = Parser(prog="verl_compare.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int_in(1, 10**6), default=8)
+    ap.add_argument("--batch", type=int_in(1, 10**6), default=8)
+    ap.add_argument("--sync-step", type=int_in(1, 10**6), default=1, help="parameter_sync_step")
+    ap.add_argument("--eta", type=int_list(0, 1024), default=[1, 2])
+    ap.add_argument("--seeds", type=int_list(0, 2**32 - 1), default=[0, 1, 2])
     ap.add_argument("--write", action="store_true", help=f"update {DOC.name}'s table")
     args = ap.parse_args(argv)
-    etas = [int(x) for x in args.eta.split(",")]
-    seeds = [int(x) for x in args.seeds.split(",")]
+    etas = args.eta
+    seeds = args.seeds
 
     import ray
     import transfer_queue as tq

@@ -106,7 +106,7 @@ def test_the_page_is_rendered_from_the_results_file():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--policies", "reserve_occupy"], "must hold the reference row"),
+    (["--policies", "reserve_occupy", "--median", "nan"], "--median must be a number"),
     (["--steps", "2"], "--steps must be >= 3"),
     (["--etas", "one"], "comma-separated whole numbers"),
 ])
@@ -121,33 +121,43 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_tiny_calibration_runs_end_to_end(engine, tmp_path):
     bench = _bench()
-    grid = bench.peers.grid(["reserve_occupy", "nemo_in_order"], [1], ["keep"], [False, True])
-    grid = [g for g in grid if g[:2] not in (("reserve_occupy", False), ("nemo_in_order", True))]
+    grid = [("reserve_occupy", True, "keep", 1)]  # against the reference; and the A/A pair
     results = await bench.main(grid, [0], 4, bench.peers.MEDIAN, bench.peers.SIGMA,
-                               engine=engine, raw=tmp_path / "raw.json")
+                               engine=engine, raw=tmp_path / "raw.json", warmup_steps=1)
     fit = results["fit"]
     d, t, c = fit["decode"], fit["train"], fit["chunk"]
     assert d["requests"] > 50 and d["k_max"] > d["k_min"]
     assert d["step_s"] + d["per_request_s"] * d["k_max"] > 0 and t["steps"] >= 3
     assert set(fit["sync_s"]) == {"keep"} and fit["sync_s"]["keep"] > 0
     assert c is not None and c["chunks"] >= 1  # the streaming run trained chunks
-    runs = results["runs"]
-    assert [(r["policy"], r["streaming"]) for r in runs] == [("reserve_occupy", True),
-                                                             ("nemo_in_order", False)]
+    runs = results["runs"]  # pair 0: A/A (ref, ref); then (reserve_occupy, ref) run b first
+    assert [(r["policy"], r["streaming"]) for r in runs] == [
+        ("nemo_in_order", False), ("nemo_in_order", False), ("nemo_in_order", False),
+        ("reserve_occupy", True)]
     for r in runs:
-        assert r["sim"]["wall_s"] > 0 and r["sim"]["trained_tok_s"] > 0
+        assert r["sim"]["wall_s"] > 0 and r["sim"]["steady_trained_tok_s"] > 0
     # the simulated streaming run streams (chunks of one group), the whole-batch one does not
-    assert runs[0]["sim"]["chunks"] > 4 and runs[1]["sim"]["chunks"] == 0
-    assert runs[1]["ratio"]["trained_tok_s"] == 1.0 == runs[1]["sim_ratio"]["trained_tok_s"]
-    assert runs[0]["sim_ratio"]["trained_tok_s"] == pytest.approx(
-        runs[0]["sim"]["trained_tok_s"] / runs[1]["sim"]["trained_tok_s"])
+    assert runs[3]["sim"]["chunks"] > 4 and runs[2]["sim"]["chunks"] == 0
+    rows = bench.compared_rows(results)
+    assert [(r["aa"], r["policy"]) for r in rows] == [(True, "nemo_in_order"),
+                                                      (False, "reserve_occupy")]
+    # the A/A pair simulates the same run twice: its simulated ratio is 1 exactly
+    assert rows[0]["sim"]["ratio"] == 1.0 == rows[0]["sim_revised"]["ratio"]
+    assert rows[1]["sim"]["ratio"] == (runs[3]["sim"]["steady_trained_tok_s"]
+                                       / runs[2]["sim"]["steady_trained_tok_s"])
+    assert rows[1]["trained"]["median"] == (runs[3]["steady_trained_tok_s"]
+                                            / runs[2]["steady_trained_tok_s"])
     # the simulator ran the run's own workload: unit g0's answers are the caps the run drew
     dump = json.loads((tmp_path / "raw.json").read_text())
-    assert dump["measured"][1]["prompts"]["g0"] > 0
-    wl = bench.workload(0, dump["measured"][1]["prompts"], 0.0, 4, 96, bench.peers.MEDIAN,
+    assert dump["measured"][3]["prompts"]["g0"] > 0
+    wl = bench.workload(0, dump["measured"][3]["prompts"], 0.0, 4, 96, bench.peers.MEDIAN,
                         bench.peers.SIGMA)
     tail = bench.peers.LongTail(None, 96, 0, bench.peers.MEDIAN, bench.peers.SIGMA)
     assert wl.groups[0].response_lens == tuple(tail.cap(f"g0-c{j}") for j in range(4))
+    page = bench.render(results).splitlines()
+    body = page[[i for i, x in enumerate(page) if x.startswith("| eta | policy")][-1] + 2:]
+    assert body[0].startswith("| 1 | A/A: nemo_in_order | off | keep | itself | 1 | ")
+    assert body[1].startswith("| 1 | reserve_occupy | on | keep | ref | 1 | ")
     doc, out = tmp_path / "calibration.md", tmp_path / "calibration.json"
     shutil.copy(bench.DOC, doc)
     bench.write(results, out, doc)
@@ -155,3 +165,8 @@ async def test_a_tiny_calibration_runs_end_to_end(engine, tmp_path):
     assert bench.doc_block(doc.read_text()) == bench.render(written)
     written["fit"]["decode"]["step_s"] *= 2
     assert bench.doc_block(doc.read_text()) != bench.render(written)
+    # --from-raw fits and renders the same page again without the engine
+    p = subprocess.run([sys.executable, str(SCRIPT), "--from-raw", str(tmp_path / "raw.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "| 1 | A/A: nemo_in_order | off | keep | itself | 1 | " in p.stdout

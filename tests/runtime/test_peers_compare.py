@@ -71,31 +71,38 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
 @pytest.mark.vllm
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_tiny_grid_runs_and_its_table_agrees(engine, tmp_path):
+    """Reserve-Occupy streaming and NeMo-RL as shipped, one pair of 2 steps each: the A/A row,
+    each against the reference, and Reserve-Occupy against NeMo-RL as shipped; the table of
+    ``--write`` agrees with its json."""
     bench = _bench()
-    grid = bench.grid(["reserve_occupy", "nemo_in_order"], [1], ["keep"], [False, True])
-    assert grid == [("reserve_occupy", False, "keep", 1), ("reserve_occupy", True, "keep", 1),
-                    ("nemo_in_order", False, "keep", 1), ("nemo_in_order", True, "keep", 1)]
-    runs = await bench.main(grid, [0], 2, bench.MEDIAN, bench.SIGMA, tmp_path / "rows.jsonl",
-                            engine=engine)
-    assert [(r["policy"], r["streaming"]) for r in runs] == [(p, s) for p, s, _, _ in grid]
-    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 4
+    grid = bench.grid(["reserve_occupy", "nemo_in_order"], [1], ["keep"], [True])
+    assert grid == [("reserve_occupy", True, "keep", 1), ("nemo_in_order", True, "keep", 1)]
+    comps = bench.comparisons(grid)
+    ref, ro, shipped = (*bench.REF, 1), grid[0], grid[1]
+    assert [(c["a"], c["b"], c["against"], c["aa"]) for c in comps] == [
+        (ref, ref, "ref", True), (ro, ref, "ref", False), (shipped, ref, "ref", False),
+        (ro, shipped, "shipped", False)]
+    results = await bench.main(grid, [0], 2, bench.MEDIAN, bench.SIGMA, engine=engine,
+                               warmup_steps=1)
+    runs = results["runs"]
+    assert len(runs) == 8 and [p["first"] for p in results["pairs"]] == ["a", "b", "a", "b"]
     for r in runs:
-        assert FIELDS <= set(r) and r["steps"] == 2 and r["staleness_max"] <= 1
+        assert FIELDS - {"ratio"} <= set(r) and r["steps"] == 2 and r["staleness_max"] <= 1
         assert r["tokens_trained"] > 0 and 0 <= r["trainer_idle"] <= 1
-    assert runs[2]["ratio"] == {k: 1.0 for k in bench.RATIO_KEYS}
-    assert runs[0]["ratio"]["gen_tok_s"] == runs[0]["gen_tok_s"] / runs[2]["gen_tok_s"]
-    # ... and to NeMo-RL as shipped (nemo_in_order streaming, keep), the table's last column
-    assert runs[3]["ratio_shipped"] == {k: 1.0 for k in bench.RATIO_KEYS}
-    assert runs[0]["ratio_shipped"]["trained_tok_s"] == (runs[0]["trained_tok_s"]
-                                                         / runs[3]["trained_tok_s"])
-    table = bench.render({"runs": runs}).splitlines()
-    assert "x shipped" in table[0] and "nemo_in_order (shipped) | on | keep" in table[5]
-    assert table[5].endswith(" 1.00 / 1.00 / 1.00 |")
+    rows = results["comparisons"]
+    assert [(c["policy"], c["streaming"], c["against"]) for c in rows] == [
+        ("nemo_in_order", False, "ref"), ("reserve_occupy", True, "ref"),
+        ("nemo_in_order", True, "ref"), ("reserve_occupy", True, "shipped")]
+    for c, p in zip(rows, results["pairs"]):
+        assert c["trained"]["ratios"] == [p["ratio"]] and c["diff"] == [p["diff"]]
+    table = bench.render(results).splitlines()
+    body = table[[i for i, x in enumerate(table) if x.startswith("|---")][0] + 1:]
+    assert "| A/A: nemo_in_order | off | keep | itself | 1 |" in body[0]  # printed first
+    assert "| reserve_occupy | on | keep | shipped | 1 |" in body[3]
     doc, out = tmp_path / "peers.md", tmp_path / "peers_compare.json"
     shutil.copy(bench.DOC, doc)
-    results = {"steps": 2, "runs": runs}
     bench.write(results, out, doc)
     written = json.loads(out.read_text())
     assert bench.doc_block(doc.read_text()) == bench.render(written)
-    written["runs"][0]["units_dropped"] += 3
+    written["comparisons"][1]["units_dropped"] = 3.0
     assert bench.doc_block(doc.read_text()) != bench.render(written)
