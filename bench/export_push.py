@@ -35,6 +35,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -293,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
                                                            "median printed (default 3)")
     ap.add_argument("--no-engine", action="store_true", help="skip the push into vLLM")
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "bench" / "export_push",
-                    help="where models and exported weights go (emptied first)")
+                    help="a directory under which the bench makes a folder of its own for the "
+                         "models and exported weights (removed at the end); nothing else in "
+                         "it is touched")
     ap.add_argument("--out", type=out_path, default=ROOT / "out" / "bench" / "export_push.json")
     ap.add_argument("--table", type=in_path, metavar="JSON",
                     help="print the table of an earlier run's --out file and exit")
@@ -328,15 +331,22 @@ def main(argv: list[str] | None = None) -> int:
     from runtime.rollout.env import configure
 
     configure()
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
+    # The bench removes only the folder it made: --work may be a directory of the user's
+    # (deleting --work itself, as before, would delete whatever else it held).
+    try:
+        args.work.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="export_push-", dir=args.work))
+    except OSError as exc:
+        print(f"export_push: --work {args.work}: cannot make a folder in it ({exc.strerror})",
+              file=sys.stderr)
+        return 2
     rows = []
     t0 = time.perf_counter()
     try:
         for name in sizes:
-            rows.append(measure_size(name, SIZES[name], args, args.work))
+            rows.append(measure_size(name, SIZES[name], args, work))
     finally:
-        shutil.rmtree(args.work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     took = time.perf_counter() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     results = {"ranks": args.ranks, "repeats": args.repeats, "seconds": took, "rows": rows}

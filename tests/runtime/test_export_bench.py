@@ -51,6 +51,8 @@ def test_table_of_a_saved_run_and_a_file_it_did_not_write(tmp_path, capsys):
 def test_the_smallest_size_end_to_end_over_two_ranks(tmp_path, capsys):
     bench = load_bench("export_push")
     out = tmp_path / "r.json"
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "mine.txt").write_text("a user's file")  # --work is a directory of theirs
     assert bench.main(["--sizes", "h256x4", "--repeats", "1", "--no-engine", "--ranks", "2",
                        "--work", str(tmp_path / "w"), "--out", str(out)]) == 0
     res = json.loads(out.read_text())
@@ -62,7 +64,9 @@ def test_the_smallest_size_end_to_end_over_two_ranks(tmp_path, capsys):
         assert row[path]["export_s"] > 0 and row[path]["rss_rise"] >= 0
     assert "push" not in row
     assert "| h256x4 | 12.1 M |" in capsys.readouterr().out
-    assert not (tmp_path / "w").exists()  # the models and weights are removed
+    # the models and weights are removed, and nothing else of --work (the bench deleted the
+    # whole directory before)
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["mine.txt"]
 
 
 def test_the_docs_table_is_rendered_from_the_results_file():
