@@ -188,6 +188,7 @@ class RankTrainer(GRPOTrainer):
         norm = torch.nn.utils.clip_grad_norm_(params, limit)  # DTensor grads: a global norm
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
+        self._refuse_non_finite(float(norm))  # the global norm: every rank stops alike
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return float(norm)
