@@ -49,7 +49,8 @@ the gradient's total norm before ``opt.step`` (``_refuse_non_finite``). A NaN or
 any loss or gradient raises, with the gradient cleared and the weights as they were before the
 optimizer step, so the driver publishes and saves nothing of it. The sharded trainer's ranks
 run this code on their shares; their norm (``clip_grad_norm_`` over DTensor gradients) is the
-global one, so a NaN in one rank's share stops the step on every rank alike.
+global one, and they share the units they found (``RankTrainer._optimizer_step``), so a NaN in
+one rank's share stops the step on every rank alike, with the same message.
 """
 
 from __future__ import annotations
@@ -67,13 +68,8 @@ from typing import Any
 import torch
 
 from .. import atomic_io
-from .base import GroupSample, TrainBatch
+from .base import GroupSample, NonFiniteStep, TrainBatch
 from .dcp import SHARDED_DIR
-
-
-class NonFiniteStep(RuntimeError):
-    """A loss or the gradient of a step is NaN or infinite: the step stopped before the
-    optimizer (weights unchanged by it, nothing to publish). The message names the units."""
 
 
 # Safetensors has no file-size limit; one file per directory is what the engine's weight

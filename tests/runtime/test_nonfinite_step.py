@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from runtime.config import TrainerConfig
-from runtime.trainer.base import GroupSample, Sample, TrainBatch
-from runtime.trainer.grpo import GRPOTrainer, NonFiniteStep
+from runtime.trainer.base import GroupSample, NonFiniteStep, Sample, TrainBatch
+from runtime.trainer.grpo import GRPOTrainer
 
 PROMPT = [5, 6, 14, 11]
 
@@ -84,3 +84,39 @@ def test_a_nan_in_a_streamed_chunk_stops_the_step(tiny_model, tmp_path):
         tr._finish_step(TrainBatch(0, (bad, good)))
     _assert_unchanged(tr, before, out, files)
     assert tr._pending is None
+
+
+@pytest.mark.slow
+def test_the_sharded_ranks_stop_a_non_finite_step_alike_and_stay_usable(tiny_model, tmp_path):
+    """Two FSDP2 ranks: the NaN group's rows are on rank 1 only (rows are dealt by tokens:
+    rank 0 takes the 30-token response), yet every rank stops before its optimizer with the
+    same message naming the group; the exported weights after are bit-identical to those
+    before, and the trainer trains the next batch."""
+    from safetensors.torch import load_file
+
+    from runtime.trainer.sharded import ShardedTrainer
+
+    def batch(rewards_u1):
+        groups = []
+        for g, (prompt, responses, rewards) in enumerate([
+                ([5, 6, 14, 11], [[4] * 29 + [2], [3, 3, 2]], [1.0, 0.0]),
+                ([7, 14, 3, 11], [[6, 6, 6, 2], [5, 2]], rewards_u1)]):
+            samples = tuple(Sample(tuple(r), tuple([-1.0] * len(r)), (0,) * len(r), rw,
+                                   "stop", 1, i)
+                            for i, (r, rw) in enumerate(zip(responses, rewards)))
+            groups.append(GroupSample(f"u{g}", g, tuple(prompt), 0, 0, samples))
+        return TrainBatch(0, tuple(groups))
+
+    tr = ShardedTrainer(tiny_model, TrainerConfig(lr=1e-2), tmp_path / "sh", seed=0,
+                        world_size=2)
+    try:
+        before = load_file(str(tr._export(0) / "model.safetensors"))
+        with pytest.raises(NonFiniteStep, match=r"step 1: the loss of unit\(s\) u1 is NaN"):
+            tr._train(batch([math.nan, 1.0]))
+        after = load_file(str(tr._export(1) / "model.safetensors"))
+        assert before.keys() == after.keys()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+        tr._train(batch([0.0, 1.0]))  # usable: the next step trains
+        assert tr.steps == 1
+    finally:
+        tr.close()
