@@ -11,13 +11,15 @@ process instead (``python -m runtime.tasks.isolated``):
   killed. The driver waits for the worker's answer on the event loop (``loop.add_reader``), so
   timers and Ctrl-C/SIGTERM work while the reward runs.
 * **One round trip per group.** The driver sends a group's committed completions in one
-  message and the worker answers each in turn: a pipe round trip costs tens of microseconds,
-  a generation milliseconds to seconds, so the per-call cost stays far below the run's.
+  message and the worker answers each in turn: the cost of isolation is one pipe round trip
+  and the pickling of the texts per group, next to the group's generation.
 * **A timeout per call.** Each answer must come within ``reward.timeout_s`` of the previous one
-  (or of the request). A later answer raises ``RewardTimeout``: the worker is killed and a
-  fresh one is started for the next request. The driver treats it as the group's failure
-  (``runtime.driver``: dropped, ``reward_timeout``); the unit timeout (``timeouts.unit_s``)
-  also cancels a group's scoring, which kills the worker too.
+  (or of the request); starting a worker (Python, the import, the reward's construction) may
+  take ``START_S`` (or ``reward.timeout_s`` if longer). A later answer raises
+  ``RewardTimeout``: the worker is killed and a fresh one is started for the next request. The
+  driver treats it as the group's failure (``runtime.driver``: dropped, ``reward_timeout``);
+  the unit timeout (``timeouts.unit_s``) also cancels a group's scoring, which kills the worker
+  too.
 * **Every answer checked.** The worker converts what the reward returned with
   ``tasks.base.reward_value`` and sends either the float or the value's ``repr``: a string, a
   bool, NaN, an infinity or a number beyond ``REWARD_LIMIT`` becomes ``RewardValueError``
@@ -71,6 +73,10 @@ from .base import (
 )
 
 HEADER = struct.Struct(">I")
+# How long a worker may take to start, import the reward's module and build it: a Python
+# start-up and an import (torch's alone takes seconds on a busy machine), not a call, so not
+# bounded by a short reward.timeout_s; a longer reward.timeout_s raises it.
+START_S = 120.0
 
 
 class _Dead(Exception):
@@ -91,6 +97,7 @@ class IsolatedReward:
         self._proc: subprocess.Popen[bytes] | None = None
         self._buf = bytearray()
         self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._base: dict[str, float] = {}  # counters of workers that were killed
         self._last: dict[str, float] = {}  # the current worker's counters
         self.restarts = 0
@@ -110,7 +117,7 @@ class IsolatedReward:
     def _start(self) -> dict[str, Any]:
         self._spawn()
         try:
-            reply = self._read_sync(self.timeout_s)
+            reply = self._read_sync(self._start_s)
         except (TimeoutError, _Dead) as exc:
             raise self._not_ready(exc) from None
         return self._ready(reply)
@@ -121,7 +128,7 @@ class IsolatedReward:
         self.restarts += 1
         self._spawn()
         try:
-            reply = await self._read_async(self.timeout_s)
+            reply = await self._read_async(self._start_s)
         except (TimeoutError, asyncio.TimeoutError, _Dead) as exc:
             raise self._not_ready(exc) from None
         self._ready(reply)
@@ -144,7 +151,11 @@ class IsolatedReward:
             return RewardError(f"reward {self.name!r}: its worker process exited "
                                f"({_status(status)}) while importing {self.target}")
         return RewardError(f"reward {self.name!r}: importing and building it took longer "
-                           f"than reward.timeout_s = {self.timeout_s:g} s")
+                           f"than {self._start_s:g} s")
+
+    @property
+    def _start_s(self) -> float:
+        return max(self.timeout_s, START_S)
 
     def _ready(self, reply: Any) -> dict[str, Any]:
         if reply[0] != "ready":
@@ -248,8 +259,9 @@ class IsolatedReward:
         ``RewardRaised`` (the reward raised: the caller drops the group), ``RewardTimeout``,
         ``RewardValueError``, ``RewardCrashed``, ``RewardAborted``. A cancellation while the
         worker holds the request kills it (its late answer must not reach the next request)."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:  # a lock serves one loop
+            self._lock, self._lock_loop = asyncio.Lock(), loop
         async with self._lock:
             done = False
             try:
