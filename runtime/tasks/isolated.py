@@ -267,14 +267,14 @@ class IsolatedReward:
             try:
                 if self._proc is None:
                     await self._start_async()
-                out = await self._score(prompt, completions)
-                done = True
-                return out
+                replies = await self._score(prompt, completions)
+                done = True  # every answer read: the worker is idle, whatever they say
             finally:
                 if not done:
                     self._kill()
+        return [self._answer(reply, prompt) for reply in replies]
 
-    async def _score(self, prompt: Prompt, completions: Sequence[str]) -> list[float]:
+    async def _score(self, prompt: Prompt, completions: Sequence[str]) -> list[Any]:
         try:
             self._send(("score", prompt, list(completions)))
         except _Dead:
@@ -285,7 +285,7 @@ class IsolatedReward:
         counters = await self._read_reply(prompt)
         if counters[0] == "metrics" and counters[1] is not None:
             self._last = dict(counters[1])
-        return [self._answer(reply, prompt) for reply in replies]
+        return replies
 
     async def _read_reply(self, prompt: Prompt) -> Any:
         try:

@@ -177,6 +177,16 @@ def test_the_unit_timeout_fires_while_a_reward_hangs(tmp_path):
     _no_worker_left(tmp_path)
 
 
+def test_a_reward_past_reward_timeout_s_in_evaluation_stops_the_run(tmp_path):
+    mod = _module(tmp_path, HANG_FIRST)
+    r = _train(tmp_path, f"{mod}:reward", "--set", "reward.timeout_s=1",
+               "--set", "run.eval_prompts=2", "--set", "run.eval_samples=1")
+    assert r.returncode == 2, r.stderr
+    line = _one_line(r.stderr)
+    assert f"reward '{mod}:reward' did not return within reward.timeout_s = 1 s" in line
+    _no_worker_left(tmp_path)
+
+
 HANG_ALWAYS = """
     import time
 
@@ -261,7 +271,15 @@ def test_an_isolated_reward_keeps_its_counters_and_answers_checks_across_a_resta
         tmp_path, monkeypatch):
     import asyncio
 
-    from runtime.tasks.base import Prompt, RewardError, RewardTimeout, check_answers
+    from runtime.tasks.base import (
+        Prompt,
+        RewardAborted,
+        RewardCrashed,
+        RewardError,
+        RewardRaised,
+        RewardTimeout,
+        check_answers,
+    )
     from runtime.tasks.isolated import IsolatedReward
 
     (tmp_path / "counting_reward.py").write_text(textwrap.dedent("""
@@ -284,6 +302,13 @@ def test_an_isolated_reward_keeps_its_counters_and_answers_checks_across_a_resta
                 self.n += 1
                 if completion == self.slow:
                     time.sleep(3600)
+                if completion == "raise":
+                    raise KeyError("no such answer")
+                if completion == "exit":
+                    raise SystemExit(0)
+                if completion == "die":
+                    import os
+                    os._exit(9)
                 return float(completion == prompt.answer)
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -304,10 +329,20 @@ def test_an_isolated_reward_keeps_its_counters_and_answers_checks_across_a_resta
                 await r.score(prompts[0], ["1", "hang"])
             assert r._proc is None  # the hung worker was ended
             assert await r.score(prompts[0], ["1"]) == [1.0]  # a fresh one answers
+            # a raise is the group's (every answer is read: the worker stays usable)
+            with pytest.raises(RewardRaised, match="KeyError"):
+                await r.score(prompts[0], ["raise", "1"])
+            assert r._proc is not None and await r.score(prompts[0], ["1"]) == [1.0]
+            with pytest.raises(RewardAborted, match=r"raised SystemExit\(0\)"):
+                await r.score(prompts[0], ["exit"])
+            with pytest.raises(RewardCrashed, match=r"exited \(status 9\) while scoring f:1"):
+                await r.score(prompts[0], ["die"])
 
         asyncio.run(go())
-        # the ended worker's 3 counted calls are kept (the 2 of the hung request died with it)
-        assert r.metrics() == {"scored": 4.0} and r.restarts == 1
+        # the ended workers' last reported counts are kept (the calls of the hung and the
+        # dead request died with them): 3 by the first, 1 + 2 + 1 + 1 by the second; only
+        # the hang needed a restart (a raise and a SystemExit leave the worker serving)
+        assert r.metrics() == {"scored": 8.0} and r.restarts == 1
     finally:
         r.close()
     assert r._proc is None
