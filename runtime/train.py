@@ -126,7 +126,8 @@ def _run(args: argparse.Namespace) -> int:
         run_files,
     )
     from .session import is_run_dir, split_prompts
-    from .tasks.base import check_answers, open_reward
+    from .tasks.base import check_answers
+    from .tasks.isolated import open_reward
 
     resume = Path(args.resume) if args.resume else None
     config_path = args.config

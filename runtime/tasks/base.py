@@ -7,9 +7,9 @@ the run with ``RewardValueError`` naming the reward, the prompt and the value (e
 exception it raises makes the driver drop that candidate's whole group (the group cannot be
 scored fairly).
 
-A config's ``package.module:attribute`` reward is a user's code: ``open_reward`` imports and runs
-it in a worker process (``runtime.tasks.isolated``), so a reward that hangs cannot freeze the
-run, and each call has ``reward.timeout_s``. The built-in rewards run in the driver's process.
+A config's ``package.module:attribute`` reward is a user's code: ``tasks.isolated.open_reward``
+imports and runs it in a worker process, so a reward that hangs cannot freeze the run, and
+each call has ``reward.timeout_s``. The built-in rewards run in the driver's process.
 
 A reward object may also have ``metrics() -> dict[str, float]``: counters it keeps (the math
 reward's reasons), which ``metrics.jsonl`` reports per step as the increase since the last one.
@@ -180,11 +180,11 @@ def reward_label(reward_fn: Any) -> str:
 
 async def score_group(reward_fn: Any, prompt: Any, completions: Sequence[str]) -> list[float]:
     """The rewards of ``completions`` of ``prompt``, each checked (``reward_value``). An
-    isolated reward (``open_reward``) answers in one round trip to its worker; an in-process
-    one is called here, in turn. An exception the reward raises propagates (the driver drops
-    the group; ``RewardRaised`` from a worker); ``RewardValueError``, ``RewardTimeout``,
-    ``RewardCrashed``, ``RewardAborted`` stop the run (``RewardTimeout``: the driver drops the
-    group)."""
+    isolated reward (``tasks.isolated.open_reward``) answers in one round trip to its
+    worker; an in-process one is called here, in turn. An exception the reward raises
+    propagates (the driver drops the group; ``RewardRaised`` from a worker);
+    ``RewardValueError``, ``RewardCrashed``, ``RewardAborted`` stop the run;
+    ``RewardTimeout`` drops the group in the driver and stops the run in evaluation."""
     score = getattr(reward_fn, "score", None)
     if score is not None and asyncio.iscoroutinefunction(score):
         return await score(prompt, completions)
@@ -216,13 +216,15 @@ def load_reward(name: str, **kwargs: Any) -> RewardFn:
     """Build a reward from a built-in name or ``package.module:attribute``, in this process.
 
     The attribute may be a class or factory (called with ``kwargs``) or a plain function (used
-    as is; then ``kwargs`` must be empty). ``train`` uses ``open_reward``, which runs a user's
-    reward in a worker process.
+    as is; then ``kwargs`` must be empty). ``train`` uses ``tasks.isolated.open_reward``,
+    which runs a user's reward in a worker process.
     """
-    return build_reward(name, _target(name), kwargs)
+    return build_reward(name, reward_target(name), kwargs)
 
 
-def _target(name: str) -> str:
+def reward_target(name: str) -> str:
+    """``module:attribute`` of a built-in name or a config's ``package.module:attribute``;
+    ``RewardError`` for a name that is neither."""
     target = BUILTIN.get(name, name)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
@@ -269,16 +271,3 @@ def _describe(exc: BaseException) -> str:
         where = f"{exc.filename}, line {exc.lineno}" if exc.filename else f"line {exc.lineno}"
         return one_line(f"SyntaxError: {exc.msg} ({where})")
     return one_line(f"{type(exc).__name__}: {exc}")
-
-
-def open_reward(name: str, options: dict[str, Any], timeout_s: float) -> RewardFn:
-    """The reward a run uses: a built-in one in this process (this project's code, quick, and
-    the math reward's verifier times itself out with ``signal.alarm`` in the main thread); a
-    ``package.module:attribute`` one imported and run in a worker process
-    (``runtime.tasks.isolated``), each call limited to ``timeout_s``. ``RewardError`` if it
-    cannot be built."""
-    if name in BUILTIN:
-        return load_reward(name, **options)
-    from .isolated import IsolatedReward
-
-    return IsolatedReward(name, _target(name), options, timeout_s)  # type: ignore[return-value]

@@ -39,7 +39,7 @@ process instead (``python -m runtime.tasks.isolated``):
   increases ``metrics.jsonl`` reports never go backwards.
 
 Messages are length-prefixed pickles (the prompts are ``Prompt`` dataclasses). The built-in
-rewards are not isolated (``tasks.base.open_reward``): they are this project's code, quick,
+rewards are not isolated (``open_reward``): they are this project's code, quick,
 and the math reward's verifier times itself out with ``signal.alarm`` in the main thread.
 """
 
@@ -60,15 +60,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import (
+    BUILTIN,
     Prompt,
     RewardAborted,
     RewardCrashed,
     RewardError,
+    RewardFn,
     RewardRaised,
     RewardTimeout,
     bad_value,
     build_reward,
+    load_reward,
     one_line,
+    reward_target,
     reward_value,
 )
 
@@ -77,6 +81,16 @@ HEADER = struct.Struct(">I")
 # start-up and an import (torch's alone takes seconds on a busy machine), not a call, so not
 # bounded by a short reward.timeout_s; a longer reward.timeout_s raises it.
 START_S = 120.0
+
+
+def open_reward(name: str, options: dict[str, Any], timeout_s: float) -> RewardFn:
+    """The reward a run uses: a built-in one in this process (this project's code, quick, and
+    the math reward's verifier times itself out with ``signal.alarm`` in the main thread); a
+    ``package.module:attribute`` one imported and run in a worker process (``IsolatedReward``),
+    each call limited to ``timeout_s``. ``RewardError`` if it cannot be built."""
+    if name in BUILTIN:
+        return load_reward(name, **options)
+    return IsolatedReward(name, reward_target(name), options, timeout_s)  # type: ignore
 
 
 class _Dead(Exception):
