@@ -343,6 +343,9 @@ def test_an_isolated_reward_keeps_its_counters_and_answers_checks_across_a_resta
         # dead request died with them): 3 by the first, 1 + 2 + 1 + 1 by the second; only
         # the hang needed a restart (a raise and a SystemExit leave the worker serving)
         assert r.metrics() == {"scored": 8.0} and r.restarts == 1
+        # the RewardFn interface outside an event loop: one call, a fresh worker
+        assert r(prompts[0], "1") == 1.0
+        assert r.metrics() == {"scored": 9.0} and r.restarts == 2
     finally:
         r.close()
     assert r._proc is None
