@@ -154,6 +154,9 @@ class DataConfig(_Section):
 class RewardConfig(_Section):
     name: str = "exact_answer"  # built-in name, or "package.module:function"
     options: dict[str, Any] = {}
+    # a "package.module:function" reward runs in a worker process (runtime.tasks.isolated);
+    # each call must return within this many seconds, else its group is dropped
+    timeout_s: float = Field(60.0, gt=0, le=86_400)
 
     _finite_options = field_validator("options")(_finite_mapping)
 

@@ -13,9 +13,10 @@ and acts on the answers. Its own job is the I/O around them. Four tasks share on
 * admission: takes the next prompt, ``reserve``s a unit for it (waiting while refused) and
   starts the group: one engine request per candidate (``Group`` decides when it is complete,
   failed, or which surplus candidates to abort);
-* completion (inside each group's task): reward each finished candidate; ``occupy`` a complete
-  group; ``abort`` one whose rewards carry no gradient (known before placement), whose
-  candidates failed, or whose reward function raised;
+* completion (inside each group's task): reward a complete group's committed candidates (one
+  call; a user's reward answers from its worker process, ``runtime.tasks.isolated``); ``occupy``
+  the group; ``abort`` one whose rewards carry no gradient (known before placement), whose
+  candidates failed, or whose reward function raised or ran past ``reward.timeout_s``;
 * trainer: ``consume`` a READY batch, train, export weights, sync them into the engine and
   ``publish``; with ``streaming``, while it waits for the head buffer it also takes the
   buffer's finished units (``stream``) and trains them in chunks, so that at ``consume`` only
@@ -68,7 +69,7 @@ from .clock import Clock, MonotonicClock
 from .peers import REFERENCE, PeerController
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead, token_versions
-from .tasks.base import Prompt, RewardAborted, RewardFn, call_reward
+from .tasks.base import Prompt, RewardAborted, RewardError, RewardFn, RewardTimeout, score_group
 from .trainer.base import TrainBatch, Trainer, assemble
 from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
 
@@ -156,6 +157,7 @@ class Driver:
         self._handed: list[Any] = []
         self._handed_trained: set[Any] = set()
         self._ready_at: float | None = None  # when the head buffer became READY
+        self._scoring: dict[Any, asyncio.Future[Any]] = {}  # complete groups being rewarded
 
     # ------------------------------------------------------------------ the run --------------
 
@@ -316,25 +318,49 @@ class Driver:
             return
 
     def _candidate_finished(self, g: GroupRun, c: CandidateRun) -> None:
-        if g.closed:
-            return
-        eos = self.rollout.tokenizer.eos_token_id
-        ids = c.token_ids[:-1] if c.token_ids and c.token_ids[-1] == eos else c.token_ids
-        try:
-            c.reward = call_reward(self.reward_fn, g.prompt, self.rollout.tokenizer.decode(ids))
-            if math.isnan(c.reward):
-                raise ValueError("reward is NaN")
-        except RewardAborted:
-            raise  # stops the run (its task fails): no group is scored by a broken reward
-        except Exception as exc:  # a group that cannot be scored fairly is dropped whole
-            self._note("reward_error", g, c, error=repr(exc))
-            self._last_error = f"reward function: {exc!r}"
-            self._abort_group(g, "reward_error")
+        if g.closed or g.group.complete:  # complete: being scored (_score_group)
             return
         self._report(g, g.group.finish(c.index))
 
-    def _candidate_failed(self, g: GroupRun, c: CandidateRun, why: str) -> None:
+    async def _score_group(self, g: GroupRun) -> None:
+        """Reward a complete group's committed candidates in one call (``tasks.base.
+        score_group``: a user's reward answers from its worker process, so a hang holds only
+        this task), then place the group. Every value is checked there: a bad one, a crashed
+        worker or a reward that tried to end the process stops the run (no group is scored by
+        a broken reward). A reward that raises drops the group; one past ``reward.timeout_s``
+        too (``reward_timeout``); an abort meanwhile (the unit timeout, the closing rule, the
+        run's end) cancels this task, which ends the worker (``_close_aborted``)."""
+        eos = self.rollout.tokenizer.eos_token_id
+        committed = [g.candidates[i] for i in g.group.committed]
+        texts = [self.rollout.tokenizer.decode(
+            c.token_ids[:-1] if c.token_ids and c.token_ids[-1] == eos else c.token_ids)
+            for c in committed]
+        try:
+            rewards = await score_group(self.reward_fn, g.prompt, texts)
+        except RewardTimeout as exc:  # the group's failure, like the unit timeout
+            if not g.closed:
+                self._note("reward_timeout", g, error=str(exc))
+                self._last_error = f"reward function: {exc}"
+                self._abort_group(g, "reward_timeout")
+            return
+        except (RewardError, RewardAborted):
+            raise  # stops the run (its task fails): no group is scored by a broken reward
+        except Exception as exc:  # a group that cannot be scored fairly is dropped whole
+            if not g.closed:
+                self._note("reward_error", g, error=repr(exc))
+                self._last_error = f"reward function: {exc!r}"
+                self._abort_group(g, "reward_error")
+            return
+        finally:
+            self._scoring.pop(g.unit_id, None)
         if g.closed:
+            return
+        for c, reward in zip(committed, rewards):
+            c.reward = reward
+        self._complete_group(g)
+
+    def _candidate_failed(self, g: GroupRun, c: CandidateRun, why: str) -> None:
+        if g.closed or g.group.complete:
             return
         c.stop, c.failed = why, True
         self._report(g, g.group.fail(c.index))
@@ -342,7 +368,7 @@ class Driver:
     def _report(self, g: GroupRun, progress: Any) -> None:
         self._stop_candidates(g, [g.candidates[i] for i in progress.surplus], "surplus")
         if progress.complete:
-            self._complete_group(g)
+            self._scoring[g.unit_id] = self._spawn(self._score_group(g))
         elif progress.failed:
             self._abort_group(g, "candidates_failed")
 
@@ -435,6 +461,12 @@ class Driver:
     def _close_aborted(self, g: GroupRun, reason: str) -> None:
         g.closed, g.fate = True, f"aborted:{reason}"
         self.groups.pop(g.unit_id, None)
+        scoring = self._scoring.pop(g.unit_id, None)
+        if scoring is not None and not scoring.done():
+            scoring.cancel()  # a user's reward still running: its worker is ended
+            if reason == "timeout":
+                self._last_error = ("reward function: still scoring the group when "
+                                    "timeouts.unit_s ran out")
         self._note("abort", g, reason=reason)
         self._stop_candidates(g, g.candidates, reason)
         if not self._stopping:  # once the run is over there is nothing left to detect

@@ -22,7 +22,7 @@ from .driver import Driver
 from .inputs import InputError
 from .metrics import MetricsSink, plot, summarize
 from .rollout.base import GenerationRequest, Rollout
-from .tasks.base import Prompt, RewardAborted, RewardFn, call_reward
+from .tasks.base import Prompt, RewardAborted, RewardError, RewardFn, score_group
 
 
 @dataclass
@@ -68,9 +68,9 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
         ids = (seg.token_ids[:-1] if seg.token_ids and seg.token_ids[-1] == tok.eos_token_id
                else seg.token_ids)
         try:
-            return call_reward(reward_fn, p, tok.decode(ids))
-        except RewardAborted:
-            raise  # the run fails
+            return (await score_group(reward_fn, p, [tok.decode(ids)]))[0]
+        except (RewardAborted, RewardError):
+            raise  # the run fails: a bad value, a reward past reward.timeout_s, a dead worker
         except Exception:  # evaluation only reports: a completion it cannot score earns 0
             return 0.0
 

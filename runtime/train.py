@@ -136,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
         run_files,
     )
     from .session import is_run_dir, split_prompts
-    from .tasks.base import check_answers, load_reward
+    from .tasks.base import check_answers
+    from .tasks.isolated import open_reward
 
     from .inputs import InputError, own_entries, path_text
 
@@ -173,7 +174,7 @@ def _run(args: argparse.Namespace) -> int:
         cfg.driver_settings().controller_config()  # the core's own limits, before any work
         prompts = load_prompts(cfg.data.path, cfg.data.prompt_field, cfg.data.answer_field,
                                cfg.data.limit)
-        reward = load_reward(cfg.reward.name, **cfg.reward.options)
+        reward = open_reward(cfg.reward.name, cfg.reward.options, cfg.reward.timeout_s)
         check_answers(reward, cfg.reward.name, prompts, cfg.data.answer_field)
         train_prompts, _ = split_prompts(prompts, cfg.run.eval_prompts, cfg.run.eval_holdout)
         out_dir = Path(cfg.run.output_dir)

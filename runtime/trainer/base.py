@@ -20,12 +20,19 @@ if TYPE_CHECKING:
     from ..records import GroupRun
 
 
+class NonFiniteStep(RuntimeError):
+    """A loss or the gradient of a step is NaN or infinite: the step stopped before the
+    optimizer (weights unchanged by it, nothing to publish). The message names the units
+    (``runtime.trainer.grpo``, "A non-finite step")."""
+
+
 # Errors a sharded trainer's rank raises for its input before any collective, the same on
 # every rank: the driver raises them as they are, the trainer still usable (a rank sends the
-# nearest of these classes of its exception: runtime.trainer.rank.error_kind).
+# nearest of these classes of its exception: runtime.trainer.rank.error_kind). NonFiniteStep
+# too: every rank raises it alike, after the step's collectives (rank.RankTrainer).
 INPUT_ERRORS: dict[str, type[Exception]] = {
     "ValueError": ValueError, "FileNotFoundError": FileNotFoundError,
-    "NotADirectoryError": NotADirectoryError}
+    "NotADirectoryError": NotADirectoryError, "NonFiniteStep": NonFiniteStep}
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,15 @@ variable-length path, ``flex_attention``) ``position_ids`` alone, which transfor
 into per-sample attention only when the forward has no KV cache, hence ``use_cache=False``.
 
 Torch work runs in a worker thread (``asyncio.to_thread``) so generation continues meanwhile.
+
+A non-finite step never reaches the optimizer (``NonFiniteStep``): each micro-batch's per-sample
+losses are checked as they are computed (the units whose loss is NaN or infinite are kept) and
+the gradient's total norm before ``opt.step`` (``_refuse_non_finite``). A NaN or an infinity in
+any loss or gradient raises, with the gradient cleared and the weights as they were before the
+optimizer step, so the driver publishes and saves nothing of it. The sharded trainer's ranks
+run this code on their shares; their norm (``clip_grad_norm_`` over DTensor gradients) is the
+global one, and they share the units they found (``RankTrainer._optimizer_step``), so a NaN in
+one rank's share stops the step on every rank alike, with the same message.
 """
 
 from __future__ import annotations
@@ -59,7 +68,7 @@ from typing import Any
 import torch
 
 from .. import atomic_io
-from .base import GroupSample, TrainBatch
+from .base import GroupSample, NonFiniteStep, TrainBatch
 from .dcp import SHARDED_DIR
 
 
@@ -255,6 +264,8 @@ class GRPOTrainer:
         self.keep_weights = keep_weights
         self.steps = 0
         self._pending: dict[str, Any] | None = None  # streamed chunks of the step being built
+        self._grad_units: list[Any] = []  # units whose gradient the next optimizer step applies
+        self._non_finite: list[Any] = []  # ... of them, those whose loss was NaN or infinite
 
     # ------------------------------------------------------------------ log-probabilities ----
 
@@ -423,7 +434,7 @@ class GRPOTrainer:
             for smp, adv in zip(g.samples, self.advantages(list(g.rewards), self.s.scale_rewards)):
                 if smp.token_ids:
                     rows.append((list(g.prompt_ids), list(smp.token_ids), list(smp.logprobs),
-                                 list(smp.versions), adv))
+                                 list(smp.versions), adv, g.unit_id))
         return rows
 
     def _minibatch(self, rows: list[tuple], version: int, sums: dict[str, float],
@@ -459,6 +470,7 @@ class GRPOTrainer:
                 per_tok = per_tok + s.kl_coef * k3
                 add("kl_ref", float((k3.detach() * mask).sum()))
             loss = (per_tok * mask).sum() / n_tokens
+            self._note_losses(chunk, (per_tok.detach() * mask).sum(dim=1))
             loss.backward()
             with torch.no_grad():
                 add("tokens", float(mask.sum()))
@@ -488,6 +500,33 @@ class GRPOTrainer:
                             getattr(s, "lr_schedule", "constant"),
                             getattr(s, "min_lr_ratio", 0.0))
 
+    def _note_losses(self, chunk: list[tuple], per_sample: torch.Tensor) -> None:
+        """Keep the units of ``chunk`` (rows of ``_rows``) the next optimizer step applies,
+        and those whose loss (``per_sample``, one per row) is NaN or infinite."""
+        for r in chunk:
+            if len(r) > 5 and r[5] not in self._grad_units:  # a rank's padding rows: no unit
+                self._grad_units.append(r[5])
+        finite = torch.isfinite(per_sample)
+        if not bool(finite.all()):
+            for r, ok in zip(chunk, finite.tolist()):
+                if not ok and len(r) > 5 and r[5] not in self._non_finite:
+                    self._non_finite.append(r[5])
+
+    def _refuse_non_finite(self, norm: float) -> None:
+        """Before ``opt.step``: raise ``NonFiniteStep`` (gradient cleared, streamed chunks
+        dropped, the weights untouched) if a loss since the last step or the gradient's total
+        norm ``norm`` is NaN or infinite. Forgets the step's units either way."""
+        bad, units = self._non_finite, self._grad_units
+        self._non_finite, self._grad_units = [], []
+        if math.isfinite(norm) and not bad:
+            return
+        self.opt.zero_grad(set_to_none=True)
+        self._pending = None
+        what = (f"the loss of unit(s) {', '.join(map(str, bad))} is NaN or infinite"
+                if bad else f"the gradient's norm is {norm} (units {', '.join(map(str, units))})")
+        raise NonFiniteStep(f"step {self.steps + 1}: {what}: the step stopped before the "
+                            f"optimizer; nothing of it is published or saved")
+
     def _optimizer_step(self) -> float:
         for group in self.opt.param_groups:
             group["lr"] = self.lr()
@@ -496,6 +535,7 @@ class GRPOTrainer:
             norm = float(torch.nn.utils.clip_grad_norm_(params, self.s.max_grad_norm))
         else:
             norm = float(torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params)))
+        self._refuse_non_finite(norm)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return norm
@@ -599,6 +639,7 @@ class GRPOTrainer:
     def _discard(self) -> None:
         """Drop the pending chunks' gradient (nothing was stepped)."""
         self._pending = None
+        self._grad_units, self._non_finite = [], []
         self.opt.zero_grad(set_to_none=True)
 
     async def accumulate(self, chunk: TrainBatch) -> None:

@@ -188,9 +188,28 @@ class RankTrainer(GRPOTrainer):
         norm = torch.nn.utils.clip_grad_norm_(params, limit)  # DTensor grads: a global norm
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
+        self._share_non_finite(float(norm))
+        self._refuse_non_finite(float(norm))  # every rank alike, with the same message
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return float(norm)
+
+    def _share_non_finite(self, norm: float) -> None:
+        """Every rank learns the units whose loss any rank found NaN or infinite (one flag
+        all-reduced per step; the units gathered only then), so all raise the same
+        ``NonFiniteStep`` or none does. ``norm`` is the global norm, the same on every rank."""
+        flag = torch.tensor([1.0 if self._non_finite else 0.0], device=self._comm_device())
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if not flag.item() and norm == norm and abs(norm) != float("inf"):
+            return
+        found: list[Any] = [None] * self.world
+        dist.all_gather_object(found, (self._non_finite, self._grad_units))
+        bad: list[Any] = []
+        units: list[Any] = []
+        for part_bad, part_units in found:
+            bad += [u for u in part_bad if u not in bad]
+            units += [u for u in part_units if u not in units]
+        self._non_finite, self._grad_units = bad, units
 
     def _comm_device(self) -> torch.device:
         return self.device if self.device.type == "cuda" else torch.device("cpu")
