@@ -36,6 +36,8 @@ from ..trainer.sharded import (
     answer_values,
     fatal_answer,
     output_error,
+    save_on_ranks,
+    stop_and_raise,
 )
 from .refs import RayWeights, actor_options
 from .preflight import bundle
@@ -186,12 +188,8 @@ class RayShardedTrainer:
 
     def _fail(self, reason: str, cause: OSError | None = None) -> NoReturn:
         """As ``ShardedTrainer._fail``: stop the ranks, raise ``RankLost`` or the rank's
-        output error (a full disk)."""
-        self._broken = reason
-        self._stop()
-        if cause is not None:
-            raise cause from RankLost(reason)
-        raise RankLost(reason)
+        output error (a full disk): ``sharded.stop_and_raise``."""
+        stop_and_raise(self, reason, cause)
 
     def _stop(self) -> None:
         for h in self.handles:
@@ -236,7 +234,10 @@ class RayShardedTrainer:
         return RayWeights(version, ref, digest)
 
     def _set_steps(self, cmd: str, path: Path) -> None:
-        self.steps = self._run(cmd, str(path))
+        if cmd == "save":  # a failed save leaves no temporary directory (as the local ranks)
+            self.steps = save_on_ranks(self, path, lambda: self._run(cmd, str(path)))
+        else:
+            self.steps = self._run(cmd, str(path))
 
     async def train_step(self, batch: Any) -> dict[str, float]:
         return await self._async(self._train, batch)
