@@ -36,8 +36,8 @@ from ..trainer.sharded import (
     answer_values,
     fatal_answer,
     output_error,
-    save_on_ranks,
     stop_and_raise,
+    write_on_ranks,
 )
 from .refs import RayWeights, actor_options
 from .preflight import bundle
@@ -125,6 +125,7 @@ class RayShardedTrainer:
         """Place ``settings.world_size`` rank actors, rendezvous, load and shard the model;
         raises ``RankLost`` if a rank fails to start."""
         self.world = int(settings.world_size)
+        self.out_dir = Path(out_dir)
         self.steps = 0
         self._broken: str | None = None
         self.strategy = strategy
@@ -227,15 +228,21 @@ class RayShardedTrainer:
     def _export(self, version: int) -> RayWeights:
         if self._broken is not None:
             raise RankLost(f"the sharded trainer is stopped: {self._broken}")
-        answers = self._gather([h.export.remote(version) for h in self.handles],
-                               "in 'export'")
-        self._unwrap([a for a, _ in answers])
+
+        def run() -> list[Any]:
+            answers = self._gather([h.export.remote(version) for h in self.handles],
+                                   "in 'export'")
+            self._unwrap([a for a, _ in answers])
+            return answers
+
+        # a failed export leaves no temporary directory (as the local ranks)
+        answers = write_on_ranks(self, self.out_dir / "weights" / f"v{version}", run)
         ref, digest = answers[0][1]
         return RayWeights(version, ref, digest)
 
     def _set_steps(self, cmd: str, path: Path) -> None:
         if cmd == "save":  # a failed save leaves no temporary directory (as the local ranks)
-            self.steps = save_on_ranks(self, path, lambda: self._run(cmd, str(path)))
+            self.steps = write_on_ranks(self, path, lambda: self._run(cmd, str(path)))
         else:
             self.steps = self._run(cmd, str(path))
 

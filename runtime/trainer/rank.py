@@ -263,7 +263,7 @@ class RankTrainer(GRPOTrainer):
     def _save(self, path: Path) -> None:
         """A collective. A failure on any rank (a full disk: ``OSError``) is raised on rank 0
         inside ``atomic_dir``, which removes the directory every rank wrote into; a rank the
-        driver kills meanwhile leaves it to the driver (``sharded.remove_save_temps``)."""
+        driver kills meanwhile leaves it to the driver (``sharded.remove_rank_temps``)."""
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_sd, optim_sd = get_state_dict(self.model, self.opt)

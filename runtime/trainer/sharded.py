@@ -19,8 +19,8 @@ it is exported). A rank that hangs in a collective is caught by the process grou
 before any collective) is raised as it is and leaves the trainer usable. A rank that cannot
 write the output (a full disk: an ``OSError`` with an output errno, torch's
 ``CheckpointException`` unwrapped to it by the rank, ``rank.rank_error``) stops the ranks and
-raises that ``OSError`` (the CLI's exit 74). A failed checkpoint save leaves no temporary
-directory (``save_on_ranks``).
+raises that ``OSError`` (the CLI's exit 74). A failed checkpoint save or export leaves no
+temporary directory (``write_on_ranks``).
 """
 
 from __future__ import annotations
@@ -118,12 +118,13 @@ def stop_and_raise(trainer: Any, reason: str, cause: OSError | None = None) -> N
     raise RankLost(reason)
 
 
-def remove_save_temps(path: Path) -> list[Path]:
-    """Remove what a failed checkpoint save into ``path`` left: rank 0 writes the checkpoint
-    (every rank its shards) into ``atomic_io.atomic_dir(path)``'s temporary directory beside
-    it, ``.NAME.tmp-PID``, which rank 0 removes itself when the save raises there, but not when
-    the driver stops it first (another rank failed or died while rank 0 wrote or waited in a
-    collective). Called by the driver once every rank is stopped; returns what it removed."""
+def remove_rank_temps(path: Path) -> list[Path]:
+    """Remove what a failed write of the directory ``path`` by the ranks left (a checkpoint,
+    or the weights): rank 0 writes it (and every rank its checkpoint shards) into
+    ``atomic_io.atomic_dir(path)``'s temporary directory beside it, ``.NAME.tmp-PID``, which
+    rank 0 removes itself when the write raises there, but not when the driver stops it first
+    (another rank failed or died while rank 0 wrote or waited in a collective). Called by the
+    driver once every rank is stopped; returns what it removed."""
     import glob
     import shutil
 
@@ -136,15 +137,16 @@ def remove_save_temps(path: Path) -> list[Path]:
     return removed
 
 
-def save_on_ranks(trainer: Any, path: Path, run: Callable[[], Any]) -> Any:
-    """``run()`` (the ``save`` command to every rank of ``trainer``) and its answer; when it
-    raises and has stopped the ranks, first remove what they left (``remove_save_temps``), so
-    a failed save leaves no temporary directory. Both sharded trainers save through here."""
+def write_on_ranks(trainer: Any, path: Path, run: Callable[[], Any]) -> Any:
+    """``run()`` (the ``save`` or ``export`` command to every rank of ``trainer``, which writes
+    the directory ``path``) and its answer; when it raises and has stopped the ranks, first
+    remove what they left (``remove_rank_temps``), so a failed write leaves no temporary
+    directory. Both sharded trainers save and export through here."""
     try:
         return run()
     except Exception:
         if trainer._broken is not None:  # the ranks are stopped: nothing writes there now
-            remove_save_temps(path)
+            remove_rank_temps(path)
         raise
 
 
@@ -305,7 +307,8 @@ class ShardedTrainer:
         self._run("discard")
 
     def _export(self, version: int) -> Path:
-        return Path(self._run("export", version))
+        return Path(write_on_ranks(self, self.out_dir / "weights" / f"v{version}",
+                                   lambda: self._run("export", version)))
 
     def memory(self) -> list[dict[str, int]]:
         """Per rank, in rank order: its pid, its resident-set high-water mark (``peak_rss``)
@@ -315,7 +318,7 @@ class ShardedTrainer:
         return self._gather(("memory", ()))
 
     def _save(self, path: Path) -> None:
-        self.steps = save_on_ranks(self, path, lambda: self._run("save", str(path)))
+        self.steps = write_on_ranks(self, path, lambda: self._run("save", str(path)))
 
     def _load(self, path: Path) -> None:
         self.steps = self._run("load", str(path))

@@ -292,8 +292,8 @@ def test_a_failed_checkpoint_save_removes_its_temporary_directory(tmp_path):
     assert list((tmp_path / "c").iterdir()) == []
 
 
-def test_remove_save_temps_removes_only_the_temporary_directories_of_that_path(tmp_path):
-    from runtime.trainer.sharded import remove_save_temps
+def test_remove_rank_temps_removes_only_the_temporary_directories_of_that_path(tmp_path):
+    from runtime.trainer.sharded import remove_rank_temps
 
     target = tmp_path / "checkpoint-1"
     mine = atomic_io.temp_path(target)
@@ -302,7 +302,7 @@ def test_remove_save_temps_removes_only_the_temporary_directories_of_that_path(t
               tmp_path / "checkpoint-1"]
     for p in others:
         p.mkdir()
-    assert remove_save_temps(target) == [mine]
+    assert remove_rank_temps(target) == [mine]
     assert sorted(tmp_path.iterdir()) == sorted(others)
 
 
@@ -364,6 +364,41 @@ def test_a_save_that_fails_on_one_rank_leaves_no_temporary_directory(tiny_model,
         assert re.match(message, str(info.value)), str(info.value)
         assert all(p.exitcode is not None for p in tr.procs)
         assert not _temps(tmp_path) and not (tmp_path / "run" / "checkpoint").exists()
+    finally:
+        tr.close()
+
+
+class _Stop(BaseException):
+    """Neither an Exception nor KeyboardInterrupt/SystemExit: what a library may raise (torch's
+    CheckpointException is one)."""
+
+
+class BaseExceptionInExport(RankTrainer):
+    def _export(self, version):
+        if self.rank == 1:
+            raise _Stop("stop")
+        return super()._export(version)
+
+
+@pytest.mark.slow
+def test_a_base_exception_in_a_rank_s_command_is_one_line_not_a_dead_rank(tiny_model, tmp_path,
+                                                                          capfd):
+    """Before: the rank's loop caught ``Exception`` only; rank 1 died with a traceback on
+    stderr and the driver said "trainer rank 1 (pid N) exited with status 1 while in
+    'export'". Now its answer names the error, and nothing is printed. Rank 0, stopped while
+    it waited for rank 1 in a gather, cannot remove its ``weights/.v1.tmp-PID``: the driver
+    does (before: it stayed, and no resume removes it)."""
+    tr = ShardedTrainer(tiny_model, TrainerConfig(), tmp_path / "run", seed=0, world_size=2,
+                        rank_class=f"{__name__}:BaseExceptionInExport")
+    try:
+        capfd.readouterr()
+        with pytest.raises(RankLost) as info:
+            tr._export(1)
+        assert re.match(r"^trainer rank 1: _Stop: _Stop\('stop'\)", str(info.value)), \
+            str(info.value)
+        assert all(p.exitcode is not None for p in tr.procs)
+        assert "Traceback" not in capfd.readouterr().err
+        assert not _temps(tmp_path)
     finally:
         tr.close()
 
