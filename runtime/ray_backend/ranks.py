@@ -43,6 +43,7 @@ from .refs import RayWeights, actor_options
 from .preflight import bundle
 
 _PLACE_S = 120.0  # how long the placement group may take to be placed (preflight checked it)
+_STOP_S = 10.0  # how long stopping waits for the killed rank actors to be gone
 
 
 
@@ -113,6 +114,31 @@ class RankActor:
             return answer, None
         blob = (Path(answer[1]) / "model.safetensors").read_bytes()
         return answer, [ray.put(blob), hashlib.sha256(blob).hexdigest()[:16]]
+
+
+def _wait_gone(pids: list[int]) -> None:
+    """Wait, up to ``_STOP_S``, until the rank actors' processes on this node are gone:
+    ``ray.kill`` returns before the process has ended (measured: 0.01-0.2 s later), and the
+    driver then removes what a failed save or export left (``sharded.write_on_ranks``), which
+    a rank still alive could write into again. A process counts as the rank's while its title
+    is the actor's (``ray::RankActor``), so a pid reused by another process, or one on another
+    node, is not waited for; there a leftover is left to ``--resume`` (``checkpoints/``)."""
+    import time
+
+    deadline = time.monotonic() + _STOP_S
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    title = f.read()
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:  # gone (or no /proc: nothing to wait with)
+                break
+            if not title.startswith(b"ray::RankActor") or \
+                    stat[stat.rfind(b")") + 2:].split()[0] == b"Z":
+                break
+            time.sleep(0.01)
 
 
 class RayShardedTrainer:
@@ -198,6 +224,7 @@ class RayShardedTrainer:
                 ray.kill(h)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        _wait_gone(getattr(self, "pids", []))
         try:
             remove_placement_group(self.pg)
         except Exception:  # noqa: BLE001 - already removed

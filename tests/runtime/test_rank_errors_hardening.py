@@ -431,3 +431,35 @@ def test_a_full_disk_while_two_ranks_save_is_one_line_exit_74_and_leaves_nothing
     pids = [int(x) for x in re.search(r"trainer ranks ready: pids (\d+), (\d+)",
                                       proc.stdout).groups()]
     assert not [pid for pid in pids if _alive(pid)]  # every rank gone with the run
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_on_ray_a_save_that_fails_on_one_rank_leaves_no_temporary_directory(tiny_model,
+                                                                           tmp_path):
+    """The Ray ranks fail through the same ``sharded.write_on_ranks``. ``ray.kill`` returns
+    before rank 0's actor process has ended: the driver waits for it (``ranks._wait_gone``)
+    before it removes the directory, which the actor could otherwise write into again."""
+    ray = pytest.importorskip("ray")
+    from runtime.ray_backend import loopback
+    from runtime.ray_backend.backend import _env
+    from runtime.ray_backend.ranks import RayShardedTrainer
+
+    loopback.pin()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": _env()})
+    try:
+        tr = RayShardedTrainer(tiny_model, TrainerConfig(world_size=2), tmp_path / "run", 1.0,
+                               0, 2, None, resources={"num_cpus": 1},
+                               rank_class=f"{__name__}:DiesInSave")
+        try:
+            with pytest.raises(RankLost, match=r"^trainer rank 1 \(Ray actor\) died while "
+                                               r"in 'save'"):
+                tr._set_steps("save", tmp_path / "run" / "checkpoint")
+            assert not _temps(tmp_path) and not (tmp_path / "run" / "checkpoint").exists()
+            with pytest.raises(RankLost, match="is stopped"):
+                tr._set_steps("save", tmp_path / "run" / "checkpoint")
+        finally:
+            tr.close()
+    finally:
+        ray.shutdown()
