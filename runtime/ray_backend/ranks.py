@@ -36,11 +36,14 @@ from ..trainer.sharded import (
     answer_values,
     fatal_answer,
     output_error,
+    stop_and_raise,
+    write_on_ranks,
 )
 from .refs import RayWeights, actor_options
 from .preflight import bundle
 
 _PLACE_S = 120.0  # how long the placement group may take to be placed (preflight checked it)
+_STOP_S = 10.0  # how long stopping waits for the killed rank actors to be gone
 
 
 
@@ -113,6 +116,31 @@ class RankActor:
         return answer, [ray.put(blob), hashlib.sha256(blob).hexdigest()[:16]]
 
 
+def _wait_gone(pids: list[int]) -> None:
+    """Wait, up to ``_STOP_S``, until the rank actors' processes on this node are gone:
+    ``ray.kill`` returns before the process has ended (measured: 0.01-0.2 s later), and the
+    driver then removes what a failed save or export left (``sharded.write_on_ranks``), which
+    a rank still alive could write into again. A process counts as the rank's while its title
+    is the actor's (``ray::RankActor``), so a pid reused by another process, or one on another
+    node, is not waited for; there a leftover is left to ``--resume`` (``checkpoints/``)."""
+    import time
+
+    deadline = time.monotonic() + _STOP_S
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    title = f.read()
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:  # gone (or no /proc: nothing to wait with)
+                break
+            if not title.startswith(b"ray::RankActor") or \
+                    stat[stat.rfind(b")") + 2:].split()[0] == b"Z":
+                break
+            time.sleep(0.01)
+
+
 class RayShardedTrainer:
     """The rank actors behind the ``Trainer`` protocol (``RayTrainer``'s, for a sharded run)."""
 
@@ -123,6 +151,7 @@ class RayShardedTrainer:
         """Place ``settings.world_size`` rank actors, rendezvous, load and shard the model;
         raises ``RankLost`` if a rank fails to start."""
         self.world = int(settings.world_size)
+        self.out_dir = Path(out_dir)
         self.steps = 0
         self._broken: str | None = None
         self.strategy = strategy
@@ -186,12 +215,8 @@ class RayShardedTrainer:
 
     def _fail(self, reason: str, cause: OSError | None = None) -> NoReturn:
         """As ``ShardedTrainer._fail``: stop the ranks, raise ``RankLost`` or the rank's
-        output error (a full disk)."""
-        self._broken = reason
-        self._stop()
-        if cause is not None:
-            raise cause from RankLost(reason)
-        raise RankLost(reason)
+        output error (a full disk): ``sharded.stop_and_raise``."""
+        stop_and_raise(self, reason, cause)
 
     def _stop(self) -> None:
         for h in self.handles:
@@ -199,6 +224,7 @@ class RayShardedTrainer:
                 ray.kill(h)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+        _wait_gone(getattr(self, "pids", []))
         try:
             remove_placement_group(self.pg)
         except Exception:  # noqa: BLE001 - already removed
@@ -229,14 +255,23 @@ class RayShardedTrainer:
     def _export(self, version: int) -> RayWeights:
         if self._broken is not None:
             raise RankLost(f"the sharded trainer is stopped: {self._broken}")
-        answers = self._gather([h.export.remote(version) for h in self.handles],
-                               "in 'export'")
-        self._unwrap([a for a, _ in answers])
+
+        def run() -> list[Any]:
+            answers = self._gather([h.export.remote(version) for h in self.handles],
+                                   "in 'export'")
+            self._unwrap([a for a, _ in answers])
+            return answers
+
+        # a failed export leaves no temporary directory (as the local ranks)
+        answers = write_on_ranks(self, self.out_dir / "weights" / f"v{version}", run)
         ref, digest = answers[0][1]
         return RayWeights(version, ref, digest)
 
     def _set_steps(self, cmd: str, path: Path) -> None:
-        self.steps = self._run(cmd, str(path))
+        if cmd == "save":  # a failed save leaves no temporary directory (as the local ranks)
+            self.steps = write_on_ranks(self, path, lambda: self._run(cmd, str(path)))
+        else:
+            self.steps = self._run(cmd, str(path))
 
     async def train_step(self, batch: Any) -> dict[str, float]:
         return await self._async(self._train, batch)

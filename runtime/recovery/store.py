@@ -11,8 +11,10 @@ Both are written so that a crash at any instant leaves either the old state or t
 * ``Checkpoints``: the trainer saves into ``checkpoints/.tmp-step-N``; ``COMMIT.json`` is written
   last, every file gets the usual mode and, when asked, is fsynced (``atomic_io.settle``), and
   the directory is renamed to ``checkpoints/step-N``. Only
-  renamed directories with a ``COMMIT.json`` count; a crash mid-save leaves a ``.tmp-`` directory
-  that recovery deletes.
+  renamed directories with a ``COMMIT.json`` count. A save that fails (an exception: a full
+  disk, a lost rank) removes its ``.tmp-`` directory before the error propagates; a crash or an
+  interrupt mid-save leaves it (and the sharded trainer's ``..tmp-step-N.tmp-PID``), and
+  recovery deletes them.
 
 Every write first calls ``guard(kind, detail, partial)`` when one is set: the fault-injection
 harness uses it to crash the "process" between (or inside) any two durable writes.
@@ -133,9 +135,16 @@ class Checkpoints:
         tmp.mkdir(parents=True)
         if self.guard is not None:
             self.guard("checkpoint", str(step), lambda n: None)
-        await save(tmp)
-        atomic_io.write_text(tmp / "COMMIT.json", json.dumps({"step": step, **meta}))
-        atomic_io.settle(tmp, self.fsync)
+        try:
+            await save(tmp)
+            atomic_io.write_text(tmp / "COMMIT.json", json.dumps({"step": step, **meta}))
+            atomic_io.settle(tmp, self.fsync)
+        except Exception:
+            # A failed save (a full disk, a lost rank: the trainer has stopped writing) leaves
+            # nothing behind. An interrupt (Ctrl-C, SIGTERM: not an Exception) may leave the
+            # trainer's thread still writing here; that, like a kill -9, is remove_partial's.
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         final = self.path(step)
         if self.guard is not None:
             self.guard("checkpoint-commit", str(step), lambda n: None)
@@ -173,8 +182,13 @@ class Checkpoints:
             shutil.rmtree(self.path(step), ignore_errors=True)
 
     def remove_partial(self) -> int:
+        """Remove what interrupted saves left (a kill -9, a machine crash): ``.tmp-step-N``
+        directories, and the temporary directories a trainer writes one through
+        (``atomic_io.atomic_dir``: ``..tmp-step-N.tmp-PID``, the sharded trainer's rank 0);
+        returns how many."""
         n = 0
-        for p in self.root.glob(".tmp-step-*"):
-            shutil.rmtree(p, ignore_errors=True)
-            n += 1
+        for p in self.root.iterdir():
+            if p.name.startswith((".tmp-step-", "..tmp-step-")):
+                shutil.rmtree(p, ignore_errors=True)
+                n += 1
         return n

@@ -55,7 +55,7 @@ from torch.distributed.tensor import DTensor
 from .. import atomic_io
 from . import streamed
 from .base import INPUT_ERRORS
-from .dcp import SHARDED_DIR, load_dcp
+from .dcp import SHARDED_DIR, checkpoint_error, load_dcp, save_dcp
 from .grpo import GRPOTrainer, check_keys, tied_keys
 
 # The per-rank metric sums of ``GRPOTrainer._minibatch`` that add up over ranks.
@@ -280,7 +280,9 @@ class RankTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ checkpoints ---------
 
     def _save(self, path: Path) -> None:
-        import torch.distributed.checkpoint as dcp
+        """A collective. A failure on any rank (a full disk: ``OSError``) is raised on rank 0
+        inside ``atomic_dir``, which removes the directory every rank wrote into; a rank the
+        driver kills meanwhile leaves it to the driver (``sharded.remove_rank_temps``)."""
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_sd, optim_sd = get_state_dict(self.model, self.opt)
@@ -290,7 +292,7 @@ class RankTrainer(GRPOTrainer):
                 where[0] = str(stack.enter_context(atomic_io.atomic_dir(path)))
             dist.broadcast_object_list(where, src=0)
             tmp = Path(where[0])
-            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp / SHARDED_DIR)
+            save_dcp({"model": model_sd, "optim": optim_sd}, tmp / SHARDED_DIR)
             self._write_full(tmp if self.rank == 0 else None)
             if self.rank == 0:
                 self.tokenizer.save_pretrained(tmp)
@@ -444,7 +446,9 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
             break
         try:
             conn.send(("ok", commands[cmd](*args)))
-        except Exception as exc:  # noqa: BLE001 - the driver raises it
+        except BaseException as exc:  # noqa: BLE001 - the driver raises it (rank_error)
+            # not only Exception: torch's CheckpointException is a BaseException, and a
+            # rank that let one (or a SystemExit) through would die with a traceback
             _send_error(conn, exc)
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
@@ -458,10 +462,25 @@ def error_kind(exc: BaseException) -> str:
                  and c is INPUT_ERRORS[c.__name__]), type(exc).__name__)
 
 
+def rank_error(exc: BaseException) -> BaseException:
+    """The error a rank reports for ``exc`` (what ``_send_error`` sends): torch's
+    ``CheckpointException``, a ``BaseException`` gathering every rank's failure of a DCP save
+    or load, is the error behind it (``dcp.checkpoint_error``: a full disk on any rank, that
+    ``OSError``); anything else is itself. The driver then raises an ``OSError`` whose errno
+    says the output cannot be written as that ``OSError`` (the CLI's exit 74), an input error
+    every rank raised as it is (as in one process), and anything else as ``RankLost``
+    (``train``: "the run failed", exit 1): ``sharded.answer_values``."""
+    return checkpoint_error(exc)
+
+
 def _send_error(conn: Any, exc: BaseException) -> None:
-    """``("error", kind, text, traceback, errno)``: errno an ``OSError``'s (a full disk: the
-    driver raises it as one, ``sharded.output_error``), else None."""
+    """``("error", kind, text, traceback, errno)`` for ``rank_error(exc)``: errno an
+    ``OSError``'s (a full disk: the driver raises it as one, ``sharded.output_error``), else
+    None; text the error's message, or its ``repr`` when it has none or is not an
+    ``Exception`` (``SystemExit(3)``, not ``3``)."""
+    exc = rank_error(exc)
+    text = str(exc) if isinstance(exc, Exception) and str(exc) else repr(exc)
     with contextlib.suppress(Exception):
-        conn.send(("error", error_kind(exc), str(exc) or repr(exc),
+        conn.send(("error", error_kind(exc), text,
                    "".join(traceback.format_exception(exc))[-4000:],
                    exc.errno if isinstance(exc, OSError) else None))

@@ -16,7 +16,11 @@ later call (a step some ranks took and others did not has no consistent weights;
 it is exported). A rank that hangs in a collective is caught by the process group's timeout
 (``trainer.collective_timeout_s``): the ranks waiting on it raise, and the call raises
 ``RankLost`` with the first rank's error. A bad batch (``ValueError``, raised by every rank
-before any collective) is raised as it is and leaves the trainer usable.
+before any collective) is raised as it is and leaves the trainer usable. A rank that cannot
+write the output (a full disk: an ``OSError`` with an output errno, torch's
+``CheckpointException`` unwrapped to it by the rank, ``rank.rank_error``) stops the ranks and
+raises that ``OSError`` (the CLI's exit 74). A failed checkpoint save or export leaves no
+temporary directory (``write_on_ranks``).
 """
 
 from __future__ import annotations
@@ -100,6 +104,50 @@ def answer_values(answers: list[tuple], fail: Callable[..., NoReturn]) -> list[A
         fail(reason, output_error(first))
         raise RankLost(reason)  # ``fail`` raises it; this only if it returned
     return [a[1] for a in answers]
+
+
+def stop_and_raise(trainer: Any, reason: str, cause: OSError | None = None) -> NoReturn:
+    """How both sharded trainers (this one and ``ray_backend.ranks.RayShardedTrainer``) fail:
+    mark ``trainer`` stopped (``_broken``), stop its ranks (``_stop``) and raise
+    ``RankLost(reason)``; or, when a rank could not write the output (``output_error``), that
+    ``OSError`` from the ``RankLost``, so a full disk is the CLI's exit 74 as in one process."""
+    trainer._broken = reason
+    trainer._stop()
+    if cause is not None:
+        raise cause from RankLost(reason)
+    raise RankLost(reason)
+
+
+def remove_rank_temps(path: Path) -> list[Path]:
+    """Remove what a failed write of the directory ``path`` by the ranks left (a checkpoint,
+    or the weights): rank 0 writes it (and every rank its checkpoint shards) into
+    ``atomic_io.atomic_dir(path)``'s temporary directory beside it, ``.NAME.tmp-PID``, which
+    rank 0 removes itself when the write raises there, but not when the driver stops it first
+    (another rank failed or died while rank 0 wrote or waited in a collective). Called by the
+    driver once every rank is stopped; returns what it removed."""
+    import glob
+    import shutil
+
+    from .. import atomic_io
+
+    removed = []
+    for temp in Path(path).parent.glob(f".{glob.escape(Path(path).name)}{atomic_io.TEMP_MARK}*"):
+        shutil.rmtree(temp, ignore_errors=True)
+        removed.append(temp)
+    return removed
+
+
+def write_on_ranks(trainer: Any, path: Path, run: Callable[[], Any]) -> Any:
+    """``run()`` (the ``save`` or ``export`` command to every rank of ``trainer``, which writes
+    the directory ``path``) and its answer; when it raises and has stopped the ranks, first
+    remove what they left (``remove_rank_temps``), so a failed write leaves no temporary
+    directory. Both sharded trainers save and export through here."""
+    try:
+        return run()
+    except Exception:
+        if trainer._broken is not None:  # the ranks are stopped: nothing writes there now
+            remove_rank_temps(path)
+        raise
 
 
 def _rank_process(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> None:
@@ -210,14 +258,9 @@ class ShardedTrainer:
             return answer_values([answers[r] for r in range(self.world)], self._fail)
 
     def _fail(self, reason: str, cause: OSError | None = None) -> NoReturn:
-        """Stop every rank and raise ``RankLost(reason)``; or, when a rank could not write the
-        output (``output_error``), that ``OSError`` (from the ``RankLost``), so a full disk is
-        the CLI's exit 74 as in one process. Either way the trainer is stopped."""
-        self._broken = reason
-        self._stop()
-        if cause is not None:
-            raise cause from RankLost(reason)
-        raise RankLost(reason)
+        """Stop every rank and raise ``RankLost(reason)``, or the rank's output error
+        (``stop_and_raise``). Either way the trainer is stopped."""
+        stop_and_raise(self, reason, cause)
 
     def _stop(self) -> None:
         _kill_all(self.procs)
@@ -264,7 +307,8 @@ class ShardedTrainer:
         self._run("discard")
 
     def _export(self, version: int) -> Path:
-        return Path(self._run("export", version))
+        return Path(write_on_ranks(self, self.out_dir / "weights" / f"v{version}",
+                                   lambda: self._run("export", version)))
 
     def memory(self) -> list[dict[str, int]]:
         """Per rank, in rank order: its pid, its resident-set high-water mark (``peak_rss``)
@@ -274,7 +318,7 @@ class ShardedTrainer:
         return self._gather(("memory", ()))
 
     def _save(self, path: Path) -> None:
-        self.steps = self._run("save", str(path))
+        self.steps = write_on_ranks(self, path, lambda: self._run("save", str(path)))
 
     def _load(self, path: Path) -> None:
         self.steps = self._run("load", str(path))
