@@ -9,12 +9,19 @@ lets the loss correct bounded staleness with an importance ratio instead of igno
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from reserve_occupy import Batch, UnitId
+
+# What a rank's OSError must carry for the driver to raise it as the OSError it is: the
+# output cannot be written (the CLI's exit 74, as for the single-process trainer). Here, below
+# the trainers and the DCP helpers that both read it (runtime.trainer.dcp imported it from
+# sharded, which closed an import circle dcp -> sharded -> rank -> grpo -> dcp).
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
 
 if TYPE_CHECKING:
     from ..records import GroupRun

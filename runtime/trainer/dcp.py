@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .sharded import OUTPUT_ERRNOS
+from .base import OUTPUT_ERRNOS
 
 SHARDED_DIR = "sharded"  # the torch.distributed.checkpoint directory inside a checkpoint
 

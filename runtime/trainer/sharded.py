@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import multiprocessing as mp
 import os
 import signal
@@ -38,7 +37,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from .base import INPUT_ERRORS, TrainBatch
+from .base import INPUT_ERRORS, OUTPUT_ERRNOS, TrainBatch
 
 _INPUT_ERRORS = INPUT_ERRORS  # what a rank raises for its input (runtime.trainer.base)
 _STOP_S = 10.0  # how long ``close`` waits for the ranks to leave before killing them
@@ -75,9 +74,6 @@ def fatal_answer(rank: int, answer: tuple, startup: bool, silent: list[int]) -> 
         f" (rank(s) {', '.join(map(str, silent))} had not answered)" if silent else "")
 
 
-# What a rank's OSError must carry for the driver to raise it as the OSError it is: the
-# output cannot be written (the CLI's exit 74, as for the single-process trainer).
-OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
 
 
 def output_error(answer: tuple) -> OSError | None:
