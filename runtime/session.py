@@ -416,7 +416,10 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
     sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
                        append=continuing, counters=getattr(reward_fn, "metrics", None))
     if state.resume_point is not None:  # steps a crash trained without writing their rows
-        sink.recovered(state.resume_point.step, state.retrained)
+        from .accounting import counts_at_publishes
+
+        sink.recovered(state.resume_point.step, state.retrained,
+                       counts_at_publishes(state.controller))
     if continuing and sink.rows:  # keep what only the driver counts cumulative
         driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
     else:

@@ -116,9 +116,13 @@ def _run(args: argparse.Namespace) -> int:
     configure()  # before torch or vLLM is imported
     from .config import load_config
     from .data import load_prompts
+    from .config import ConfigFileError
     from .recovery.rundir import (
         RunDirError,
         check_movable,
+        check_overrides_keep_run,
+        check_recoverable_settings,
+        check_same_run,
         check_not_in_use,
         check_output_dir,
         check_resumable,
@@ -150,7 +154,20 @@ def _run(args: argparse.Namespace) -> int:
                              f"run's own config) to resume it")
             config_path = str(resume / "config.json")
     try:
-        cfg = load_config(config_path, _overrides(args))
+        overrides = _overrides(args)
+        recorded = _recorded_settings(resume) if continuing else None
+        if recorded is not None:
+            check_recoverable_settings(resume, recorded)  # type: ignore[arg-type]
+            try:
+                cfg = load_config(config_path, overrides)
+            except ConfigFileError:  # name a setting the resume may not change, if one is
+                check_overrides_keep_run(resume, recorded, overrides)  # type: ignore[arg-type]
+                raise
+            check_same_run(resume, recorded, cfg.model_dump(mode="json"))  # type: ignore
+        else:
+            cfg = load_config(config_path, overrides)
+        if continuing:
+            check_recoverable_settings(resume, cfg.model_dump(mode="json"))  # type: ignore
         cfg.driver_settings().controller_config()  # the core's own limits, before any work
         prompts = load_prompts(cfg.data.path, cfg.data.prompt_field, cfg.data.answer_field,
                                cfg.data.limit)
@@ -207,6 +224,17 @@ def _run(args: argparse.Namespace) -> int:
             return _fail(str(exc))
         print(f"{PROG}: moved the run in {out_dir} aside to {moved_to}")
     return _train(cfg, model_path, prompts, reward, resume)
+
+
+def _recorded_settings(run_dir: Path | None) -> dict | None:
+    """The settings the run in ``run_dir`` began with (its ``config.json``, validated as a
+    config; ``model_dump`` form), or None: no config.json (the resume then needs --config and
+    nothing can be compared). An invalid one raises ``ConfigFileError`` as the resume would."""
+    from .config import load_config
+
+    if run_dir is None or not (run_dir / "config.json").is_file():
+        return None
+    return load_config(run_dir / "config.json", warn=lambda line: None).model_dump(mode="json")
 
 
 def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-untyped-def]

@@ -1,0 +1,141 @@
+"""Issue 36, classes 4 and 5: ``--resume`` refuses a setting that would change what the run is
+(one line naming it, exit 2, the run directory unchanged), a run that kept no recovery state
+(every peer's rule) is refused as unresumable, the metrics row recovery writes for a step a
+crash cut short counts that step, and ``train --check`` refuses what the run itself would
+fail on later (with a traceback or exit 70 before).
+
+The runs use the fake engine with the real GRPO trainer on the tiny model, in-process
+(``runtime.cli.main``), a few seconds each."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import main
+
+FAKE = ["--no-progress", "--set", "rollout.backend=fake", "--set", "run.eval_prompts=0",
+        "--set", "staleness.batch_size=4", "--set", "staleness.group_size=4",
+        "--set", "run.plot=false"]
+PEER = ["--set", "staleness.policy=verl_drop", "--set", "recovery.enabled=false"]
+
+
+def _train(out: Path, *extra: str, steps: int = 3) -> int:
+    return main(["train", *FAKE, "--steps", str(steps), "--output-dir", str(out), *extra])
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _one_line(capsys, *needles: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    lines = [x for x in err.splitlines() if x.startswith("reserve-occupy train:")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def _digest(run_dir: Path) -> dict[str, str]:
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(run_dir.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+@pytest.fixture(scope="module")
+def evaluated_run(tmp_path_factory, tiny_model):
+    """A finished 2-step run that began with an evaluation of 4 prompts."""
+    out = tmp_path_factory.mktemp("runs") / "run"
+    assert _train(out, "--set", "run.eval_prompts=4", steps=2) == 0
+    return out
+
+
+# ------------------------------------------- --resume: what may and may not change ------------
+
+@pytest.mark.parametrize("settings, named", [
+    # before: accepted; trained Reserve-Occupy and config.json recorded verl_drop
+    (PEER, "staleness.policy"),
+    # before: trained every step, then exit 70 (KeyError: 'reward' in runtime/train.py)
+    (["--set", "run.eval_prompts=0"], "run.eval_prompts"),
+    (["--set", "staleness.batch_size=2"], "staleness.batch_size"),
+    (["--set", "staleness.group_size=2"], "staleness.group_size"),
+    (["--eta", "2"], "staleness.max_staleness"),
+    (["--set", "trainer.lr=0.1"], "trainer.lr"),
+    (["--set", "reward.name=arithmetic"], "reward.name"),
+    (["--set", "data.limit=50"], "data.limit"),
+    (["--set", "model.tiny.hidden_size=64"], "model.tiny"),
+])
+def test_resume_refuses_a_setting_that_changes_the_run(evaluated_run, tmp_path, capsys,
+                                                        settings, named):
+    out = tmp_path / "run"
+    shutil.copytree(evaluated_run, out)
+    before = _digest(out)
+    for check in ([], ["--check"]):
+        capsys.readouterr()
+        assert main(["train", "--no-progress", *settings, "--steps", "4", *check,
+                     "--resume", str(out)]) == 2
+        _one_line(capsys, f"--resume {out}", named, "a resume cannot change")
+    assert _digest(out) == before
+
+
+def test_resume_may_change_the_steps_timeouts_and_memory_settings(evaluated_run, tmp_path,
+                                                                  capsys):
+    out = tmp_path / "run"
+    shutil.copytree(evaluated_run, out)
+    assert main(["train", "--no-progress", "--resume", str(out), "--steps", "3",
+                 "--set", "timeouts.unit_s=30", "--set", "trainer.micro_batch=2",
+                 "--set", "recovery.commit_every=1", "--set", "rollout.fake_token_s=0.001"]) == 0
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["run"]["steps"] == 3 and recorded["timeouts"]["unit_s"] == 30
+    assert [r["step"] for r in _rows(out)] == [0, 1, 2]
+
+
+def test_a_peer_rule_run_cannot_be_resumed_and_says_so(tmp_path, tiny_model, capsys):
+    """Before: the resume replayed the peer's trace through Reserve-Occupy and printed an
+    internal event diff ("recorded Event(...), replay gave Event(...)")."""
+    out = tmp_path / "run"
+    assert _train(out, *PEER, steps=2) == 0
+    before = _digest(out)
+    for check in ([], ["--check"]):
+        capsys.readouterr()
+        assert main(["train", "--no-progress", "--resume", str(out), "--steps", "3",
+                     *check]) == 2
+        line = _one_line(capsys, "recovery.enabled=false", "staleness.policy=verl_drop",
+                         "cannot be resumed")
+        assert "Event(" not in line
+    assert _digest(out) == before
+
+
+# ----------------------------------------- the metrics row of a step recovery retrained ------
+
+def test_the_row_of_a_step_a_crash_cut_short_counts_that_step(tmp_path, tiny_model,
+                                                              monkeypatch):
+    """The process dies after step 2's consume and before its row; the resume writes step 2's
+    row (``recovered``). Before: it copied step 1's counts (steps 2, trained 8; the log had
+    3 and 12)."""
+    from runtime import metrics
+
+    out = tmp_path / "run"
+    write = metrics.MetricsSink.__call__
+
+    def dies_at_step_2(self, record):
+        if record.step == 2:
+            raise RuntimeError("the process died here")
+        write(self, record)
+
+    monkeypatch.setattr(metrics.MetricsSink, "__call__", dies_at_step_2)
+    assert _train(out, steps=4) != 0
+    monkeypatch.setattr(metrics.MetricsSink, "__call__", write)
+    assert main(["train", "--resume", str(out), "--no-progress"]) == 0
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert rows[2]["recovered"] is True
+    assert [r["steps"] for r in rows] == [1, 2, 3, 4]
+    assert [r["trained"] for r in rows] == [4, 8, 12, 16]  # batch_size 4, nothing missing
+    admitted = [r["admitted"] for r in rows]
+    assert admitted == sorted(admitted) and admitted[2] >= rows[2]["trained"]
