@@ -28,7 +28,7 @@ from pydantic import (
 from reserve_occupy.config import MAX_STALENESS
 from reserve_occupy.trace import MAX_JSON_DEPTH
 
-from .peers import POLICY_CHOICES, REFERENCE, peer_streams
+from .peers import POLICY_CHOICES, REFERENCE, peer_streams, unhonoured
 from .records import DriverSettings
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
@@ -377,6 +377,9 @@ class TrainConfig(_Section):
         if s.capacity is not None:
             raise ValueError(f"staleness.capacity (batch-level oversampling) is Reserve–Occupy's;"
                              f" staleness.policy={s.policy} does not take it")
+        refused = unhonoured(s.policy, {"max_concurrency": s.max_concurrency})
+        if refused is not None:  # runtime.peers.RULE_SETTINGS: what each rule honours
+            raise ValueError(refused)
         return self
 
     def driver_settings(self) -> DriverSettings:

@@ -139,3 +139,57 @@ def test_the_row_of_a_step_a_crash_cut_short_counts_that_step(tmp_path, tiny_mod
     assert [r["trained"] for r in rows] == [4, 8, 12, 16]  # batch_size 4, nothing missing
     admitted = [r["admitted"] for r in rows]
     assert admitted == sorted(admitted) and admitted[2] >= rows[2]["trained"]
+
+
+# ------------------------------------------- every setting acts or is refused ---------------
+
+def _honours_concurrency(name: str) -> bool:
+    """Whether the simulator's policy ``name`` asks the engine's room (``rollout_has_room``),
+    the one call through which ``staleness.max_concurrency`` reaches a peer's rule."""
+    import inspect
+
+    from runtime.sim.model.policies import POLICIES
+
+    return any("rollout_has_room" in inspect.getsource(cls) for cls in POLICIES[name].__mro__
+               if cls.__module__.startswith("runtime.sim.model.policies"))
+
+
+def test_the_table_of_what_each_rule_honours_matches_the_rules():
+    from runtime.peers import PEER_POLICIES, RULE_SETTINGS
+
+    assert set(RULE_SETTINGS) == set(PEER_POLICIES)
+    for name in PEER_POLICIES:
+        assert ("max_concurrency" in RULE_SETTINGS[name]) == _honours_concurrency(name), name
+        assert "capacity" not in RULE_SETTINGS[name]
+
+
+@pytest.mark.parametrize("policy", ["nemo_in_order", "nemo_weight_fifo", "verl_drop", "roll",
+                                    "areal", "synchronous", "unbounded"])
+def test_max_concurrency_acts_or_is_refused_with_each_peer(tmp_path, capsys, policy):
+    """Before: accepted by all seven; five ran 16 or 32 groups at once while the log header
+    said 2 and ``check-trace --peer`` said PEER RULE HELD. (The rules that honour it are the
+    two that ask the engine's room: the table test above ties that to the sources.)"""
+    rc = main(["train", *FAKE, *["--set", f"staleness.policy={policy}", "--set",
+                                 "recovery.enabled=false"],
+               "--set", "staleness.max_concurrency=2", "--check",
+               "--output-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    if policy in ("synchronous", "unbounded"):
+        assert rc == 0, err
+    else:
+        assert rc == 2 and "Traceback" not in err
+        assert (f"staleness.max_concurrency=2 is not honoured by staleness.policy={policy}"
+                in err), err
+        assert not (tmp_path / "run").exists()
+
+
+def test_the_peer_controller_itself_refuses_a_setting_its_rule_ignores():
+    from reserve_occupy import Config
+
+    from runtime.peers import PeerController, UnsupportedByRuntime
+
+    with pytest.raises(UnsupportedByRuntime, match="max_concurrency=2 is not honoured"):
+        PeerController("verl_drop", Config(max_staleness=1, batch_size=2, max_concurrency=2), 4)
+    ctl = PeerController("unbounded", Config(max_staleness=1, batch_size=2, max_concurrency=2),
+                         4)
+    assert ctl.max_in_flight == 2
