@@ -193,3 +193,28 @@ def test_the_peer_controller_itself_refuses_a_setting_its_rule_ignores():
     ctl = PeerController("unbounded", Config(max_staleness=1, batch_size=2, max_concurrency=2),
                          4)
     assert ctl.max_in_flight == 2
+
+
+@pytest.mark.parametrize("argv, option", [
+    # before: accepted, the run went on and wrote nothing there (exit 0)
+    (["run", "--results-dir", "RES", "--policy", "reserve_occupy", "--eta", "1",
+      "--batches", "1"], "--results-dir"),
+    (["run", "--img-dir", "RES", "--policy", "reserve_occupy", "--eta", "1", "--batches", "1"],
+     "--img-dir"),
+    (["experiments", "--only", "3", "--out", "RES"], "--out"),
+    (["experiments", "--only", "3", "--policy", "verl_drop"], "--policy"),
+    (["regimes", "--tiny", "--only", "2"], "--only"),
+    (["list", "--eta", "2"], "--eta"),
+])
+def test_simulate_refuses_an_option_its_mode_does_not_use(tmp_path, capsys, monkeypatch,
+                                                          argv, option):
+    import runtime.sim.model.runner as runner
+    import runtime.sim.studies.experiments as ex
+
+    monkeypatch.setattr(runner, "run_grid", lambda *a, **k: pytest.fail("ran before the check"))
+    monkeypatch.setattr(ex, "run_all", lambda *a, **k: pytest.fail("ran before the check"))
+    argv = [str(tmp_path / "res") if a == "RES" else a for a in argv]
+    assert main(["simulate", *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{option} is not used by `simulate {argv[0]}`" in err, err
+    assert not (tmp_path / "res").exists()
