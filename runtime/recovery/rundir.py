@@ -104,7 +104,8 @@ def lock_run_dir(path: Path) -> RunDirLock:
         return held
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)  # never through a link to a file elsewhere
     except OSError as exc:
         raise RunDirError(f"run directory {path}: cannot create its lock file "
                           f"({exc.strerror or exc})") from None
@@ -134,7 +135,14 @@ def check_not_in_use(path: Path) -> None:
     """Raise ``RunDirInUse`` if a live process holds ``path``'s lock; creates nothing
     (``train --check``)."""
     lock_path = path / LOCK_NAME
-    if os.path.realpath(path) in _HELD or not lock_path.is_file():
+    if os.path.realpath(path) in _HELD:
+        return
+    if os.path.lexists(lock_path) and (lock_path.is_symlink() or not lock_path.is_file()):
+        # the run would fail to take its lock there (before: --check said OK, the run exit 2)
+        raise RunDirError(f"run directory {path}: {LOCK_NAME} is not a regular file (a "
+                          f"{'symbolic link' if lock_path.is_symlink() else 'directory or special file'}"
+                          f"); it is where the run's lock lives: remove it")
+    if not lock_path.is_file():
         return
     try:
         fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -302,6 +310,12 @@ def check_resumable(run_dir: Path, config: Config, n_prompts: int) -> Resumable:
                 raise RunDirError(
                     f"{latest[1]}: checkpoint step {checkpoint} is ahead of the event log, "
                     f"which consumed only {len(consumed)} batches; {fix}")
+            from ..inputs import FileInputError
+
+            try:  # recovery loads it first: a damaged one stops the resume here, not there
+                check_checkpoint(latest[1], "the run's newest checkpoint")
+            except FileInputError as exc:
+                raise RunDirError(f"{exc}; {fix}") from None
     for seq, meta in contents.metas.items():
         position = meta.get("prompt")
         if isinstance(position, int) and not 0 <= position < n_prompts:
@@ -453,3 +467,66 @@ def check_recoverable_settings(run_dir: Path, recorded: dict[str, object]) -> No
         raise RunDirError(f"--resume {run_dir}: the run began with recovery.enabled=false"
                           f"{rule}, so it kept no checkpoints or trajectories to continue from "
                           f"and cannot be resumed; start a new run (--overwrite moves it aside)")
+
+
+# ------------------------------------------------------- checkpoints a run will load ---------
+
+def check_checkpoint(path: Path, what: str) -> None:
+    """A trainer checkpoint loads (``inputs.trainer_checkpoint``: its state, a complete
+    ``model.safetensors``, a whole ``optimizer.pt``) and, for the sharded trainer's layout,
+    every shard file its ``sharded/.metadata`` names is there and holds the bytes the metadata
+    says it does (before: a truncated ``__1_0.distcp`` passed ``--check`` and the run failed
+    with "trainer rank 0 exited with status 1 while in 'load'"). Raises ``FileInputError``."""
+    from .. import inputs
+
+    inputs.trainer_checkpoint(path, what)
+    sharded = path / "sharded"
+    if not sharded.is_dir():
+        return
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        storage = FileSystemReader(str(sharded)).read_metadata().storage_data
+    except Exception as exc:  # a damaged pickle raises whatever unpickling met
+        raise inputs.FileInputError(sharded / ".metadata", 0, f"not a readable "
+                                    f"torch.distributed checkpoint index ({type(exc).__name__})",
+                                    what) from None
+    ends: dict[str, int] = {}
+    for info in storage.values():
+        name = str(getattr(info, "relative_path", ""))
+        end = int(getattr(info, "offset", 0)) + int(getattr(info, "length", 0))
+        ends[name] = max(ends.get(name, 0), end)
+    for name, end in sorted(ends.items()):
+        shard = sharded / name
+        if os.sep in name or not shard.is_file():
+            raise inputs.FileInputError(sharded, 0, f".metadata names shard {name}, which is "
+                                                    f"missing", what)
+        size = shard.stat().st_size
+        if size < end:
+            raise inputs.FileInputError(shard, 0, f"truncated: the checkpoint's index needs "
+                                                  f"{end:,} bytes, the file has {size:,}", what)
+
+
+# The model config keys that fix the shapes of a checkpoint's tensors.
+SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size",
+              "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+
+
+def check_checkpoint_model(path: Path, expected: dict[str, object], model: str,
+                           what: str) -> None:
+    """The checkpoint in ``path`` was trained from the run's model: its ``config.json`` agrees
+    with ``expected`` (the run's model config) on every key of ``SHAPE_KEYS`` both give.
+    Before: a checkpoint of another shape passed ``--check`` and the run failed loading it
+    ("size mismatch for lm_head.weight"). Raises ``FileInputError`` naming the keys."""
+    from .. import inputs
+
+    if not (path / "config.json").is_file():
+        return  # nothing says its shape: the safetensors header checks stand
+    found = inputs.json_file(path / "config.json", what)
+    if not isinstance(found, dict):
+        raise inputs.FileInputError(path / "config.json", 0, "not a JSON object", what)
+    differ = [f"{k} {found[k]!r} (the run's model: {expected[k]!r})" for k in SHAPE_KEYS
+              if k in found and k in expected and found[k] != expected[k]]
+    if differ:
+        raise inputs.FileInputError(path, 0, f"a checkpoint of another model than {model}: "
+                                              f"{', '.join(differ)}", what)

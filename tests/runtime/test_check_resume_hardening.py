@@ -218,3 +218,140 @@ def test_simulate_refuses_an_option_its_mode_does_not_use(tmp_path, capsys, monk
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"{option} is not used by `simulate {argv[0]}`" in err, err
     assert not (tmp_path / "res").exists()
+
+
+# ------------------------------------ --check refuses what the run would fail on later -------
+
+def _refused_at_check(capsys, argv: list[str], *needles: str) -> str:
+    """``train --check`` exits 2 with the needles on stderr, no traceback (the old code: 0)."""
+    assert main(["train", *argv, "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_model):
+    """A finished 2-step run with a committed checkpoint per step."""
+    out = tmp_path_factory.mktemp("runs") / "run"
+    assert _train(out, "--set", "recovery.commit_every=1", steps=2) == 0
+    return out
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "lengths.jsonl"])
+def test_check_reads_the_reports_a_resume_continues(finished_run, tmp_path, capsys, name):
+    """Before: ``--check --resume`` said OK; the run then refused the file."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / name).write_text("garbage\n" + (out / name).read_text())
+    _refused_at_check(capsys, ["--no-progress", "--resume", str(out), "--steps", "3"],
+                      f"{out / name}:1")
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_check_refuses_a_lock_that_is_not_a_file(finished_run, tmp_path, capsys, resume):
+    """Before: ``--check`` said OK, the run then failed to take its lock (exit 2, later)."""
+    out = tmp_path / "run"
+    if resume:
+        shutil.copytree(finished_run, out)
+        (out / ".lock").unlink(missing_ok=True)
+    (out / ".lock").mkdir(parents=True)
+    argv = (["--no-progress", "--resume", str(out), "--steps", "3"] if resume else
+            [*FAKE, "--output-dir", str(out)])
+    _refused_at_check(capsys, argv, ".lock is not a regular file")
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("ray.engine_resources.num_cpus=-1", "ray.engine_resources"),
+    ("ray.trainer_resources.num_cpus=-0.5", "ray.trainer_resources"),
+    ("model.tiny.hidden_size=100000000", "model.tiny.hidden_size"),
+    # within each bound, too many parameters together (12 h^2 layers > 200M)
+    ("model.tiny.hidden_size=1024 --set model.tiny.layers=32", "parameters"),
+    # before: passed --check; the rank's timeout overflowed and the run blamed a lost rank
+    ("trainer.collective_timeout_s=1e308", "trainer.collective_timeout_s"),
+])
+def test_check_bounds_what_the_run_builds(tmp_path, capsys, setting, needle):
+    _refused_at_check(capsys, [*FAKE, "--set", *setting.split(" "), "--output-dir",
+                               str(tmp_path / "r")], needle)
+
+
+def test_check_refuses_prompts_the_fake_engine_cannot_read(tmp_path, capsys):
+    """Before: ``--check`` said OK and the run exited 70 (``ValueError: substring not found``
+    in the fake engine's tokenizer)."""
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "\\u20ac+1=", "answer": "2"}\n')
+    _refused_at_check(capsys, [*FAKE, "--set", f"data.path={data}",
+                               "--output-dir", str(tmp_path / "r")],
+                      "rollout.backend=fake", "prompt(s) 1 ('€')")
+
+
+def test_check_refuses_a_checkpoint_of_another_model(finished_run, tmp_path, capsys):
+    """Before: ``--check`` said OK; the run failed loading it (``size mismatch``)."""
+    _refused_at_check(capsys, [*FAKE, "--resume", str(finished_run / "checkpoint"),
+                               "--set", "model.tiny.hidden_size=64",
+                               "--set", "model.tiny.heads=2", "--output-dir",
+                               str(tmp_path / "r")],
+                      "a checkpoint of another model", "hidden_size 128 (the run's model: 64)")
+
+
+def test_check_refuses_a_checkpoint_with_a_truncated_shard(finished_run, tmp_path, capsys):
+    """The sharded trainer's layout (``sharded/``: a torch.distributed checkpoint): a shard
+    file shorter than its index says. Before: ``--check`` said OK and the run failed with
+    "trainer rank 0 exited with status 1 while in 'load'"."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(finished_run / "checkpoint", ckpt)
+    (ckpt / "optimizer.pt").unlink()
+    dcp.save({"w": torch.zeros(4096)}, checkpoint_id=str(ckpt / "sharded"), no_dist=True)
+    argv = [*FAKE, "--resume", str(ckpt), "--output-dir", str(tmp_path / "r")]
+    assert main(["train", *argv, "--check"]) == 0  # whole: accepted
+    capsys.readouterr()
+    shard = next((ckpt / "sharded").glob("*.distcp"))
+    with shard.open("r+b") as f:
+        f.truncate(shard.stat().st_size // 2)
+    _refused_at_check(capsys, argv, str(shard), "truncated")
+
+
+def test_a_run_in_a_damaged_run_dir_checkpoint_is_refused_at_check(finished_run, tmp_path,
+                                                                   capsys):
+    """The newest committed checkpoint of the run directory, which recovery loads first."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    newest = sorted((out / "checkpoints").glob("step-*"))[-1]
+    weights = newest / "model.safetensors"
+    with weights.open("r+b") as f:
+        f.truncate(weights.stat().st_size - 100)
+    _refused_at_check(capsys, ["--no-progress", "--resume", str(out), "--steps", "3"],
+                      str(weights), "truncated")
+
+
+def test_a_damaged_tiny_model_cache_is_rebuilt(tmp_path, capsys, monkeypatch):
+    """Before: a cached model with truncated weights was returned as it was, and every run
+    failed loading it."""
+    from runtime.inputs import safetensors_file
+    from runtime.models.tiny import TinySpec, ensure_tiny_model
+
+    spec = TinySpec(warmup_steps=1)
+    target = ensure_tiny_model(spec, root=tmp_path, log=None)
+    weights = target / "model.safetensors"
+    whole = weights.stat().st_size
+    with weights.open("r+b") as f:
+        f.truncate(whole // 2)
+    said: list[str] = []
+    assert ensure_tiny_model(spec, root=tmp_path, log=said.append) == target
+    assert weights.stat().st_size == whole
+    safetensors_file(weights, "the rebuilt model")  # complete again
+    assert any("damaged" in line and "rebuilding" in line for line in said), said
+
+
+def test_check_refuses_a_tiny_model_cache_it_cannot_write(tmp_path, capsys, monkeypatch):
+    """Before: ``--check`` said OK; the run failed building the model there (a traceback)."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("RESERVE_OCCUPY_CACHE", str(blocker))
+    _refused_at_check(capsys, [*FAKE, "--output-dir", str(tmp_path / "r")],
+                      "the tiny model's cache", "RESERVE_OCCUPY_CACHE")
