@@ -355,3 +355,30 @@ def test_check_refuses_a_tiny_model_cache_it_cannot_write(tmp_path, capsys, monk
     monkeypatch.setenv("RESERVE_OCCUPY_CACHE", str(blocker))
     _refused_at_check(capsys, [*FAKE, "--output-dir", str(tmp_path / "r")],
                       "the tiny model's cache", "RESERVE_OCCUPY_CACHE")
+
+
+@pytest.mark.parametrize("argv, option", [
+    # before: each accepted and ignored (exit 0)
+    (["--list", "--adapter", "runtime.porting.runner:ReferenceAdapter"], "--adapter"),
+    (["--check", "--stride", "5"], "--stride"),
+    (["--check", "--lenient"], "--lenient"),
+    (["--export", "basic/00000", "--family", "spec"], "--family"),
+    (["--family", "spec", "--adapter-timeout", "5"], "--adapter-timeout"),
+])
+def test_conformance_refuses_an_option_its_mode_does_not_use(capsys, argv, option):
+    assert main(["conformance", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and option in err and "leave it out" in err, err
+
+
+def test_faults_refuses_a_sim_share_a_variant_does_not_use(capsys, monkeypatch):
+    """A ``--variant`` runs on the driver or in the simulator only: ``--sim-share`` (the
+    split between them) was accepted and ignored."""
+    from runtime.faults import cli
+    from runtime.faults.variants import VARIANTS
+
+    monkeypatch.setattr(cli, "run_schedule", lambda *a, **k: pytest.fail("ran before the check"))
+    assert main(["faults", "--variant", next(iter(VARIANTS)), "--sim-share", "0.5",
+                 "--schedules", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--sim-share" in err, err
