@@ -2,7 +2,9 @@
 (one line naming it, exit 2, the run directory unchanged), a run that kept no recovery state
 (every peer's rule) is refused as unresumable, the metrics row recovery writes for a step a
 crash cut short counts that step, and ``train --check`` refuses what the run itself would
-fail on later (with a traceback or exit 70 before).
+fail on later (with a traceback or exit 70 before). Every setting acts or is refused: a peer's
+rule refuses ``staleness.max_concurrency`` unless it honours it, and ``simulate``,
+``conformance`` and ``faults`` refuse an option their mode does not use.
 
 The runs use the fake engine with the real GRPO trainer on the tiny model, in-process
 (``runtime.cli.main``), a few seconds each."""
