@@ -302,6 +302,15 @@ class TrainerConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _chunks_need_streaming(self) -> TrainerConfig:
+        # chunk_groups sizes the chunks of streaming training and nothing else (before: any
+        # value was accepted and ignored without trainer.streaming)
+        if not self.streaming and self.chunk_groups != 1:
+            raise ValueError(f"chunk_groups ({self.chunk_groups}) sizes the chunks of streaming "
+                             f"training: set trainer.streaming=true, or leave it at 1")
+        return self
+
+    @model_validator(mode="after")
     def _streamable(self) -> TrainerConfig:
         if self.streaming and (self.epochs != 1 or self.minibatches != 1):
             raise ValueError(f"streaming trains one pass with one optimiser step per batch: it "

@@ -384,3 +384,12 @@ def test_faults_refuses_a_sim_share_a_variant_does_not_use(capsys, monkeypatch):
                  "--schedules", "1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--sim-share" in err, err
+
+
+def test_chunk_groups_without_streaming_is_refused(tmp_path, capsys):
+    """``trainer.chunk_groups`` acts only with ``trainer.streaming`` (before: accepted and
+    ignored, --check exit 0)."""
+    _refused_at_check(capsys, [*FAKE, "--set", "trainer.chunk_groups=3", "--output-dir",
+                               str(tmp_path / "r")], "chunk_groups (3)", "trainer.streaming")
+    assert main(["train", *FAKE, "--set", "trainer.chunk_groups=3", "--set",
+                 "trainer.streaming=true", "--check", "--output-dir", str(tmp_path / "r")]) == 0
