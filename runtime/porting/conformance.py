@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # The options each mode reads (by argparse dest; the mode: --check, --regenerate, --list,
 # --export, else a run of the vectors against a port). An option its mode does not read is
 # refused (``_check_used``; before: ``--list --adapter X`` or ``--check --stride 5`` were
-# accepted and ignored), as is ``--adapter-timeout`` without ``--adapter-cmd``.
+# accepted and ignored).
 MODE_OPTIONS: dict[str, frozenset[str]] = {
     "run": frozenset({"adapter", "adapter_cmd", "lenient", "family", "stride", "save_failures",
                       "dir", "adapter_timeout"}),
@@ -105,9 +105,6 @@ def _check_used(args: argparse.Namespace) -> None:
         if getattr(args, dest) != action.default:
             what = "a run of the vectors" if mode == "run" else f"--{mode}"
             raise UsageError(f"{action.option_strings[0]} is not used by {what}: leave it out")
-    if mode == "run" and args.adapter_timeout != 60.0 and args.adapter_cmd is None:
-        raise UsageError("--adapter-timeout is for --adapter-cmd (an in-process adapter is "
-                         "called directly): leave it out")
 
 
 def _check(args: argparse.Namespace) -> None:

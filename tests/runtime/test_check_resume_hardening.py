@@ -365,7 +365,7 @@ def test_check_refuses_a_tiny_model_cache_it_cannot_write(tmp_path, capsys, monk
     (["--check", "--stride", "5"], "--stride"),
     (["--check", "--lenient"], "--lenient"),
     (["--export", "basic/00000", "--family", "spec"], "--family"),
-    (["--family", "spec", "--adapter-timeout", "5"], "--adapter-timeout"),
+    (["--list", "--adapter-timeout", "5"], "--adapter-timeout"),
 ])
 def test_conformance_refuses_an_option_its_mode_does_not_use(capsys, argv, option):
     assert main(["conformance", *argv]) == 2
