@@ -393,3 +393,24 @@ def test_chunk_groups_without_streaming_is_refused(tmp_path, capsys):
                                str(tmp_path / "r")], "chunk_groups (3)", "trainer.streaming")
     assert main(["train", *FAKE, "--set", "trainer.chunk_groups=3", "--set",
                  "trainer.streaming=true", "--check", "--output-dir", str(tmp_path / "r")]) == 0
+
+
+def test_run_training_as_a_library_keeps_the_resume_rule(evaluated_run, tmp_path):
+    """``session.run_training(resume=run_dir)`` refuses a config that changes what the run is,
+    as ``train --resume`` does, before anything is written (before: it went on, past the
+    check, and failed later on the missing model)."""
+    import asyncio
+
+    from runtime.config import load_config
+    from runtime.recovery.rundir import RunDirError
+    from runtime.session import run_training
+    from runtime.tasks.base import load_reward
+
+    out = tmp_path / "run"
+    shutil.copytree(evaluated_run, out)
+    before = _digest(out)
+    cfg = load_config(out / "config.json", {"run.eval_prompts": 0})
+    with pytest.raises(RunDirError, match="a resume cannot change run.eval_prompts"):
+        asyncio.run(run_training(cfg, tmp_path / "no-model", [], load_reward(cfg.reward.name),
+                                 out, resume=out, log=lambda _: None))
+    assert _digest(out) == before
