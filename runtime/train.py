@@ -114,9 +114,8 @@ _LOCKS: list = []  # the run directory locks _run took
 
 def _run(args: argparse.Namespace) -> int:
     configure()  # before torch or vLLM is imported
-    from .config import load_config
+    from .config import ConfigFileError, load_config
     from .data import load_prompts
-    from .config import ConfigFileError
     from .recovery.rundir import (
         RunDirError,
         check_movable,
@@ -230,13 +229,16 @@ def _run(args: argparse.Namespace) -> int:
 
 def _recorded_settings(run_dir: Path | None) -> dict | None:
     """The settings the run in ``run_dir`` began with (its ``config.json``, validated as a
-    config; ``model_dump`` form), or None: no config.json (the resume then needs --config and
-    nothing can be compared). An invalid one raises ``ConfigFileError`` as the resume would."""
-    from .config import load_config
+    config; ``model_dump`` form), or None: no config.json, or one that is not a valid config
+    (nothing can be compared; without --config the resume loads it and says why)."""
+    from .config import ConfigFileError, load_config
 
     if run_dir is None or not (run_dir / "config.json").is_file():
         return None
-    return load_config(run_dir / "config.json", warn=lambda line: None).model_dump(mode="json")
+    try:
+        return load_config(run_dir / "config.json", warn=lambda _: None).model_dump(mode="json")
+    except ConfigFileError:
+        return None
 
 
 def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-untyped-def]

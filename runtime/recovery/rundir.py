@@ -139,9 +139,10 @@ def check_not_in_use(path: Path) -> None:
         return
     if os.path.lexists(lock_path) and (lock_path.is_symlink() or not lock_path.is_file()):
         # the run would fail to take its lock there (before: --check said OK, the run exit 2)
-        raise RunDirError(f"run directory {path}: {LOCK_NAME} is not a regular file (a "
-                          f"{'symbolic link' if lock_path.is_symlink() else 'directory or special file'}"
-                          f"); it is where the run's lock lives: remove it")
+        kind = ("a symbolic link" if lock_path.is_symlink() else
+                "a directory" if lock_path.is_dir() else "a special file")
+        raise RunDirError(f"run directory {path}: {LOCK_NAME} is not a regular file ({kind}); "
+                          f"it is where the run's lock lives: remove it")
     if not lock_path.is_file():
         return
     try:

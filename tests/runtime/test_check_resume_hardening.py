@@ -414,3 +414,18 @@ def test_run_training_as_a_library_keeps_the_resume_rule(evaluated_run, tmp_path
         asyncio.run(run_training(cfg, tmp_path / "no-model", [], load_reward(cfg.reward.name),
                                  out, resume=out, log=lambda _: None))
     assert _digest(out) == before
+
+
+def test_a_lock_that_is_a_symbolic_link_is_refused_and_never_followed(tmp_path, capsys):
+    """``--check`` refuses it; the run never takes its lock through it (``O_NOFOLLOW``), so
+    the file the link names is left as it was (before: --check said OK and the run wrote its
+    pid into the file the link named)."""
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not yours\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".lock").symlink_to(elsewhere)
+    _refused_at_check(capsys, [*FAKE, "--output-dir", str(out)], ".lock is not a regular file",
+                      "a symbolic link")
+    assert _train(out, steps=1) == 2
+    assert elsewhere.read_text() == "not yours\n"
