@@ -170,6 +170,24 @@ class LogCounts:
                 "staleness": {str(k): v for k, v in sorted(self.staleness.items())}}
 
 
+def counts_at_publishes(controller: Any) -> dict[int, dict[str, int]]:
+    """Step ``k`` -> ``LogCounts.counts`` as the controller's log stood right after its
+    ``k + 1``-th ``publish`` (step ``k`` trained and published): the counts of a metrics row
+    that recovery writes for a step the crash cut short (``MetricsSink.recovered``)."""
+    from reserve_occupy.trace import event_to_record
+
+    log, out = LogCounts(), {}
+    metas = getattr(controller, "metas", {})
+    for event in controller.events:
+        record = event_to_record(event)
+        if event.seq in metas:
+            record["meta"] = metas[event.seq]
+        log.add(record)
+        if record.get("op") == "publish":
+            out[log.counts["steps"] - 1] = dict(log.counts)
+    return out
+
+
 class ControllerCounts:
     """``LogCounts`` kept up to date from a live ``JournaledController``'s in-memory events
     (the same events, in the same trace format, that its log file receives)."""

@@ -28,7 +28,7 @@ from pydantic import (
 from reserve_occupy.config import MAX_STALENESS
 from reserve_occupy.trace import MAX_JSON_DEPTH
 
-from .peers import POLICY_CHOICES, REFERENCE, peer_streams
+from .peers import POLICY_CHOICES, REFERENCE, peer_streams, unhonoured
 from .records import DriverSettings
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
@@ -118,12 +118,21 @@ def _finite_mapping(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+# The embedded tiny model is built and warmed up (AdamW: weights and 3 copies of state) on
+# the CPU when a run starts: at most 200M parameters (about 3.2 GB with the optimiser), each
+# dimension bounded before the product (before: model.tiny.hidden_size=100000000 passed
+# --check and the build failed allocating its first matrix).
+MAX_TINY_HIDDEN = 8192
+MAX_TINY_LAYERS = 256
+MAX_TINY_PARAMS = 200_000_000
+
+
 class TinyModelConfig(_Section):
     """The embedded model (used when ``model.path`` is null); see ``runtime.models.tiny``."""
 
-    hidden_size: int = Field(128, ge=32)
-    layers: int = Field(4, ge=1)
-    heads: int = Field(4, ge=1)
+    hidden_size: int = Field(128, ge=32, le=MAX_TINY_HIDDEN)
+    layers: int = Field(4, ge=1, le=MAX_TINY_LAYERS)
+    heads: int = Field(4, ge=1, le=MAX_TINY_HIDDEN // 32)
     warmup_steps: int = Field(200, ge=0)
     warmup_lr: float = Field(3e-3, gt=0)
     max_operand: int = Field(9, ge=1)
@@ -135,6 +144,13 @@ class TinyModelConfig(_Section):
         if self.hidden_size % self.heads or self.hidden_size // self.heads < 32:
             raise ValueError("hidden_size / heads must be a whole number >= 32 (vLLM's CPU "
                              "attention does not support smaller heads)")
+        params = 12 * self.hidden_size ** 2 * self.layers  # attention 4 h^2 + MLP 8 h^2
+        if params > MAX_TINY_PARAMS:
+            raise ValueError(f"hidden_size {self.hidden_size} x layers {self.layers} is about "
+                             f"{params / 1e6:,.0f}M parameters; the embedded tiny model is "
+                             f"built and warmed up on this machine's CPU at start-up and takes "
+                             f"at most {MAX_TINY_PARAMS // 10**6}M (use model.path for a "
+                             f"larger model)")
         return self
 
 
@@ -222,6 +238,9 @@ class TimeoutConfig(_Section):
     stuck_s: float | None = Field(60.0, gt=0)  # release_stuck after the trainer waited this
 
 
+MAX_COLLECTIVE_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 class TrainerConfig(_Section):
     lr: float = Field(3e-4, gt=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -262,7 +281,9 @@ class TrainerConfig(_Section):
     # in a collective longer than collective_timeout_s fails the run (a hung rank).
     world_size: int = Field(1, ge=1, le=MAX_WORLD)
     strategy: Literal["auto", "single", "fsdp"] = "auto"
-    collective_timeout_s: float = Field(300.0, gt=0)
+    # at most a week: torch keeps the timeout in milliseconds in a 64-bit integer, and a
+    # larger value (1e308) overflowed it inside the rank, reported as a lost rank
+    collective_timeout_s: float = Field(300.0, gt=0, le=MAX_COLLECTIVE_TIMEOUT_S)
 
     @field_validator("betas")
     @classmethod
@@ -281,6 +302,15 @@ class TrainerConfig(_Section):
         if self.strategy == "single" and self.world_size > 1:
             raise ValueError(f"strategy single trains in one process: world_size must be 1 "
                              f"(got {self.world_size}); use strategy fsdp or auto")
+        return self
+
+    @model_validator(mode="after")
+    def _chunks_need_streaming(self) -> TrainerConfig:
+        # chunk_groups sizes the chunks of streaming training and nothing else (before: any
+        # value was accepted and ignored without trainer.streaming)
+        if not self.streaming and self.chunk_groups != 1:
+            raise ValueError(f"chunk_groups ({self.chunk_groups}) sizes the chunks of streaming "
+                             f"training: set trainer.streaming=true, or leave it at 1")
         return self
 
     @model_validator(mode="after")
@@ -314,6 +344,17 @@ class RayConfig(_Section):
     # trainer.world_size > 1: the rank actors' placement group strategy (docs/ray.md)
     trainer_placement: Literal["STRICT_PACK", "PACK", "SPREAD", "STRICT_SPREAD"] = "STRICT_PACK"
     max_engine_restarts: int = Field(3, ge=0)  # replacements for crashed engine actors
+
+    @field_validator("engine_resources", "trainer_resources")
+    @classmethod
+    def _amounts(cls, value: dict[str, float]) -> dict[str, float]:
+        # Ray's own check comes only when an actor is placed, after the engines started
+        # (before: num_cpus=-1 passed --check, then the run failed)
+        for name, amount in value.items():
+            if not math.isfinite(amount) or amount < 0:
+                raise ValueError(f"{name}: a resource amount must be a finite number >= 0, "
+                                 f"got {amount}")
+        return value
 
 
 class RunConfig(_Section):
@@ -380,6 +421,9 @@ class TrainConfig(_Section):
         if s.capacity is not None:
             raise ValueError(f"staleness.capacity (batch-level oversampling) is Reserve–Occupy's;"
                              f" staleness.policy={s.policy} does not take it")
+        refused = unhonoured(s.policy, {"max_concurrency": s.max_concurrency})
+        if refused is not None:  # runtime.peers.RULE_SETTINGS: what each rule honours
+            raise ValueError(refused)
         return self
 
     def driver_settings(self) -> DriverSettings:

@@ -179,7 +179,8 @@ class MetricsSink:
                                    "(pip install tensorboard)") from None
             self._tb = SummaryWriter(str(out_dir / "tensorboard"))
 
-    def recovered(self, step: int, figures: dict[int, tuple[int, dict[str, Any]]]) -> None:
+    def recovered(self, step: int, figures: dict[int, tuple[int, dict[str, Any]]],
+                  counts: dict[int, dict[str, int]] | None = None) -> None:
         """A resumed run that recovery brought to ``step`` steps: write a row (``recovered``:
         true) for each trained step whose row the crash cut short (the process died between
         the step's consume and its row). Its ``tokens_trained`` and ``train/*`` are those of
@@ -188,7 +189,10 @@ class MetricsSink:
         figures go on from the previous row. A step recovery did not retrain (its checkpoint
         was committed before the crash) has the figures that checkpoint recorded; one without
         figures (an older checkpoint) gets a row that says ``tokens_unknown``: true, adds no
-        tokens and has no ``train/*``."""
+        tokens and has no ``train/*``. ``counts``: step -> the event log's unit and step counts
+        right after that step's publish (``accounting.counts_at_publishes``); without them a
+        row would carry the previous row's (before: step 9 said ``steps`` 9, ``trained`` 144
+        where the log had 10 and 160)."""
         last = self.rows[-1] if self.rows and isinstance(self.rows[-1], dict) else {}
         done = last.get("step", -1)
         for k in range(done + 1 if isinstance(done, int) else step, step):
@@ -203,7 +207,7 @@ class MetricsSink:
                 "tokens_trained": self.carried.tokens_trained + tokens,
                 **dict.fromkeys(("step_s", "train_s", "sync_s", "wait_s", "tail_s",
                                  "stream_s"), 0.0),
-                "streamed_units": 0, **unknown,
+                "streamed_units": 0, **unknown, **(counts or {}).get(k, {}),
                 **{f"train/{key}": v for key, v in metrics.items()}})
             self.carried = replace(self.carried,
                                    tokens_trained=self.carried.tokens_trained + tokens)

@@ -119,6 +119,52 @@ PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "roll", "area
 POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
 
 
+# The staleness settings each rule honours (docs/runtime.md, "Peers' rules": the table "what
+# each rule honours"). Every rule takes the batch shape (``batch_size``, ``group_size``) and
+# runs under the driver's group-level oversampling (``candidates``) and zero-variance filter
+# (``filter_zero_variance``), which are the runtime's own, not the rule's. ``max_concurrency``
+# acts only through ``sim.rollout_has_room`` (the engine's room), which only ``synchronous``
+# and ``unbounded`` ask; the other rules bound what is in flight by their own count (NeMo-RL's
+# dataloader batches, verl's 1:1 refill, ROLL's quotas, AReaL's count bound) and would run 16
+# or 32 groups at once under ``max_concurrency=2`` while the log said 2: they refuse it.
+# ``capacity`` (batch-level oversampling) is Reserve–Occupy's alone. ``max_staleness`` is the
+# rule's eta (``synchronous`` runs at 0 whatever it says: its eta is 0 by definition, and the
+# bench compares every rule at one eta). tests/runtime/test_check_resume_hardening.py checks
+# this table against the policies' source (a rule that asks ``rollout_has_room`` honours
+# ``max_concurrency``).
+_EVERY_RULE = frozenset({"max_staleness", "batch_size", "group_size", "candidates",
+                         "filter_zero_variance"})
+RULE_SETTINGS: dict[str, frozenset[str]] = {
+    "nemo_in_order": _EVERY_RULE,
+    "nemo_weight_fifo": _EVERY_RULE,
+    "verl_drop": _EVERY_RULE,
+    "roll": _EVERY_RULE,
+    "areal": _EVERY_RULE,
+    "synchronous": _EVERY_RULE | {"max_concurrency"},
+    "unbounded": _EVERY_RULE | {"max_concurrency"},
+}
+# staleness.* settings that are off when None, which a rule that does not honour them refuses
+# (``capacity``: config validation refuses it with every peer, naming it Reserve–Occupy's; the
+# core's ``Config`` fills it with ``batch_size``, so ``PeerController`` cannot tell it was set)
+OPTIONAL_SETTINGS = ("max_concurrency",)
+
+
+def unhonoured(name: str, given: dict[str, Any]) -> str | None:
+    """The first ``staleness.*`` setting of ``given`` (name -> value; None: not set) that the
+    peer's rule ``name`` does not honour, as one line naming the rule and the rules that do;
+    None if it honours all it was given (or ``name`` is not a peer's rule)."""
+    if name not in RULE_SETTINGS:
+        return None
+    for key in OPTIONAL_SETTINGS:
+        if given.get(key) is None or key in RULE_SETTINGS[name]:
+            continue
+        others = [p for p in PEER_POLICIES if key in RULE_SETTINGS[p]]
+        which = f"of the peers only {', '.join(others)} honour it"
+        return (f"staleness.{key}={given[key]} is not honoured by staleness.policy={name} "
+                f"(the rule bounds its groups in flight itself; {which}): leave it unset")
+    return None
+
+
 def peer_streams(name: str) -> bool:
     """Whether the simulator's policy ``name`` streams (``Policy.streams``: it hands a
     streaming trainer chunks), read from the class itself, not from a list kept here."""
@@ -257,6 +303,9 @@ class PeerController:
         if isinstance(chunk_groups, bool) or not isinstance(chunk_groups, int) \
                 or chunk_groups < 1:
             raise ValueError(f"chunk_groups must be an int >= 1, got {chunk_groups!r}")
+        refused = unhonoured(policy, {"max_concurrency": config.max_concurrency})
+        if refused is not None:  # a setting the rule would ignore is never accepted silently
+            raise UnsupportedByRuntime(refused)
         self.policy_name = policy
         self.chunk_groups = chunk_groups
         # the driver's clock, read only by a rule that sets a timer (``timer``, ``fire_timer``)

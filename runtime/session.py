@@ -190,7 +190,7 @@ async def _run_locked(cfg: TrainConfig, model_path: Path, prompts: Sequence[Prom
                       resume: Path | None, log: Callable[[str], None],
                       driver_hook: Callable[[Driver], None] | None,
                       cluster: Any) -> TrainingResult:
-    continuing = _check_run_dir(out_dir, resume)
+    continuing = _check_run_dir(out_dir, resume, cfg)
     from .prompts import render_for_model
 
     prompts = render_for_model(prompts, model_path, cfg.data.chat_template)  # runtime.prompts
@@ -314,10 +314,18 @@ class RunState:
     retrained: dict[int, Any] = field(default_factory=dict)  # recovery's retrained batches
 
 
-def _check_run_dir(out_dir: Path, resume: Path | None) -> bool:
+def _check_run_dir(out_dir: Path, resume: Path | None, cfg: TrainConfig | None = None) -> bool:
     """Whether ``resume`` continues the run in ``out_dir``; refuses a new run in a directory
-    that holds one (``RunDirError``) before anything is written."""
-    from .recovery.rundir import RunDirError, check_reports, run_files
+    that holds one (``RunDirError``) before anything is written, and a continued run whose
+    settings (``cfg``) change what the run is, or that kept no recovery state, as ``train
+    --resume`` does (``recovery.rundir.check_same_run``; docs/recovery.md)."""
+    from .recovery.rundir import (
+        RunDirError,
+        check_recoverable_settings,
+        check_reports,
+        check_same_run,
+        run_files,
+    )
 
     continuing = resume is not None and is_run_dir(resume)
     if continuing and resume.resolve() != out_dir.resolve():  # type: ignore[union-attr]
@@ -325,6 +333,16 @@ def _check_run_dir(out_dir: Path, resume: Path | None) -> bool:
                          f"run.output_dir to it (or leave --output-dir out)")
     if continuing:  # a bad report line refuses the resume before anything starts
         check_reports(out_dir)
+        if cfg is not None and (out_dir / "config.json").is_file():
+            from .config import ConfigFileError, load_config
+
+            try:
+                recorded = load_config(out_dir / "config.json",
+                                       warn=lambda _: None).model_dump(mode="json")
+            except ConfigFileError as exc:
+                raise RunDirError(str(exc)) from None
+            check_recoverable_settings(out_dir, recorded)
+            check_same_run(out_dir, recorded, cfg.model_dump(mode="json"))
     held = [] if continuing else run_files(out_dir)
     if held:
         raise RunDirError(f"{out_dir} holds a run ({', '.join(held)}): continue it with "
@@ -416,7 +434,10 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
     sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
                        append=continuing, counters=getattr(reward_fn, "metrics", None))
     if state.resume_point is not None:  # steps a crash trained without writing their rows
-        sink.recovered(state.resume_point.step, state.retrained)
+        from .accounting import counts_at_publishes
+
+        sink.recovered(state.resume_point.step, state.retrained,
+                       counts_at_publishes(state.controller))
     if continuing and sink.rows:  # keep what only the driver counts cumulative
         driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
     else:

@@ -124,11 +124,15 @@ _LOCKS: list = []  # the run directory locks _run took
 
 def _run(args: argparse.Namespace) -> int:
     configure()  # before torch or vLLM is imported
-    from .config import load_config
+    from .config import ConfigFileError, load_config
     from .data import load_prompts
     from .recovery.rundir import (
         RunDirError,
         check_movable,
+        check_overrides_keep_run,
+        check_recoverable_settings,
+        check_reports,
+        check_same_run,
         check_not_in_use,
         check_output_dir,
         check_resumable,
@@ -170,7 +174,20 @@ def _run(args: argparse.Namespace) -> int:
                              f"run's own config) to resume it")
             config_path = str(resume / "config.json")
     try:
-        cfg = load_config(config_path, _overrides(args))
+        overrides = _overrides(args)
+        recorded = _recorded_settings(resume) if continuing else None
+        if recorded is not None:
+            check_recoverable_settings(resume, recorded)  # type: ignore[arg-type]
+            try:
+                cfg = load_config(config_path, overrides)
+            except ConfigFileError:  # name a setting the resume may not change, if one is
+                check_overrides_keep_run(resume, recorded, overrides)  # type: ignore[arg-type]
+                raise
+            check_same_run(resume, recorded, cfg.model_dump(mode="json"))  # type: ignore
+        else:
+            cfg = load_config(config_path, overrides)
+        if continuing:
+            check_recoverable_settings(resume, cfg.model_dump(mode="json"))  # type: ignore
         cfg.driver_settings().controller_config()  # the core's own limits, before any work
         prompts = load_prompts(cfg.data.path, cfg.data.prompt_field, cfg.data.answer_field,
                                cfg.data.limit)
@@ -193,6 +210,7 @@ def _run(args: argparse.Namespace) -> int:
         if continuing:
             found = check_resumable(out_dir, cfg.driver_settings().controller_config(),
                                     len(train_prompts))
+            check_reports(out_dir)  # metrics.jsonl, lengths.jsonl: --check too, not only the run
             if found.version >= cfg.run.steps and not args.check:
                 missing = "" if (out_dir / "summary.json").is_file() else (
                     "; it stopped before its final evaluation and summary.json")
@@ -231,6 +249,20 @@ def _run(args: argparse.Namespace) -> int:
     return _train(cfg, model_path, prompts, reward, resume)
 
 
+def _recorded_settings(run_dir: Path | None) -> dict | None:
+    """The settings the run in ``run_dir`` began with (its ``config.json``, validated as a
+    config; ``model_dump`` form), or None: no config.json, or one that is not a valid config
+    (nothing can be compared; without --config the resume loads it and says why)."""
+    from .config import ConfigFileError, load_config
+
+    if run_dir is None or not (run_dir / "config.json").is_file():
+        return None
+    try:
+        return load_config(run_dir / "config.json", warn=lambda _: None).model_dump(mode="json")
+    except ConfigFileError:
+        return None
+
+
 def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-untyped-def]
                ) -> Path | None:
     """What the run loads before its engine, loaded now: the trainer device on this machine,
@@ -263,18 +295,29 @@ def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-u
             from .rollout.vllm_engine import check_cpu_engine_args
 
             check_cpu_engine_args(cfg.rollout.engine_args)
-    if checkpoint is not None:
-        inputs.trainer_checkpoint(checkpoint, "--resume")
+    from .recovery.rundir import check_checkpoint, check_checkpoint_model
+
+    if checkpoint is not None:  # complete files, every shard the sharded layout names
+        check_checkpoint(checkpoint, "--resume")
     from .prompts import render_prompts
 
     if cfg.model.path is None:  # the tiny model's tokenizer is built, not loaded
         from .models.tiny import build_tokenizer
 
         tokenizer = build_tokenizer(chat=cfg.model.tiny.chat)
+        if checkpoint is not None:
+            t = cfg.model.tiny
+            check_checkpoint_model(checkpoint, {
+                "model_type": "qwen2", "vocab_size": len(tokenizer),
+                "hidden_size": t.hidden_size, "intermediate_size": 4 * t.hidden_size,
+                "num_hidden_layers": t.layers, "num_attention_heads": t.heads,
+                "num_key_value_heads": t.heads}, "the tiny model (model.tiny)", "--resume")
         prompts = render_prompts(prompts, tokenizer, cfg.data.chat_template, "the tiny model")
+        _check_encodes(cfg, prompts, tokenizer, "the tiny model")
         check_lengths(None, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
                       tokenizer=tokenizer)
         _check_budget(cfg, prompts, tokenizer)
+        _check_tiny_cache(cfg)
         return None
     model_path = Path(cfg.model.path)
     where = f"model.path {cfg.model.path}"
@@ -287,6 +330,8 @@ def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-u
     if not isinstance(config, dict) or "model_type" not in config:
         raise InputError(f"{where}: config.json has no model_type, so no library can load it")
     inputs.model_weights(model_path, "model.path")
+    if checkpoint is not None:
+        check_checkpoint_model(checkpoint, config, where, "--resume")
     # transformers "loads" a directory without tokenizer files as an empty tokenizer (one
     # token, every text encodes to nothing): look for the files first
     if not any((model_path / name).is_file() for name in TOKENIZER_FILES):
@@ -301,13 +346,72 @@ def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-u
         raise InputError(f"{where}: cannot load its tokenizer ({type(exc).__name__}: "
                          f"{detail})") from None
     prompts = render_prompts(prompts, tokenizer, cfg.data.chat_template, where)
-    empty = [p.index for p in prompts if not tokenizer.encode(p.text)][:3]
-    if empty:
-        raise InputError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
+    _check_encodes(cfg, prompts, tokenizer, where)
     check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
                   tokenizer=tokenizer)
     _check_budget(cfg, prompts, tokenizer)
     return model_path
+
+
+def _check_encodes(cfg, prompts, tokenizer, where: str) -> None:  # type: ignore[no-untyped-def]
+    """Every prompt, as the run renders it, encodes to tokens with the model's tokenizer, and
+    with ``rollout.backend=fake`` with the fake engine's own tokenizer (digits, ``+`` and
+    ``=``: before, another character passed ``--check`` and the run stopped with exit 70,
+    ``ValueError: substring not found``). ``InputError`` naming the prompts."""
+    from .inputs import InputError
+
+    empty = [p.index for p in prompts if not tokenizer.encode(p.text)][:3]
+    if empty:
+        raise InputError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
+    if cfg.rollout.backend == "fake":
+        from .rollout.fake import CharTokenizer
+
+        alphabet = set(CharTokenizer._chars)
+        bad = [(p.index, ch) for p in prompts
+               for ch in [next((c for c in p.text if c not in alphabet), None)] if ch][:3]
+        if bad:
+            shown = ", ".join(f"{i} ({ch!r})" for i, ch in bad)
+            raise InputError(f"rollout.backend=fake: its engine reads only the characters "
+                             f"{CharTokenizer._chars!r} (the arithmetic task's), and prompt(s) "
+                             f"{shown} hold others (as the run renders them, a chat template "
+                             f"included): use rollout.backend=vllm for this model and data")
+        if not all(p.text for p in prompts):
+            raise InputError("rollout.backend=fake: a prompt renders to no characters")
+
+
+def _tiny_spec(cfg):  # type: ignore[no-untyped-def]
+    from .models.tiny import TinySpec
+
+    t = cfg.model.tiny
+    return TinySpec(hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
+                    max_positions=cfg.rollout.max_model_len, seed=t.seed,
+                    warmup_steps=t.warmup_steps, warmup_lr=t.warmup_lr,
+                    max_operand=t.max_operand, chat=t.chat)
+
+
+def _check_tiny_cache(cfg) -> None:  # type: ignore[no-untyped-def]
+    """The tiny model's cache directory: a cached model that cannot load is rebuilt at the
+    run's start (``ensure_tiny_model``; said here), and where the model must be built the
+    cache must be writable (``InputError`` naming it and the variables that move it; before:
+    the run failed at its start with a traceback). Creates nothing (a probe is removed)."""
+    from .inputs import InputError
+    from .models.tiny import cache_damage, tiny_model_dir
+    from .recovery.rundir import RunDirError, check_output_dir
+
+    target = tiny_model_dir(_tiny_spec(cfg))
+    if (target / "model.safetensors").exists():
+        damaged = cache_damage(target)
+        if damaged is None:
+            return
+        print(f"{PROG}: the cached tiny model in {target} is damaged ({damaged}); the run "
+              f"rebuilds it", file=sys.stderr)
+    try:
+        check_output_dir(target.parent)
+    except RunDirError as exc:
+        why = str(exc).partition(": ")[2] or str(exc)
+        raise InputError(f"the tiny model's cache {target.parent}: {why}; the tiny model is "
+                         f"built there on first use: set RESERVE_OCCUPY_CACHE (or "
+                         f"XDG_CACHE_HOME) to a writable directory") from None
 
 
 def _check_budget(cfg, prompts, tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -332,17 +436,13 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     from .recovery.resume import RecoveryError
 
     RecoveryFailed = (LogCorrupt, RecoveryError)
-    from .models.tiny import TinySpec, ensure_tiny_model
+    from .models.tiny import ensure_tiny_model
     from .session import run_training
 
     hf_logging.disable_progress_bar()  # per-load bars would interleave with the run's own
 
     if model_path is None:
-        t = cfg.model.tiny
-        model_path = ensure_tiny_model(TinySpec(
-            hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
-            max_positions=cfg.rollout.max_model_len, seed=t.seed, warmup_steps=t.warmup_steps,
-            warmup_lr=t.warmup_lr, max_operand=t.max_operand, chat=t.chat))
+        model_path = ensure_tiny_model(_tiny_spec(cfg))
     out_dir = Path(cfg.run.output_dir)
     print(f"{PROG}: model {model_path}, {len(prompts)} prompts, "
           f"eta={cfg.staleness.max_staleness}, {cfg.staleness.batch_size} groups x "

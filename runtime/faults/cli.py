@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
         if args.json is not None:  # '' too: refused, not taken for "no --json"
             inputs.output_file(args.json, "--json")
         variant, policy, side = _variant(args.variant)
+        if side != "both" and args.sim_share != 0.2:  # accepted and ignored before
+            raise ValueError(f"--sim-share splits the schedules between the simulator and "
+                             f"the driver, and --variant {args.variant} runs on one side "
+                             f"only ({side}): leave it out")
     except ValueError as exc:  # InputError too
         print(f"faults: {exc}", file=sys.stderr)
         return 2

@@ -155,6 +155,29 @@ def warm_up(model, tokenizer, spec: TinySpec,
     return loss_value
 
 
+def tiny_model_dir(spec: TinySpec, root: Path | None = None) -> Path:
+    """Where ``ensure_tiny_model`` caches the model of ``spec``."""
+    return (root or cache_root()) / "models" / f"tiny-qwen2-{spec.key()}"
+
+
+def cache_damage(target: Path) -> str | None:
+    """Why the cached model directory ``target`` cannot load (a missing or unreadable
+    config.json or tokenizer, weights that are truncated or missing), or None if it can.
+    Reads only headers."""
+    from .. import inputs
+
+    try:
+        config = inputs.json_file(target / "config.json", "the tiny model cache")
+        if not isinstance(config, dict) or "model_type" not in config:
+            return "config.json has no model_type"
+        if not (target / "tokenizer.json").is_file():
+            return "tokenizer.json is missing"
+        inputs.model_weights(target, "the tiny model cache")
+    except inputs.InputError as exc:
+        return str(exc)
+    return None
+
+
 def ensure_tiny_model(spec: TinySpec | None = None, root: Path | None = None,
                       log: Callable[[str], None] | None = print) -> Path:
     """Path of the built model directory for ``spec``; builds and caches it on first use.
@@ -163,10 +186,21 @@ def ensure_tiny_model(spec: TinySpec | None = None, root: Path | None = None,
     interrupted build never leaves a half-written model that later runs would trust.
     """
     spec = spec or TinySpec()
-    root = root or cache_root()
-    target = root / "models" / f"tiny-qwen2-{spec.key()}"
+    target = tiny_model_dir(spec, root)
     if (target / "model.safetensors").exists():
-        return target
+        damaged = cache_damage(target)
+        if damaged is None:
+            return target
+        # A cached model that cannot load (a truncated file, a file removed) is ours to
+        # replace: rebuilt, never trusted (before: every later run failed loading it)
+        if log:
+            log(f"the cached tiny model in {target} is damaged ({damaged}): rebuilding it")
+        doomed = atomic_io.temp_path(target)
+        try:
+            os.rename(target, doomed)
+        except FileNotFoundError:
+            pass  # another process moved it first
+        shutil.rmtree(doomed, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if log:

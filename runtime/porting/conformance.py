@@ -89,8 +89,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "import, constructor or method call (60)")
 
 
+# The options each mode reads (by argparse dest; the mode: --check, --regenerate, --list,
+# --export, else a run of the vectors against a port). An option its mode does not read is
+# refused (``_check_used``; before: ``--list --adapter X`` or ``--check --stride 5`` were
+# accepted and ignored).
+MODE_OPTIONS: dict[str, frozenset[str]] = {
+    "run": frozenset({"adapter", "adapter_cmd", "lenient", "family", "stride", "save_failures",
+                      "dir", "adapter_timeout"}),
+    "check": frozenset({"family", "dir"}),
+    "regenerate": frozenset({"family", "dir"}),
+    "list": frozenset(),
+    "export": frozenset({"dir"}),
+}
+_MODE_FLAGS = ("check", "regenerate", "list", "export")
+
+
+def _check_used(args: argparse.Namespace) -> None:
+    mode = next((m for m in _MODE_FLAGS if getattr(args, m, None)), "run")
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    for action in parser._actions:
+        dest = action.dest
+        if dest in _MODE_FLAGS or dest in MODE_OPTIONS[mode] or not hasattr(args, dest):
+            continue
+        if getattr(args, dest) != action.default:
+            what = "a run of the vectors" if mode == "run" else f"--{mode}"
+            raise UsageError(f"{action.option_strings[0]} is not used by {what}: leave it out")
+
+
 def _check(args: argparse.Namespace) -> None:
     """Options and paths, before any vector runs."""
+    _check_used(args)
     inputs.int_in("--stride", args.stride, 1, MAX_STRIDE)
     for option, value in (("--adapter", args.adapter), ("--export", args.export)):
         if value is not None:  # '' is refused, not taken for "not given" (the reference ran)

@@ -104,7 +104,8 @@ def lock_run_dir(path: Path) -> RunDirLock:
         return held
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)  # never through a link to a file elsewhere
     except OSError as exc:
         raise RunDirError(f"run directory {path}: cannot create its lock file "
                           f"({exc.strerror or exc})") from None
@@ -134,7 +135,15 @@ def check_not_in_use(path: Path) -> None:
     """Raise ``RunDirInUse`` if a live process holds ``path``'s lock; creates nothing
     (``train --check``)."""
     lock_path = path / LOCK_NAME
-    if os.path.realpath(path) in _HELD or not lock_path.is_file():
+    if os.path.realpath(path) in _HELD:
+        return
+    if os.path.lexists(lock_path) and (lock_path.is_symlink() or not lock_path.is_file()):
+        # the run would fail to take its lock there (before: --check said OK, the run exit 2)
+        kind = ("a symbolic link" if lock_path.is_symlink() else
+                "a directory" if lock_path.is_dir() else "a special file")
+        raise RunDirError(f"run directory {path}: {LOCK_NAME} is not a regular file ({kind}); "
+                          f"it is where the run's lock lives: remove it")
+    if not lock_path.is_file():
         return
     try:
         fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -302,6 +311,12 @@ def check_resumable(run_dir: Path, config: Config, n_prompts: int) -> Resumable:
                 raise RunDirError(
                     f"{latest[1]}: checkpoint step {checkpoint} is ahead of the event log, "
                     f"which consumed only {len(consumed)} batches; {fix}")
+            from ..inputs import FileInputError
+
+            try:  # recovery loads it first: a damaged one stops the resume here, not there
+                check_checkpoint(latest[1], "the run's newest checkpoint")
+            except FileInputError as exc:
+                raise RunDirError(f"{exc}; {fix}") from None
     for seq, meta in contents.metas.items():
         position = meta.get("prompt")
         if isinstance(position, int) and not 0 <= position < n_prompts:
@@ -340,3 +355,179 @@ def _check_trajectories(root: Path, n_prompts: int, fix: str) -> set[object]:
                               f"{n_prompts} training prompts: resume with the run's own data")
         units.add(unit)
     return units
+
+
+# ------------------------------------------------------- what a resume may change -------------
+
+# Settings a resume may give other values than the run began with (docs/recovery.md, "What a
+# resume may change"): how long the run goes on, where and on what hardware it runs, how much
+# memory a step uses, how often it saves, what it reports and how long it waits. None of them
+# changes the algorithm (the staleness rule and its bounds, the batch shape), the model, the
+# data, the reward, the sampling, the optimiser or the evaluation the run's figures compare.
+# A name ending in "." is a whole section. Every other setting must be the one config.json
+# recorded: a setting added later is refused until it is listed here.
+RESUME_MAY_CHANGE = (
+    "run.steps",  # extend a finished run, or stop earlier
+    "run.output_dir",  # the same directory, however it is spelt (train checks that)
+    "run.backend", "run.progress", "run.plot", "run.tensorboard", "run.trace",
+    "run.keep_weights", "run.save_model_every", "run.check_invariants",
+    "timeouts.",  # liveness: when a stuck unit or trainer wait is given up
+    "trainer.device", "trainer.threads", "trainer.world_size", "trainer.strategy",
+    "trainer.collective_timeout_s", "trainer.micro_batch", "trainer.max_tokens_per_micro_batch",
+    "trainer.packing", "trainer.gradient_checkpointing",  # memory and speed, the same update
+    "rollout.engines", "rollout.max_num_seqs", "rollout.kv_cache_gib",
+    "rollout.gpu_memory_utilization", "rollout.engine_args", "rollout.fake_token_s",
+    "recovery.commit_every", "recovery.keep_checkpoints", "recovery.fsync",
+    "ray.",  # the cluster it runs on
+)
+
+
+def may_change_on_resume(key: str) -> bool:
+    """Whether the dotted setting ``key`` (or a key inside it) may change on a resume."""
+    return any(key.startswith(k) if k.endswith(".") else key == k or key.startswith(k + ".")
+               for k in RESUME_MAY_CHANGE)
+
+
+def _flatten(value: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict) and (not prefix or prefix.count(".") < 1):
+        out: dict[str, object] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}{k}" if not prefix else f"{prefix}.{k}"))
+        return out
+    return {prefix: value}
+
+
+def _loosely_equal(a: object, b: object) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_loosely_equal(x, y) for x, y in zip(a, b))
+    return a == b or (a is not None and b is not None and str(a) == str(b))
+
+
+def _refuse_changes(run_dir: Path, changed: list[tuple[str, object, object]]) -> None:
+    if not changed:
+        return
+    what = "; ".join(f"{key} (the run's {old!r}, asked {new!r})" for key, old, new in changed)
+    raise RunDirError(f"--resume {run_dir}: a resume cannot change {what}: it changes what the "
+                      f"run is (docs/recovery.md, \"What a resume may change\"); leave it as "
+                      f"the run began, or start a new run (--overwrite or another --output-dir)")
+
+
+def check_same_run(run_dir: Path, recorded: dict[str, object], asked: dict[str, object]) -> None:
+    """``asked`` (the resume's settings, ``TrainConfig.model_dump()``) against ``recorded``
+    (the run's own ``config.json``, loaded the same way): ``RunDirError`` naming each setting
+    a resume may not change (``RESUME_MAY_CHANGE``) that differs."""
+    old, new = _flatten(recorded), _flatten(asked)
+    changed = [(key, old.get(key), new.get(key)) for key in sorted(set(old) | set(new))
+               if not may_change_on_resume(key) and not _loosely_equal(old.get(key),
+                                                                       new.get(key))]
+    _refuse_changes(run_dir, changed)
+
+
+def check_overrides_keep_run(run_dir: Path, recorded: dict[str, object],
+                             overrides: dict[str, object]) -> None:
+    """``--set`` overrides of a resume against the run's recorded settings, before they are
+    validated together (a peer's rule on a Reserve–Occupy run fails validation with a message
+    about recovery, not about the resume): ``RunDirError`` naming each that may not change."""
+    from ..config import RENAMED_KEYS
+
+    changed = []
+    for key, value in overrides.items():
+        key = RENAMED_KEYS.get(key, key)
+        for sub, v in _leaves(value, key).items():
+            node: object = recorded
+            for part in sub.split("."):
+                node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+            if (node is not _MISSING and not may_change_on_resume(sub)
+                    and not _loosely_equal(node, v)):
+                changed.append((sub, node, v))
+    _refuse_changes(run_dir, changed)
+
+
+_MISSING = object()
+
+
+def _leaves(value: object, key: str) -> dict[str, object]:
+    """``{key: value}`` with a mapping value spread into its dotted leaves."""
+    if not isinstance(value, dict) or not value:
+        return {key: value}
+    out: dict[str, object] = {}
+    for k, v in value.items():
+        out.update(_leaves(v, f"{key}.{k}"))
+    return out
+
+
+def check_recoverable_settings(run_dir: Path, recorded: dict[str, object]) -> None:
+    """A run that began with ``recovery.enabled=false`` (every peer's rule does) kept no
+    checkpoints and no trajectories: its ``events.jsonl`` is a trace, not something a resume
+    can continue. ``RunDirError`` naming the setting (and the rule)."""
+    flat = _flatten(recorded)
+    if flat.get("recovery.enabled") is False:
+        policy = flat.get("staleness.policy")
+        rule = (f" (staleness.policy={policy}: a peer's rule runs without crash recovery)"
+                if policy not in (None, "reserve_occupy") else "")
+        raise RunDirError(f"--resume {run_dir}: the run began with recovery.enabled=false"
+                          f"{rule}, so it kept no checkpoints or trajectories to continue from "
+                          f"and cannot be resumed; start a new run (--overwrite moves it aside)")
+
+
+# ------------------------------------------------------- checkpoints a run will load ---------
+
+def check_checkpoint(path: Path, what: str) -> None:
+    """A trainer checkpoint loads (``inputs.trainer_checkpoint``: its state, a complete
+    ``model.safetensors``, a whole ``optimizer.pt``) and, for the sharded trainer's layout,
+    every shard file its ``sharded/.metadata`` names is there and holds the bytes the metadata
+    says it does (before: a truncated ``__1_0.distcp`` passed ``--check`` and the run failed
+    with "trainer rank 0 exited with status 1 while in 'load'"). Raises ``FileInputError``."""
+    from .. import inputs
+
+    inputs.trainer_checkpoint(path, what)
+    sharded = path / "sharded"
+    if not sharded.is_dir():
+        return
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        storage = FileSystemReader(str(sharded)).read_metadata().storage_data
+    except Exception as exc:  # a damaged pickle raises whatever unpickling met
+        raise inputs.FileInputError(sharded / ".metadata", 0, f"not a readable "
+                                    f"torch.distributed checkpoint index ({type(exc).__name__})",
+                                    what) from None
+    ends: dict[str, int] = {}
+    for info in storage.values():
+        name = str(getattr(info, "relative_path", ""))
+        end = int(getattr(info, "offset", 0)) + int(getattr(info, "length", 0))
+        ends[name] = max(ends.get(name, 0), end)
+    for name, end in sorted(ends.items()):
+        shard = sharded / name
+        if os.sep in name or not shard.is_file():
+            raise inputs.FileInputError(sharded, 0, f".metadata names shard {name}, which is "
+                                                    f"missing", what)
+        size = shard.stat().st_size
+        if size < end:
+            raise inputs.FileInputError(shard, 0, f"truncated: the checkpoint's index needs "
+                                                  f"{end:,} bytes, the file has {size:,}", what)
+
+
+# The model config keys that fix the shapes of a checkpoint's tensors.
+SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size",
+              "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+
+
+def check_checkpoint_model(path: Path, expected: dict[str, object], model: str,
+                           what: str) -> None:
+    """The checkpoint in ``path`` was trained from the run's model: its ``config.json`` agrees
+    with ``expected`` (the run's model config) on every key of ``SHAPE_KEYS`` both give.
+    Before: a checkpoint of another shape passed ``--check`` and the run failed loading it
+    ("size mismatch for lm_head.weight"). Raises ``FileInputError`` naming the keys."""
+    from .. import inputs
+
+    if not (path / "config.json").is_file():
+        return  # nothing says its shape: the safetensors header checks stand
+    found = inputs.json_file(path / "config.json", what)
+    if not isinstance(found, dict):
+        raise inputs.FileInputError(path / "config.json", 0, "not a JSON object", what)
+    differ = [f"{k} {found[k]!r} (the run's model: {expected[k]!r})" for k in SHAPE_KEYS
+              if k in found and k in expected and found[k] != expected[k]]
+    if differ:
+        raise inputs.FileInputError(path, 0, f"a checkpoint of another model than {model}: "
+                                              f"{', '.join(differ)}", what)

@@ -86,8 +86,44 @@ def _fresh_out(out: Path, overwrite: bool) -> None:
     print(f"{PROG}: moved the earlier results in {out} aside to {moved}")
 
 
+# The options each mode uses (by argparse dest); an option given to a mode that does not use
+# it is refused (``_check_used``) rather than accepted and ignored (before: ``simulate run
+# --results-dir DIR`` ran and wrote nothing there).
+_WORKLOAD_COST = {"workload", "seed", "groups", "preset", "cost", "instances", "concurrency",
+                  "chunk_groups", "chunk_overhead", "chunk_share", "no_reprefill",
+                  "no_progress"}
+MODE_OPTIONS: dict[str, frozenset[str]] = {
+    "run": frozenset(_WORKLOAD_COST | {
+        "policy", "eta", "batches", "batch_size", "filter_rate", "filter_skew",
+        "stuck_timeout", "capacity", "candidates", "progress_close", "idle_surplus",
+        "head_priority", "lookahead", "streaming", "out", "overwrite"}),
+    "experiments": frozenset(_WORKLOAD_COST | {"results_dir", "img_dir", "only", "seeds",
+                                               "tiny", "batches"}),
+    "regimes": frozenset(_WORKLOAD_COST | {"results_dir", "img_dir", "seeds", "tiny",
+                                           "batches"}),
+    "list": frozenset(),
+}
+
+
+def _check_used(args: argparse.Namespace) -> None:
+    """``UsageError`` naming the first option given that ``args.mode`` does not use (a value
+    other than the option's default)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    for action in parser._actions:
+        dest = action.dest
+        if dest == "mode" or dest in MODE_OPTIONS[args.mode] or not hasattr(args, dest):
+            continue
+        if getattr(args, dest) != action.default:
+            users = [m for m, used in MODE_OPTIONS.items() if dest in used]
+            raise UsageError(f"{action.option_strings[0]} is not used by `simulate "
+                             f"{args.mode}` (only by {', '.join(users) or 'no mode'}): leave "
+                             f"it out")
+
+
 def _check(args: argparse.Namespace) -> None:
     """Every option and input file, before any work (docs/cli.md lists these checks)."""
+    _check_used(args)
     for name, (lo, hi) in LIMITS.items():
         inputs.int_in("--" + name.replace("_", "-"), getattr(args, name), lo, hi)
     inputs.number_in("--stuck-timeout", args.stuck_timeout, 0.0, MAX_STUCK_TIMEOUT_S,

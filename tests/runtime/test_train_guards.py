@@ -278,7 +278,7 @@ def test_resume_validates_the_whole_run_dir_before_any_engine(finished_run, tmp_
     out3 = _copy(finished_run, tmp_path / "c")
     assert main(["train", "--resume", str(out3), "--no-progress",
                  "--set", "staleness.max_staleness=3"]) == 2
-    _one_line_error(capsys, "resume with the same staleness settings")
+    _one_line_error(capsys, "staleness.max_staleness", "a resume cannot change")
 
 
 def test_corrupt_log_is_refused_with_exit_2_before_the_engine(finished_run, tmp_path, capsys):
