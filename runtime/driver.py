@@ -325,10 +325,11 @@ class Driver:
     async def _score_group(self, g: GroupRun) -> None:
         """Reward a complete group's committed candidates in one call (``tasks.base.
         score_group``: a user's reward answers from its worker process, so a hang holds only
-        this task), then place the group. Every value is checked there: a bad one, a crashed
-        worker or a reward that tried to end the process stops the run (no group is scored by
-        a broken reward). A reward that raises drops the group; one past ``reward.timeout_s``
-        too (``reward_timeout``); an abort meanwhile (the unit timeout, the closing rule, the
+        this task), then place the group. Every value is checked there: one that is not a real
+        number, a crashed worker or a reward that tried to end the process stops the run (no
+        group is scored by a broken reward). A reward that raises, or returns a number that is
+        not finite (``RewardNotFinite``), drops the group; one past ``reward.timeout_s`` too
+        (``reward_timeout``); an abort meanwhile (the unit timeout, the closing rule, the
         run's end) cancels this task, which ends the worker (``_close_aborted``)."""
         eos = self.rollout.tokenizer.eos_token_id
         committed = [g.candidates[i] for i in g.group.committed]

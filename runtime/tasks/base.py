@@ -2,10 +2,13 @@
 
 A reward function scores one completion of one prompt: ``reward(prompt, completion) -> float``.
 What it returns must be a real number (``int``, ``float``, a numpy scalar; not a string, not a
-bool), finite and within ``REWARD_LIMIT`` in magnitude (``reward_value``); anything else stops
-the run with ``RewardValueError`` naming the reward, the prompt and the value (exit 2). An
-exception it raises makes the driver drop that candidate's whole group (the group cannot be
-scored fairly).
+bool): anything else stops the run with ``RewardValueError`` naming the reward, the prompt and
+the value (exit 2): a reward that returns the wrong type is a bug that every call repeats. A
+real number that is NaN, infinite or beyond ``REWARD_LIMIT`` in magnitude raises
+``RewardNotFinite`` (``reward_value``): the driver drops that group (``reward_error``, logged
+with the value), as it does when the reward raises: the group cannot be scored fairly, and the
+run goes on (a NaN was always dropped so; an infinity used to train NaN weights and 1e308 to
+overflow the group's mean). Evaluation scores such a completion 0, as one whose reward raised.
 
 A config's ``package.module:attribute`` reward is a user's code: ``tasks.isolated.open_reward``
 imports and runs it in a worker process, so a reward that hangs cannot freeze the run, and
@@ -120,6 +123,12 @@ class RewardValueError(RewardError):
     the run stops (exit 2): a group scored with it would train on garbage."""
 
 
+class RewardNotFinite(Exception):
+    """A reward returned a real number that is NaN, infinite or beyond ``REWARD_LIMIT``: the
+    group it scores is dropped (``reward_error``) as when the reward raises; the run goes on.
+    Not a ``RewardError``: that would stop the run (``RewardValueError`` is the wrong type)."""
+
+
 class RewardTimeout(RewardError):
     """A call of an isolated reward did not return within ``reward.timeout_s``. The driver
     drops that group (a unit failure, ``reward_timeout``); in evaluation it stops the run."""
@@ -151,10 +160,22 @@ def bad_value(name: str, prompt: Any, shown: str) -> RewardValueError:
         f"at most 2**126")
 
 
+def not_finite(name: str, prompt: Any, shown: str) -> RewardNotFinite:
+    return RewardNotFinite(
+        f"reward {name!r} returned {shown} for {_where(prompt)}: not a finite number of "
+        f"magnitude at most 2**126; the group is dropped")
+
+
 def reward_value(value: Any, name: str, prompt: Any) -> float:
     """``value`` as a float if it is a reward: a real number (``numbers.Real``: int, float,
-    numpy's scalars) that is not a bool, finite, with ``|value| <= REWARD_LIMIT``. Otherwise
-    ``RewardValueError`` naming ``name``, the prompt and the value."""
+    numpy's scalars) that is not a bool, finite, with ``|value| <= REWARD_LIMIT``. A real
+    number that is not finite or too large: ``RewardNotFinite`` (the group is dropped);
+    anything else: ``RewardValueError`` (the run stops); each names ``name``, the prompt and
+    the value."""
+    try:
+        shown = one_line(repr(value))
+    except Exception:  # a __repr__ that raises
+        shown = f"a {type(value).__name__}"
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         try:
             number = float(value)
@@ -162,10 +183,7 @@ def reward_value(value: Any, name: str, prompt: Any) -> float:
             number = math.inf
         if math.isfinite(number) and abs(number) <= REWARD_LIMIT:
             return number
-    try:
-        shown = one_line(repr(value))
-    except Exception:  # a __repr__ that raises
-        shown = f"a {type(value).__name__}"
+        raise not_finite(name, prompt, shown)
     raise bad_value(name, prompt, shown)
 
 

@@ -22,8 +22,9 @@ process instead (``python -m runtime.tasks.isolated``):
   the unit timeout (``timeouts.unit_s``) also cancels a group's scoring, which kills the worker
   too.
 * **Every answer checked.** The worker converts what the reward returned with
-  ``tasks.base.reward_value`` and sends either the float or the value's ``repr``: a string, a
-  bool, NaN, an infinity or a number beyond ``REWARD_LIMIT`` becomes ``RewardValueError``
+  ``tasks.base.reward_value`` and sends either the float or the value's ``repr``: NaN, an
+  infinity or a number beyond ``REWARD_LIMIT`` becomes ``RewardNotFinite`` (the group is
+  dropped, as when the reward raises); a string, a bool or another type ``RewardValueError``
   naming the reward, the prompt and the value (the run stops, exit 2).
 * **Import errors are input errors.** An ``ImportError``, any exception, or ``SystemExit`` while
   importing or building the reward is one ``RewardError`` naming the module (exit 2), as is a
@@ -67,11 +68,13 @@ from .base import (
     RewardCrashed,
     RewardError,
     RewardFn,
+    RewardNotFinite,
     RewardRaised,
     RewardTimeout,
     bad_value,
     build_reward,
     load_reward,
+    not_finite,
     one_line,
     reward_target,
     reward_value,
@@ -319,6 +322,8 @@ class IsolatedReward:
             return reward_value(reply[1], self.name, prompt)  # checked again: a float
         if kind == "bad":
             raise bad_value(self.name, prompt, reply[1])
+        if kind == "not_finite":  # NaN, an infinity, beyond REWARD_LIMIT: the group is dropped
+            raise not_finite(self.name, prompt, reply[1])
         if kind == "raised":
             raise RewardRaised(reply[1])
         if kind == "aborted":
@@ -463,6 +468,8 @@ def _score_one(reward: Any, prompt: Prompt, completion: str) -> tuple[str, Any]:
         return ("aborted", one_line(repr(exc)))
     try:
         return ("ok", reward_value(value, "", prompt))
+    except RewardNotFinite:
+        return ("not_finite", _value_repr(value))
     except RewardError:
         return ("bad", _value_repr(value))
 
