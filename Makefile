@@ -76,16 +76,20 @@ bench-runtime: $(STAMP)
 bench-precision: $(STAMP)
 	$(PY) bench/precision_curve.py --docs
 
-## Every staleness.policy x streaming off/on x refit abort/keep x eta 1,2 on the real vLLM CPU
-## engine, long-tail answer lengths, measured by bench/instrument.py: per row 5 pairs (seeds
-## 0-4) against the reference in alternating order, the A/A row first, 90 % intervals
-## (52 comparisons, 521 runs: about 50 min at the 5.6 s a 10-step run took on 2 loaded cores):
-## docs/results/peers_compare.json and the table of docs/peers.md. `python
-## bench/peers_compare.py --help` for a smaller grid.
+## The headline comparisons on the real vLLM CPU engine, measured by bench/instrument.py (the
+## A/A row first, then Reserve-Occupy streaming + keep against NeMo-RL as shipped at eta 1 and
+## 2, nemo_in_order whole batch, verl_drop and itself at eta 0, and Reserve-Occupy whole batch
+## against nemo_in_order): 8 pairs per row (seeds 0-7) in alternating order, 90 % intervals,
+## on the workload the simulator predicts separates the rules (--workload separating: 12
+## groups of 4, lognormal median 8, sigma 1.5, 8 steps; docs/peers.md, "The workload"; 113
+## runs, 14-29 min predicted: run it on a quiet host): docs/results/peers_compare.json and
+## the table of docs/peers.md. Every policy x streaming x refit x eta: drop --headline (and
+## --workload bench for the first workload, the committed table's); --help for the rest.
 bench-peers: $(STAMP)
-	$(PY) bench/peers_compare.py --etas 1,2 --steps 10 --write
+	$(PY) bench/peers_compare.py --workload separating --headline --seeds 0,1,2,3,4,5,6,7 --write
 
-## The simulator held to the engine: the bench-peers grid (5 pairs per row, eta 1,2, 8 steps)
+## The simulator held to the engine: the full peers grid of bench/peers_compare.py on its first
+## workload (5 pairs per row, eta 1,2, 8 steps)
 ## with every engine request timed; fits the simulator's cost terms to it, simulates each run
 ## with them and writes docs/results/calibration.json and the tables of docs/calibration.md.
 calibrate: $(STAMP)

@@ -16,7 +16,14 @@ from a lognormal (median ``--median`` tokens, sigma ``--sigma``, at most ``rollo
 seeded by (seed, unit, candidate), with ``rollout.ignore_eos`` so every answer runs to its cap.
 The same seed gives every policy the same lengths for the same unit ids. A resumed segment
 (``refit: abort`` ends running requests; the driver resumes them) keeps its candidate's cap.
-The evaluation requests are not capped (``rollout.max_tokens``).
+The evaluation requests are not capped (``rollout.max_tokens``). ``--workload`` picks the
+shape and the lognormal (``WORKLOADS``): ``bench``, the first one (4 groups of 4, median 12,
+sigma 1), or ``separating`` (12 groups of 4, median 8, sigma 1.5, 8 steps), the one
+bench/workload_predict.py's simulation chose (docs/peers.md, "The workload"; a prediction).
+The results file and the table carry the workload and its per-seed answer-length quantiles
+(``length_quantiles``), and per row the trainer's wait and its part attributable to a
+straggler (``straggler_wait``). ``--headline`` runs only the headline comparisons
+(``headline()``): ``make bench-peers``.
 
 Task. The shipped arithmetic prompts on the tiny model; the reward is the fraction of the digit
 1 in the answer (length-free, so it does not itself pay a long or a short answer, and it varies
@@ -70,6 +77,20 @@ SETTINGS = {**{k: v for k, v in REFIT_SETTINGS.items() if k not in ("run.seed",
             "rollout.max_tokens": 96, "run.eval_prompts": 16, "run.eval_holdout": True,
             "run.eval_samples": 4, "run.trace": True}
 MEDIAN, SIGMA = 12.0, 1.0
+# The workloads ``--workload`` names (docs/peers.md, "The workload"): groups per step
+# (staleness.batch_size), samples per group (staleness.group_size), the lognormal's median and
+# sigma, and the steps of a run. "bench": the grid's first workload, on which Reserve-Occupy
+# and nemo_in_order trained exactly the same units (issue 37), kept for the provenance of the
+# tables it made. "separating": the one the simulator, with the cost terms calibrate fitted to
+# this engine, predicts separates the rules most evenly on every headline comparison
+# (bench/workload_predict.py; 32 groups of 2 put 128 slots at eta 1 before an engine of 64).
+WORKLOADS = {
+    "bench": {"batch_size": 4, "group_size": 4, "median": MEDIAN, "sigma": SIGMA, "steps": 6},
+    "separating": {"batch_size": 12, "group_size": 4, "median": 8.0, "sigma": 1.5,
+                   "steps": 8},
+}
+SHAPE = (SETTINGS["staleness.batch_size"], SETTINGS["staleness.group_size"])
+QUANTILES = (0.5, 0.9, 0.99)
 
 DOC = ROOT / "docs" / "peers.md"
 RESULTS = ROOT / "docs" / "results" / "peers_compare.json"
@@ -108,6 +129,46 @@ class LongTail:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
+
+
+def length_quantiles(seed: int, median: float, sigma: float, max_tokens: int, units: int,
+                     group_size: int) -> dict[str, float]:
+    """The answer lengths (tokens) ``LongTail`` gives the first ``units`` units of a run of
+    ``seed`` (``g0`` ...; ``group_size`` candidates each): the nearest-rank quantiles
+    ``QUANTILES`` (the smallest length with at least that fraction of the lengths at or below
+    it), the largest and the mean."""
+    tail = LongTail(None, max_tokens, seed, median, sigma)
+    xs = sorted(tail.cap(f"g{u}-c{j}") for u in range(units) for j in range(group_size))
+    out: dict[str, float] = {f"p{round(q * 100)}": float(xs[max(0, math.ceil(q * len(xs)) - 1)])
+                             for q in QUANTILES}
+    return {**out, "max": float(xs[-1]), "mean": fmean(xs)}
+
+
+def straggler_wait(metrics: list[dict[str, Any]], notes: list[dict[str, Any]],
+                   events: list[dict[str, Any]], warmup_steps: int = 0) -> dict[str, float]:
+    """The trainer's wait over a run's steps after the first ``warmup_steps`` (``wait_s``, from
+    ``metrics.jsonl``: the idle part of each step's wait) and the part of it attributable to a
+    straggler (``straggler_s``): per step, the time the trainer was waiting while every unit of
+    its batch but the last was already final, i.e. the overlap of the step's wait
+    ``[time_s - step_s, time_s - step_s + wait_s + stream_s]`` with ``[t_second_last, t_last]``
+    (the ``occupy`` times of the batch's units in ``driver_notes.jsonl``; the batch's units
+    from the ``consume`` records of ``events.jsonl``), at most the step's ``wait_s``."""
+    final = {str(n["unit"]): n["t"] for n in notes if n.get("event") == "occupy"}
+    batches = [[str(u["unit"]) for u in r["batch"]["units"]] for r in events
+               if r.get("op") == "consume"]
+    wait = straggler = 0.0
+    rows = sorted(metrics, key=lambda r: r["step"])  # the k-th row is the k-th consume's step
+    for k, (m, units) in enumerate(zip(rows, batches)):
+        if k < warmup_steps:
+            continue
+        wait += m["wait_s"]
+        ts = sorted(final[u] for u in units if u in final)
+        if len(ts) < 2:
+            continue
+        start = m["time_s"] - m["step_s"]
+        end = start + m["wait_s"] + m.get("stream_s", 0.0)
+        straggler += min(m["wait_s"], max(0.0, min(end, ts[-1]) - max(start, ts[-2])))
+    return {"wait_s": wait, "straggler_s": straggler}
 
 
 def grid(policies: list[str], etas: list[int], refits: list[str],
@@ -229,16 +290,19 @@ def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC
 
 async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, streaming: bool,
                refit: str, eta: int, seed: int, steps: int, out: Path, median: float,
-               sigma: float, warmup_steps: int = 0, tail_class: Any = None
-               ) -> dict[str, Any]:
+               sigma: float, warmup_steps: int = 0, tail_class: Any = None,
+               shape: tuple[int, int] = SHAPE) -> dict[str, Any]:
     """One run: its row, with the instrument's steady-state rates (``steady_trained_tok_s``,
     ``steady_gen_tok_s``: the steps after ``warmup_steps``) and ``placements`` (each trained
-    unit's step, from its ``events.jsonl``). ``tail_class``: the engine wrapper (``LongTail``,
-    or calibrate's timing one; its instance is the row's ``_tail``)."""
+    unit's step, from its ``events.jsonl``), the trainer's wait over the same steps and its
+    part attributable to a straggler (``wait_s``, ``straggler_s``: ``straggler_wait``).
+    ``tail_class``: the engine wrapper (``LongTail``, or calibrate's timing one; its instance is
+    the row's ``_tail``); ``shape``: (groups per step, samples per group)."""
     from runtime.config import load_config
     from runtime.session import run_training
 
-    cfg = load_config(None, config_settings(policy, streaming, refit, eta, seed, steps, out))
+    cfg = load_config(None, config_settings(policy, streaming, refit, eta, seed, steps, out,
+                                            shape))
     tail = (tail_class or LongTail)(engine, cfg.rollout.max_tokens, seed, median, sigma)
     result = await run_training(cfg, model, prompts, ones_fraction, out, rollout=tail,
                                 log=lambda _: None)
@@ -248,15 +312,21 @@ async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, stream
     row["warmup_steps"] = warmup_steps
     row["steady_trained_tok_s"] = instrument.steady_rate(metrics, warmup_steps)
     row["steady_gen_tok_s"] = instrument.steady_rate(metrics, warmup_steps, "tokens_generated")
-    row["placements"] = instrument.placements(instrument.read_events(out / "events.jsonl"))
+    events = instrument.read_events(out / "events.jsonl")
+    row["placements"] = instrument.placements(events)
+    notes = [json.loads(x) for x in (out / "driver_notes.jsonl").read_text().splitlines()
+             if x.strip()]
+    row.update(straggler_wait(metrics, notes, events, warmup_steps))
     row["_tail"], row["_out"] = tail, out
     return row
 
 
 def config_settings(policy: str, streaming: bool, refit: str, eta: int, seed: int, steps: int,
-                    out: Path | str) -> dict[str, Any]:
-    """The ``--set`` settings of one run of the grid."""
+                    out: Path | str, shape: tuple[int, int] = SHAPE) -> dict[str, Any]:
+    """The ``--set`` settings of one run of the grid (``shape``: groups per step, samples per
+    group)."""
     return {**SETTINGS, "run.steps": steps, "run.seed": seed, "run.output_dir": str(out),
+            "staleness.batch_size": shape[0], "staleness.group_size": shape[1],
             "staleness.policy": policy, "staleness.max_staleness": eta,
             "trainer.streaming": streaming, "rollout.refit": refit}
 
@@ -279,6 +349,30 @@ def comparisons(runs_grid: list[Config]) -> list[dict[str, Any]]:
             out += [{"a": c, "b": shipped, "against": "shipped", "aa": False}
                     for c in runs_grid if c[3] == eta and c[0] == REFERENCE]
     return out
+
+
+def headline() -> list[dict[str, Any]]:
+    """The headline comparisons (issue 37), in the order run and printed: the A/A one (the
+    reference against itself at eta 1, the noise floor); Reserve-Occupy as it ships (streaming,
+    keep) against NeMo-RL as shipped at eta 1 and 2, against ``nemo_in_order`` whole batch
+    (the reference) and ``verl_drop`` at eta 1, and at eta 1 against itself at eta 0; and
+    Reserve-Occupy whole batch against the reference at eta 1: the rules' decisions alone,
+    which the first workload left identical."""
+    ro = (REFERENCE, True, "keep")
+    ref1 = (*REF, 1)
+    return [{"a": ref1, "b": ref1, "against": "ref", "aa": True},
+            {"a": (*ro, 1), "b": (*SHIPPED, 1), "against": "shipped", "aa": False},
+            {"a": (*ro, 2), "b": (*SHIPPED, 2), "against": "shipped", "aa": False},
+            {"a": (*ro, 1), "b": ref1, "against": "ref", "aa": False},
+            {"a": (*ro, 1), "b": ("verl_drop", False, "keep", 1), "against": "verl_drop",
+             "aa": False},
+            {"a": (*ro, 1), "b": (*ro, 0), "against": "itself at eta 0", "aa": False},
+            {"a": (REFERENCE, False, "keep", 1), "b": ref1, "against": "ref", "aa": False}]
+
+
+def headline_grid() -> list[Config]:
+    """Every configuration the headline comparisons run, in first-seen order."""
+    return list(dict.fromkeys(x for c in headline() for x in (c["a"], c["b"])))
 
 
 def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], method: str,
@@ -304,6 +398,8 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
             "staleness_max": max((p["a"]["staleness_max"] for p in mine), default=0),
             "staleness_mean": _mean([p["a"]["staleness_mean"] for p in mine]),
             "units_dropped": _mean([p["a"]["units_dropped"] for p in mine]),
+            "wait_s": [[p[x].get("wait_s") for x in "ab"] for p in mine],
+            "straggler_s": [[p[x].get("straggler_s") for x in "ab"] for p in mine],
         })
     aa = [r for p in pairs for r in [p["ratio"]] if comps[p["comparison"]]["aa"]
           and r is not None]
@@ -321,7 +417,9 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
                sigma: float, rows: Path | None = None, engine: Any = None,
                warmup_steps: int = 1, order: str = "alternate", order_seed: int = 0,
                method: str = "sign", level: float = instrument.LEVEL, pin: bool = False,
-               tail_class: Any = None, on_row: Any = None) -> dict[str, Any]:
+               tail_class: Any = None, on_row: Any = None,
+               comps: list[dict[str, Any]] | None = None, shape: tuple[int, int] = SHAPE
+               ) -> dict[str, Any]:
     """The grid as the instrument runs it (``bench/instrument.py``): per seed, each
     comparison's two runs one after the other in alternating (or seeded random) order, on one
     warm engine (``engine``, or a new one closed at the end), after one discarded warm-up run
@@ -329,7 +427,9 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
     ``comparisons`` (per row: its pairs' ratios, interval and verdict) and the A/A
     ``false_positive`` rates. ``tail_class`` and ``on_row`` are bench/calibrate.py's: its
     timing engine wrapper, and a call with each kept run's row (with ``_tail``, the wrapper,
-    and ``_out``, the run's directory, while it still exists)."""
+    and ``_out``, the run's directory, while it still exists). ``comps``: the comparisons to
+    run (``headline()``; default: ``comparisons(runs_grid)``); ``shape``: (groups per step,
+    samples per group)."""
     from runtime.data import load_prompts
     from runtime.models.tiny import ensure_tiny_model
     from runtime.rollout.vllm_engine import VLLMRollout
@@ -339,7 +439,7 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
     owned = engine is None
     if owned:
         engine = VLLMRollout(model, max_model_len=128, max_num_seqs=64, seed=0)
-    comps = comparisons(runs_grid)
+    comps = comparisons(runs_grid) if comps is None else comps
     runs: list[dict[str, Any]] = []
     total = 1 + 2 * len(comps) * len(seeds)
     t0 = time.perf_counter()
@@ -355,7 +455,7 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
                 policy, streaming, refit, eta = config
                 out = Path(tmp) / f"run-{count[0]}"
                 row = await _one(engine, model, prompts, policy, streaming, refit, eta, seed,
-                                 steps, out, median, sigma, warmup_steps, tail_class)
+                                 steps, out, median, sigma, warmup_steps, tail_class, shape)
                 row["run"], row["rate"] = count[0], row["steady_trained_tok_s"]
                 if on_row is not None and count[0] > 1:  # not the discarded warm-up
                     on_row(row)
@@ -377,7 +477,7 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
 
             pairs = await instrument.run_pairs(
                 [(c["a"], c["b"]) for c in comps], seeds, run, order, order_seed,
-                warmup=(*REF, runs_grid[0][3]), on_run=keep)
+                warmup=comps[0]["b"], on_run=keep)
     finally:
         if owned:
             await engine.close()
@@ -392,7 +492,7 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
 
 
 PAIR_KEYS = ("run", "rate", "steady_trained_tok_s", "steady_gen_tok_s", "staleness_max",
-             "staleness_mean", "units_dropped")
+             "staleness_mean", "units_dropped", "wait_s", "straggler_s")
 
 
 def _cell(s: dict[str, Any]) -> str:
@@ -425,10 +525,12 @@ def render_compared(results: dict[str, Any]) -> str:
                     f"resolved {fp['sign']:.1%} of the time with the sign interval and "
                     f"{fp['bootstrap']:.1%} with the percentile bootstrap (nominal "
                     f"{fp['nominal']:.0%}; the sign interval needs {fp['min_pairs']} pairs).")
+    head += workload_lines(results.get("workload"))
     lines = head + ["", "| eta | policy | streaming | refit | against | pairs "
                     "| trained tok/s ratio [interval] | resolved | gen tok/s ratio [interval] "
                     "| units in another step (per pair) | trained tok/s | staleness max / mean "
-                    "| units dropped |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                    "| units dropped | trainer wait, s: row / baseline (straggler's part) |",
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = sorted(results["comparisons"], key=lambda c: (c["eta"], not c["aa"]))
     for c in rows:
         t = c["trained"]
@@ -444,8 +546,46 @@ def render_compared(results: dict[str, Any]) -> str:
             f"{'itself' if c['aa'] else c['against']} | {t['pairs']} | {ratio} | {verdict} | "
             f"{gen} | {', '.join(map(str, c['diff']))} | "
             f"{_g(_mean(c['trained_tok_s']), '.0f')} | {c['staleness_max']} / "
-            f"{_g(c['staleness_mean'], '.2f')} | {_g(c['units_dropped'], '.1f')} |")
+            f"{_g(c['staleness_mean'], '.2f')} | {_g(c['units_dropped'], '.1f')} | "
+            f"{_waits(c)} |")
     return "\n".join(lines)
+
+
+def _waits(c: dict[str, Any]) -> str:
+    """Per pair mean over the row's pairs: the trainer's wait in the window, the row's run /
+    the baseline's, each with its straggler's part; "n/a" for a results file without them."""
+    w, st = c.get("wait_s"), c.get("straggler_s")
+    if not w or any(x is None for p in w + st for x in p):
+        return "n/a"
+    a, b = _mean([p[0] for p in w]), _mean([p[1] for p in w])
+    sa, sb = _mean([p[0] for p in st]), _mean([p[1] for p in st])
+    return f"{a:.2f} ({sa:.2f}) / {b:.2f} ({sb:.2f})"
+
+
+def workload_lines(w: dict[str, Any] | None) -> list[str]:
+    """The workload's line above the table: its shape and lognormal, and per seed the answer
+    lengths' quantiles (``length_quantiles``); none for a results file without it."""
+    if not w:
+        return []
+    qs = "; ".join(f"seed {seed}: " + " / ".join(f"{q[k]:g}" for k in (*(
+        f"p{round(x * 100)}" for x in QUANTILES), "max")) + f", mean {q['mean']:.1f}"
+        for seed, q in w["length_quantiles"].items())
+    return [f"Workload {w['name']!r}: {w['batch_size']} groups of {w['group_size']} per step, "
+            f"answer lengths lognormal (median {w['median']:g}, sigma {w['sigma']:g}, at most "
+            f"{w['max_tokens']} tokens); per seed, over the answers of its first "
+            f"{w['units']} units, p50 / p90 / p99 / max tokens: {qs}."]
+
+
+def workload_record(name: str, shape: tuple[int, int], median: float, sigma: float,
+                    steps: int, seeds: list[int]) -> dict[str, Any]:
+    """The results file's ``workload``: what ``workload_lines`` prints. The quantiles are
+    over the units of a run's steps (``steps`` x groups per step)."""
+    units = steps * shape[0]
+    mt = SETTINGS["rollout.max_tokens"]
+    return {"name": name, "batch_size": shape[0], "group_size": shape[1], "median": median,
+            "sigma": sigma, "max_tokens": mt, "units": units,
+            "length_quantiles": {str(seed): length_quantiles(seed, median, sigma, mt, units,
+                                                             shape[1]) for seed in seeds}}
 
 
 def _ints(text: str) -> list[int]:
@@ -572,19 +712,41 @@ def check_grid(args: argparse.Namespace, bad: Any) -> None:
             "reserve_occupy, " + ", ".join(p for p in POLICY_CHOICES if peer_streams(p)) + ")")
     for policy, streaming, refit, eta in [*args.grid, *((*REF, e) for e in args.eta_list)]:
         for seed in (min(args.seed_list), max(args.seed_list)):
-            try:
-                load_config(None, config_settings(policy, streaming, refit, eta, seed,
-                                                  args.steps, "out"))
-            except ValueError as e:  # ConfigFileError: the settings' problems, a line each
-                why = "; ".join(x.strip() for x in str(e).splitlines()[1:]) or str(e)
-                bad(f"{policy} streaming={'on' if streaming else 'off'} refit={refit} "
-                    f"eta={eta} seed={seed}: {why}")
+            _check_config(bad, policy, streaming, refit, eta, seed, args.steps,
+                          getattr(args, "shape", SHAPE))
+
+
+def _check_config(bad: Any, policy: str, streaming: bool, refit: str, eta: int, seed: int,
+                  steps: int, shape: tuple[int, int]) -> None:
+    """One run's config validated as the runtime will (``load_config``); ``bad`` if not."""
+    from runtime.config import load_config
+
+    try:
+        load_config(None, config_settings(policy, streaming, refit, eta, seed, steps, "out",
+                                          shape))
+    except ValueError as e:  # ConfigFileError: the settings' problems, a line each
+        why = "; ".join(x.strip() for x in str(e).splitlines()[1:]) or str(e)
+        bad(f"{policy} streaming={'on' if streaming else 'off'} refit={refit} "
+            f"eta={eta} seed={seed}: {why}")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = Parser(prog="peers_compare.py",
                                      description=__doc__.split("\n\n")[0])
     add_grid_options(parser, steps=6)
+    parser.add_argument("--workload", default="bench", choices=sorted(WORKLOADS),
+                        help="the workload: groups per step, samples per group, the "
+                             "lognormal's median and sigma, steps (docs/peers.md, \"The "
+                             "workload\"); --median, --sigma, --steps override its own. bench "
+                             "(default): 4 groups of 4, median 12, sigma 1, 6 steps; separating: "
+                             "32 groups of 2, median 8, sigma 1.5, 6 steps")
+    parser.add_argument("--headline", action="store_true",
+                        help="run the headline comparisons only (A/A; Reserve-Occupy against "
+                             "NeMo-RL as shipped at eta 1 and 2, nemo_in_order whole batch, "
+                             "verl_drop, eta 0; Reserve-Occupy whole batch against "
+                             "nemo_in_order): --policies, --etas, --refits, --streaming "
+                             "are not taken with it")
+    parser.set_defaults(median=None, sigma=None, steps=None)  # the workload's, unless given
     parser.add_argument("--write", action="store_true",
                         help=f"write {RESULTS.relative_to(ROOT)} and the table of "
                              f"{DOC.relative_to(ROOT)}")
@@ -592,13 +754,30 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="append each run's row to this JSONL file as it ends")
     parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
+    raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
 
     def bad(msg: str) -> None:
         print(f"peers_compare: {msg}", file=sys.stderr)
         raise SystemExit(2)
 
+    w = WORKLOADS[args.workload]
+    for key in ("median", "sigma", "steps"):
+        if getattr(args, key) is None:
+            setattr(args, key, w[key])
+    args.shape = (w["batch_size"], w["group_size"])
+    if args.headline:
+        given = [o for o in ("--policies", "--etas", "--refits", "--streaming")
+                 if any(x == o or x.startswith(o + "=") for x in raw)]
+        if given:
+            bad(f"--headline runs its own comparisons: {given[0]} is not taken with it")
+        args.etas = ",".join(str(e) for e in dict.fromkeys(c[3] for c in headline_grid()))
     check_grid(args, bad)
+    if args.headline:
+        args.grid = headline_grid()
+        for policy, streaming, refit, eta in args.grid:
+            for seed in (min(args.seed_list), max(args.seed_list)):
+                _check_config(bad, policy, streaming, refit, eta, seed, args.steps, args.shape)
     if args.rows is not None:
         _writable(args.rows, "--rows", bad)
     check_write(args, bad, BEGIN, END)
@@ -608,11 +787,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     args = parse()
     t0 = time.perf_counter()
+    workload = workload_record(args.workload, args.shape, args.median, args.sigma, args.steps,
+                               args.seed_list)
+    print("\n".join(workload_lines(workload)), flush=True)
     results = asyncio.run(main(args.grid, args.seed_list, args.steps, args.median, args.sigma,
                                args.rows, warmup_steps=args.warmup_steps, order=args.order,
                                order_seed=args.order_seed, method=args.interval,
-                               level=args.level, pin=args.pin))
-    results = {"settings": SETTINGS, "steps": args.steps, "seeds": args.seed_list,
+                               level=args.level, pin=args.pin,
+                               comps=headline() if args.headline else None,
+                               shape=args.shape))
+    results = {"settings": {**SETTINGS, "staleness.batch_size": args.shape[0],
+                            "staleness.group_size": args.shape[1]},
+               "steps": args.steps, "seeds": args.seed_list, "workload": workload,
+               "headline": args.headline,
                "etas": args.eta_list, "lognormal": {"median": args.median, "sigma": args.sigma},
                "reference": dict(zip(("policy", "streaming", "refit"), REF)),
                "shipped": dict(zip(("policy", "streaming", "refit"), SHIPPED)),

@@ -1,0 +1,205 @@
+"""The simulator's prediction, per candidate workload of ``bench/peers_compare.py``, of the
+headline comparisons' trained tok/s ratios and of the headline grid's time, with the cost terms
+``bench/calibrate.py`` fitted to this machine's vLLM CPU engine (docs/results/calibration.json,
+its revised model: decode with the trainer's contention). A prediction, not a measurement: it
+chose ``peers_compare.WORKLOADS["separating"]`` (docs/peers.md, "The workload").
+
+    python bench/workload_predict.py [--seeds 0,1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import calibrate  # noqa: E402
+import peers_compare as peers  # noqa: E402
+from bench.cli import Parser, float_in, int_list  # noqa: E402
+
+PROMPT_TOKENS = 20  # the shipped arithmetic prompts on the tiny model's tokenizer, about
+ENGINE_SEQS = 64  # peers_compare's engine: max_num_seqs
+
+
+def _name(c: dict[str, Any]) -> str:
+    a, b = c["a"], c["b"]
+    mode = "streaming" if a[1] else "whole batch"
+    return f"{a[0]} ({mode}) eta {a[3]} vs {c['against']}" + (
+        f" eta {b[3]}" if c["against"] != "itself at eta 0" else "")
+
+
+COMPARISONS = [c for c in peers.headline() if not c["aa"]]
+
+
+def sim_workload(seed: int, w: dict[str, Any]) -> Any:
+    """The groups ``LongTail`` gives a run of workload ``w`` (unit ``g{i}``'s candidates)."""
+    from runtime.sim.model.workload import GroupSpec, Workload
+
+    tail = peers.LongTail(None, w["max_tokens"], seed, w["median"], w["sigma"])
+    groups = w["batch_size"] * (w["steps"] + 4) * 2
+    return Workload(f"long-tail(seed={seed})", tuple(
+        GroupSpec(i, PROMPT_TOKENS, tuple(tail.cap(f"g{i}-c{j}") for j in range(w["group_size"])))
+        for i in range(groups)))
+
+
+def simulate(fit: dict[str, Any], wl: Any, w: dict[str, Any], policy: str, streaming: bool,
+             refit: str, eta: int) -> dict[str, Any]:
+    """One run of the grid, simulated: wall time, steady trained tok/s (the steps after the
+    first, as the bench's window), each group's step."""
+    from runtime.sim.model.runner import RunSpec, simulate as run
+
+    calibrate.BATCH, calibrate.GROUP = w["batch_size"], w["group_size"]
+    cost = calibrate.cost_model(fit, eta, streaming, refit, revised=True)
+    cost = type(cost)(**{**cost.__dict__, "concurrency": min(
+        ENGINE_SEQS, (eta + 1) * w["batch_size"] * w["group_size"])})
+    # Reserve-Occupy streams when told; a peer whose policy streams hands chunks whenever a
+    # streaming trainer takes them (cost.train.chunk_groups), as calibrate.simulate_row
+    options = (("streaming", True),) if streaming and policy == "reserve_occupy" else ()
+    _, sim = run(RunSpec(policy, eta, batches=w["steps"], batch_size=w["batch_size"],
+                         options=options), wl, cost)
+    by_tid = {r.tid: r for r in sim.ledger.requests}
+    trained = sum(by_tid[t].length for b in sim.ledger.batches for t in b.tids)
+    ends = [b.t_published if math.isfinite(b.t_published) else b.t_trained
+            for b in sim.ledger.batches]
+    t0 = ends[0]
+    tokens = sum(by_tid[t].length for b in sim.ledger.batches[1:] for t in b.tids)
+    return {"wall_s": sim.now, "steady": tokens / (ends[-1] - t0), "trained": trained,
+            "placed": {by_tid[t].group.gid: k for k, b in enumerate(sim.ledger.batches)
+                       for t in b.tids}}
+
+
+def predict(w: dict[str, Any], seeds: list[int], fit: dict[str, Any]) -> dict[str, Any]:
+    """Per comparison of ``peers_compare.headline()`` (the A/A one aside): the median over the
+    seeds of its simulated trained tok/s ratio and of the groups the two runs train in a
+    different step; the median run's and the median seed's simulated seconds (every run of
+    the headline grid, the A/A pair included; no warm-up run, no evaluation, no engine start)."""
+    names = [_name(c) for c in COMPARISONS]
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    diffs: dict[str, list[int]] = {n: [] for n in names}
+    walls: list[float] = []
+    grid_s: list[float] = []
+    for seed in seeds:
+        wl = sim_workload(seed, w)
+        memo: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for c in peers.headline():
+            for x in (c["a"], c["b"]):
+                if x not in memo:
+                    memo[x] = simulate(fit, wl, w, *x)
+                    walls.append(memo[x]["wall_s"])
+        for name, c in zip(names, COMPARISONS):
+            a, b = memo[c["a"]], memo[c["b"]]
+            ratios[name].append(a["steady"] / b["steady"])
+            pa, pb = a["placed"], b["placed"]
+            diffs[name].append(sum(pa.get(u) != pb.get(u) for u in set(pa) | set(pb)))
+        grid_s.append(sum(memo[c["a"]]["wall_s"] + memo[c["b"]]["wall_s"]
+                          for c in peers.headline()))
+    return {"ratios": {k: median(v) for k, v in ratios.items()},
+            "diff": {k: median(v) for k, v in diffs.items()},
+            "run_s": median(walls), "grid_s_per_seed": median(grid_s)}
+
+
+SHORT = ("RO vs shipped, eta 1", "RO vs shipped, eta 2", "RO vs nemo_in_order whole batch",
+         "RO vs verl_drop", "RO eta 1 vs eta 0", "RO whole batch vs nemo_in_order whole batch")
+
+
+def render(rows: list[dict[str, Any]], seeds: int) -> str:
+    """The table of docs/peers.md, "The workload": per candidate, each comparison's predicted
+    ratio (groups in a different step, per pair), a run's and the headline grid's seconds."""
+    lines = ["| workload | groups x size | median / sigma | steps | " + " | ".join(SHORT)
+             + f" | a run, s | headline grid ({seeds} pairs per row), min |",
+             "|---" * (len(SHORT) + 6) + "|"]
+    for r in rows:
+        cells = [f"{r['ratios'][k]:.3f} ({r['diff'][k]:g})" for k in r["ratios"]]
+        grid_min = (seeds * r["grid_s_per_seed"] + r["run_s"]) / 60  # + the warm-up run
+        lines.append(f"| {r['name']} | {r['batch_size']} x {r['group_size']} | "
+                     f"{r['median']:g} / {r['sigma']:g} | {r['steps']} | " + " | ".join(cells)
+                     + f" | {r['run_s']:.1f} | {grid_min:.0f} |")
+    return "\n".join(lines)
+
+
+def separation(rows_by_scale: dict[float, list[dict[str, Any]]]) -> list[tuple[str, float, str]]:
+    """Per candidate, the smallest predicted separation over every comparison and every
+    training-cost scale: min |ratio - 1|, and where it falls (comparison, scale). The choice
+    criterion of docs/peers.md: a workload is as separating as its least separated headline
+    comparison under the cost model's uncertainty, whichever rule is ahead."""
+    out = []
+    names = [r["name"] for r in next(iter(rows_by_scale.values()))]
+    for i, name in enumerate(names):
+        worst = min(((abs(r[i]["ratios"][k] - 1), f"{short} at training x {scale:g}")
+                     for scale, r in rows_by_scale.items()
+                     for k, short in zip(r[i]["ratios"], SHORT)), key=lambda x: x[0])
+        out.append((name, *worst))
+    return out
+
+
+def scale_list(text: str) -> list[float]:
+    """Comma-separated numbers in (0, 100], at least one."""
+    one = float_in(0.0, 100.0, lo_open=True)
+    xs = [one(x.strip()) for x in text.split(",") if x.strip()]
+    if not xs:
+        raise argparse.ArgumentTypeError("names no value (comma-separated numbers)")
+    return xs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = Parser(prog="workload_predict.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train-scales", type=scale_list, default=[1.0, 0.5, 0.3],
+                        help="the fitted training cost (fixed and per token) times each of "
+                             "these, comma-separated, each in (0, 100] (default 1,0.5,0.3: the "
+                             "fit's r2 is 0.06, and a 32x2 run on this engine trained faster "
+                             "than the fit says)")
+    parser.add_argument("--seeds", type=int_list(0, 2**32 - 1), default=[0, 1, 2, 3, 4],
+                        help="the workloads' seeds, comma-separated (medians over them; "
+                             "default 0-4)")
+    args = parser.parse_args(argv)
+    seeds, scales = args.seeds, args.train_scales
+    base = json.loads((ROOT / "docs/results/calibration.json").read_text())["fit"]
+    by_scale: dict[float, list[dict[str, Any]]] = {}
+    for scale in scales:
+        fit = {**base, "train": {**base["train"], **{k: base["train"][k] * scale
+                                                     for k in ("fixed_s", "per_token_s")}}}
+        rows = by_scale[scale] = []
+        for name, w in CANDIDATES.items():
+            rows.append({"name": name, **w, **predict(w, seeds, fit)})
+        print(f"Training cost x {scale:g}:\n\n" + render(rows, len(seeds)) + "\n", flush=True)
+    print("| workload | smallest separation | where |\n|---|---|---|")
+    for name, sep, where in separation(by_scale):
+        print(f"| {name} | {sep:.3f} | {where} |")
+
+
+MT = peers.SETTINGS["rollout.max_tokens"]
+CANDIDATES = {
+    "bench (the first)": {**peers.WORKLOADS["bench"], "steps": 10, "max_tokens": MT},
+    "heavier tail": {"batch_size": 4, "group_size": 4, "median": 12, "sigma": 1.5,
+                     "max_tokens": 96, "steps": 10},
+    "8 groups, heavier tail": {"batch_size": 8, "group_size": 4, "median": 12, "sigma": 1.5,
+                               "max_tokens": 96, "steps": 8},
+    "8 groups of 8 (slots > 64)": {"batch_size": 8, "group_size": 8, "median": 12,
+                                   "sigma": 1.5, "max_tokens": 96, "steps": 6},
+    "16 groups of 4, median 8": {"batch_size": 16, "group_size": 4, "median": 8, "sigma": 1.5,
+                                 "max_tokens": 96, "steps": 6},
+    "16 groups of 4, median 8, sigma 2": {"batch_size": 16, "group_size": 4, "median": 8,
+                                          "sigma": 2.0, "max_tokens": 96, "steps": 6},
+    "16 groups of 4, median 12": {"batch_size": 16, "group_size": 4, "median": 12,
+                                  "sigma": 1.5, "max_tokens": 96, "steps": 5},
+    "separating: 12 groups of 4, median 8": {**peers.WORKLOADS["separating"], "max_tokens": MT},
+    "32 groups of 2, median 8": {"batch_size": 32, "group_size": 2, "median": 8, "sigma": 1.5,
+                                 "max_tokens": MT, "steps": 6},
+    "8 groups, sigma 2": {"batch_size": 8, "group_size": 4, "median": 12, "sigma": 2.0,
+                          "max_tokens": 96, "steps": 8},
+    "4 groups, median 8, sigma 2": {"batch_size": 4, "group_size": 4, "median": 8, "sigma": 2.0,
+                                    "max_tokens": 96, "steps": 12},
+    "8 groups, median 20, sigma 1.2": {"batch_size": 8, "group_size": 4, "median": 20,
+                                       "sigma": 1.2, "max_tokens": 96, "steps": 6},
+}
+
+if __name__ == "__main__":
+    main()
