@@ -190,8 +190,15 @@ def test_sigkill_and_resume_on_vllm(tmp_path):
     print(f"kill-and-resume (vLLM, GRPO trainer): {time.monotonic() - t0:.1f} s")
 
 
+# The one combination of three properties that `make test` shows in pairs: kill and resume on
+# vLLM (the test above), kill and resume with refit keep (the fake engine's, which also checks
+# every token's version), refit keep on vLLM (tests/runtime/test_vllm_refit.py: no sync ends a
+# request, one runs across a sync, the trace conforms). Two engine start-ups, about two minutes
+# of the suite on two loaded cores: it runs in `make test-deep` (RO_TEST_DEEP=1).
 @pytest.mark.slow
 @pytest.mark.vllm
+@pytest.mark.deep
+@pytest.mark.skipif(os.environ.get("RO_TEST_DEEP") != "1", reason="make test-deep runs it")
 def test_sigkill_and_resume_with_keep_refit_on_vllm(tmp_path):
     # Longer answers than VLLM's, so that syncs find requests decoding (refit keep); the
     # parity reward keeps variance in the groups whatever the tiny model writes.
