@@ -1,6 +1,6 @@
 """The sharded GRPO trainer (``runtime.trainer.sharded``, FSDP2 over gloo on CPU) takes the
 single-process trainer's update: the same weights after a whole-batch step and after a
-streamed one, at 1, 2 and 4 ranks; the per-rank token mean (the wrong normalisation) does not.
+streamed one, at 1, 2 and 3 ranks (4 in make test-deep); the per-rank token mean (the wrong normalisation) does not.
 
 Each ``ShardedTrainer`` starts its ranks as processes (each imports torch and transformers:
 15-40 s on 2 busy cores), so each test starts one trainer and checks several things on it.
