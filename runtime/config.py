@@ -731,6 +731,8 @@ def resolve_device(name: str) -> str:
     ``cuda`` when CUDA is available, else ``cpu``. Raises ``ValueError`` (one line, naming the
     setting) for an unknown device or one this machine does not have, so that ``train`` and
     ``train --check`` refuse it before any engine starts."""
+    if name == "cpu":  # the default: answered without importing torch (seconds of --check)
+        return name
     import torch
 
     if name == "auto":

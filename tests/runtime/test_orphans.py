@@ -1,7 +1,9 @@
-"""Whatever a run starts dies with it (docs/cli.md, "Orphans"): after ``kill -9`` of ``train``
-no process it started (vLLM's ``VLLM::EngineCore``) is left running; four Ctrl-Cs in a row
-keep the clean exit 130 with no traceback; a Ctrl-C while the engine starts ends the run at
-once, not when the engine is up.
+"""Whatever a run starts dies with it (docs/cli.md, "Orphans"): four Ctrl-Cs in a row keep the
+clean exit 130 with no traceback; a Ctrl-C while the engine starts ends the run at once, not
+when the engine is up. That after ``kill -9`` of ``train`` no process it started (vLLM's
+``VLLM::EngineCore``) is left running is checked on the vLLM run that
+tests/resilience/test_kill_resume.py kills (its watchdog, not the test, must end them), which
+saves this file an engine start-up of its own.
 
 Each test runs the real command (the embedded demo, vLLM on CPU) in a session of its own, as a
 terminal would, and waits on what the run prints or on its process tree, never on a guess of
@@ -117,18 +119,6 @@ def run(tmp_path):
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
-
-
-def test_kill_9_of_train_leaves_no_process_it_started(run):
-    # Before: VLLM::EngineCore (~800 MB) was reparented to init and ran on for good.
-    r = run()
-    r.wait_for("engine ready")
-    tree = r.tree()
-    assert _engine(tree), [p.name() for p in tree]
-    r.proc.send_signal(signal.SIGKILL)
-    r.proc.wait()
-    alive = _gone(tree)
-    assert not alive, [(p.pid, p.name()) for p in alive]
 
 
 def test_four_ctrl_c_keep_the_clean_exit(run):

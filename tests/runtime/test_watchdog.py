@@ -1,7 +1,8 @@
 """The run's watchdog (runtime/watchdog.py; docs/cli.md, "Orphans") without vLLM: a stand-in
 run starts it, then a child, a grandchild, and a daemon that left the process tree (its
 environment carries the run's marker). After ``kill -9`` of the run all of them end; a run
-that stops its watchdog leaves its processes alone. The real engine: test_orphans.py."""
+that stops its watchdog leaves its processes alone. The real engine: kill -9 in
+tests/resilience/test_kill_resume.py (vLLM), Ctrl-C in test_orphans.py."""
 
 from __future__ import annotations
 
