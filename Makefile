@@ -26,9 +26,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## The whole suite: core, proofs, simulator, runtime with real vLLM on CPU.
+## The whole suite: core, proofs, simulator, runtime with real vLLM on CPU, on two pytest-xdist
+## workers (each file on one worker, the Ray tests one at a time: tests/conftest.py);
+## `make test XDIST=` runs it in one process.
+XDIST ?= -n 2 --dist loadgroup
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
 
 ## The inner loop (about two minutes on 2 quiet cores): the suite without the tests marked
 ## slow, vllm, ray, verl, venv, faults or proofs (pyproject.toml lists the markers).

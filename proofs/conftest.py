@@ -18,6 +18,20 @@ _ORDER = ["mutant counterexamples (shortest, from the model checker)",
           "Z3 refinement (Hypothesis)", "Hypothesis state machine", "mutant kill table"]
 
 
+def pytest_sessionfinish(session, exitstatus):
+    # On a pytest-xdist worker (`make test` runs two): hand the sections to the controller,
+    # which prints the summary (pytest_testnodedown below).
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["proofs_sections"] = {t: list(lines) for t, lines in report.SECTIONS.items()}
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: inert without it
+def pytest_testnodedown(node, error):
+    for title, lines in getattr(node, "workeroutput", {}).get("proofs_sections", {}).items():
+        report.SECTIONS.setdefault(title, []).extend(lines)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     titles = sorted(report.SECTIONS, key=lambda t: _ORDER.index(t) if t in _ORDER else -1)
     for title in titles:
