@@ -26,10 +26,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## The whole suite: core, proofs, simulator, runtime with real vLLM on CPU, on two pytest-xdist
-## workers (each file on one worker, the Ray tests one at a time: tests/conftest.py);
-## `make test XDIST=` runs it in one process.
-XDIST ?= -n 2 --dist loadgroup
+## The whole suite: core, proofs, simulator, runtime with real vLLM on CPU, in one process.
+## `make test XDIST="-n 4 --dist loadgroup"` spreads it over pytest-xdist workers (each test
+## file on one worker, every Ray test on the same one, one at a time: tests/conftest.py), for
+## a machine with more cores than the 2 the suite is sized for.
+XDIST ?=
 test: $(STAMP)
 	$(PY) -m pytest $(XDIST)
 

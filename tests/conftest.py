@@ -56,15 +56,14 @@ def _out_is_left_alone():
                     f"directory): {changed[:5]}; give it its own directory (tmp_path)")
 
 
-# ---------------------------------------------------------------- two workers (make test) ----
-# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`): most of its
-# time is spent starting processes (an interpreter importing torch and vLLM for each engine,
-# rank and CLI run), which is one core's work, so two workers use both cores of the machine
-# the suite is sized for. Each test file stays on one worker (its module-scoped engines and
-# fixtures are started once, as in one process), and every test that starts a Ray cluster
-# (markers ray, verl, openrlhf) runs on the same worker, one at a time: two local Ray clusters
-# on one host share its object-store memory and /tmp/ray session directory. Without xdist
-# (`python -m pytest`, `make test-fast`) the groups are inert.
+# ------------------------------------------------- pytest-xdist workers (make test XDIST=...) --
+# `make test XDIST="-n N --dist loadgroup"` runs the suite on N pytest-xdist workers (`make
+# test` itself runs one process). Most of the suite's time is spent starting processes (an
+# interpreter importing torch and vLLM for each engine, rank and CLI run), one core's work
+# each. Each test file stays on one worker (its module-scoped engines and fixtures are started
+# once, as in one process), and every test that starts a Ray cluster (markers ray, verl,
+# openrlhf) runs on the same worker, one at a time: two local Ray clusters on one host share
+# its object-store memory and /tmp/ray session directory. Without xdist the groups are inert.
 _ONE_AT_A_TIME = ("ray", "verl", "openrlhf")
 
 
