@@ -85,12 +85,12 @@ bench-precision: $(STAMP)
 ## 2, nemo_in_order whole batch, verl_drop and itself at eta 0, and Reserve-Occupy whole batch
 ## against nemo_in_order): 8 pairs per row (seeds 0-7) in alternating order, 90 % intervals,
 ## on the workload the simulator predicts separates the rules (--workload separating: 12
-## groups of 4, lognormal median 8, sigma 1.5, 8 steps; docs/peers.md, "The workload"; 113
-## runs, 14-29 min predicted: run it on a quiet host): docs/results/peers_compare.json and
+## groups of 4, lognormal median 8, sigma 1.5; 16 steps a run; docs/peers.md, "The workload";
+## 113 runs, 9 min 23 s on a quiet host: run it on one): docs/results/peers_compare.json and
 ## the table of docs/peers.md. Every policy x streaming x refit x eta: drop --headline (and
-## --workload bench for the first workload, the committed table's); --help for the rest.
+## --workload bench for the first workload); --help for the rest.
 bench-peers: $(STAMP)
-	$(PY) bench/peers_compare.py --workload separating --headline --seeds 0,1,2,3,4,5,6,7 --write
+	$(PY) bench/peers_compare.py --workload separating --headline --seeds 0,1,2,3,4,5,6,7 --steps 16 --write
 
 ## The simulator held to the engine: the full peers grid of bench/peers_compare.py on its first
 ## workload (5 pairs per row, eta 1,2, 8 steps)
