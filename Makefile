@@ -39,8 +39,9 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not (slow or vllm or ray or verl or venv or faults or proofs or deep)"
 
-## The tests marked deep, which `make test` skips: the 30-step bf16-mixed demo run learns, the
-## 1,000 seeded fault schedules (`make test` runs 300).
+## The tests marked deep, which `make test` skips: the 60-step bf16-mixed demo run learns, the
+## 1,000 seeded fault schedules (`make test` runs 300), kill -9 and resume with refit keep on
+## vLLM, the sharded steps at 4 ranks (`make test` runs 1-3).
 test-deep: $(STAMP)
 	RO_TEST_DEEP=1 $(PY) -m pytest -m deep
 

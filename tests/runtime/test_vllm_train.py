@@ -272,13 +272,16 @@ async def test_reward_improves_on_the_synthetic_task(engine, tiny_model, tmp_pat
 # bf16-mixed learns as fp32 does: in one 60-step run of each (bench/precision_curve.py,
 # docs/runtime.md) the training reward of steps 21-30 exceeded that of steps 1-10 by +0.100
 # (fp32: +0.088, pure bf16: +0.064), and the evaluation gain after 60 steps was +0.108 (fp32
-# +0.130). Half the run and half that window gain keeps the test short. A minute of the suite's
-# time on two cores, for a claim that changes only with the trainer's precision code: it runs
-# in `make test-deep` (RO_TEST_DEEP=1), not in `make test`.
+# +0.130). The test runs the demo's 60 steps and asks of the last 10 against the first 10 what
+# test_reward_improves_on_the_synthetic_task asks of fp32 (IMPROVEMENT_MARGIN). It ran 30 steps
+# before, and on this project's 2-core machine (2026-12-06) the window gain at 30 steps was
+# +0.041 on f3d3cca and on the code after it alike (the same trajectory to 3 decimals), under
+# its 0.05: half a run is too short for that margin; at 60 steps it was +0.090. It runs in
+# `make test-deep` (RO_TEST_DEEP=1), not in `make test`.
 @pytest.mark.deep
 @pytest.mark.skipif(os.environ.get("RO_TEST_DEEP") != "1", reason="make test-deep runs it")
 async def test_the_demo_still_learns_in_bf16_mixed(engine, tiny_model, tmp_path):
-    cfg = load_config(None, {"run.progress": False, "run.plot": False, "run.steps": 30,
+    cfg = load_config(None, {"run.progress": False, "run.plot": False, "run.steps": 60,
                              "run.eval_prompts": 0, "run.output_dir": str(tmp_path),
                              "trainer.precision": "bf16-mixed"})
     result = await _train(cfg, engine, tiny_model, tmp_path)
