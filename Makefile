@@ -94,12 +94,13 @@ bench-precision: $(STAMP)
 bench-peers: $(STAMP)
 	$(PY) bench/peers_compare.py --workload separating --headline --seeds 0,1,2,3,4,5,6,7 --steps 16 --write
 
-## The simulator held to the engine: the full peers grid of bench/peers_compare.py on its first
-## workload (5 pairs per row, eta 1,2, 8 steps)
-## with every engine request timed; fits the simulator's cost terms to it, simulates each run
-## with them and writes docs/results/calibration.json and the tables of docs/calibration.md.
+## The simulator held to the engine: the headline comparisons of bench-peers on the separating
+## workload, each pair run in both orders (crossover: 4 runs a pair, 8 pairs, 16 steps a run,
+## about 20 min on a quiet host) with every engine request timed; fits the simulator's cost
+## terms to it (and to each half of the seeds, for their spread), simulates each run with them
+## and writes docs/results/calibration.json and the tables of docs/calibration.md.
 calibrate: $(STAMP)
-	$(PY) bench/calibrate.py --etas 1,2 --steps 8 --write
+	$(PY) bench/calibrate.py --workload separating --headline --order crossover --seeds 0,1,2,3,4,5,6,7 --steps 16 --write
 
 ## The trainer on CPU: tokens/s and padding fraction of padded vs packed micro-batches on one
 ## seeded long-tail batch, for the single process and the sharded trainer at 1 and 2 ranks,

@@ -43,9 +43,10 @@ The fit (``fit_costs``), one term of ``runtime/sim/model/cost.py`` each
 Each row is simulated twice: with the cost model as it was (the first decode fit, no
 contention) and revised (the second fit, ``train_slowdown``); docs/calibration.md says why.
 
-The simulator run of each row: one instance with ``(eta + 1) x 4 x 4`` sequence slots (the
-in-flight bound the runtime's rules keep: ``(eta + 1) x batch_size`` groups of 4), batches of 4
-groups of 4, ``reprefill_on_update`` for ``abort`` (the driver resumes a paused request with its
+The simulator run of each row: one instance with ``(eta + 1) x batch_size x group_size``
+sequence slots (the in-flight bound the runtime's rules keep: ``(eta + 1) x batch_size`` groups),
+at most the engine's 64 (``max_num_seqs``), batches of the grid's shape (``--workload``: 4
+groups of 4, or the separating workload's 12 of 4), ``reprefill_on_update`` for ``abort`` (the driver resumes a paused request with its
 tokens as a new prompt) and not for ``keep``, the fitted sync of the row's refit mode, chunks of
 one group with streaming; the workload is the run's: group ``i`` is unit ``g{i}``, its answer
 lengths the caps ``LongTail`` gives that unit's candidates with the row's seed, its prompt the
@@ -84,7 +85,8 @@ DOC = ROOT / "docs" / "calibration.md"
 RESULTS = ROOT / "docs" / "results" / "calibration.json"
 BEGIN, END = "<!-- begin: calibration (generated) -->", "<!-- end: calibration -->"
 TARGET = 0.05  # every simulated ratio within 5 % of the measured one (issue 27 item 4)
-BATCH, GROUP = 4, 4  # peers_compare's staleness.batch_size / group_size (refit_compare)
+SHAPE = peers.SHAPE  # (staleness.batch_size, group_size): the grid's unless --workload says
+ENGINE_SEQS = 64  # peers_compare's engine: max_num_seqs (the simulator's concurrency is capped)
 
 
 class FitError(ValueError):
@@ -247,8 +249,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str, Any]]
-            ) -> dict[str, Any]:
+def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str, Any]],
+            shape: tuple[int, int] = SHAPE) -> dict[str, Any]:
     """What one run gives the fit: request features, whole-batch and streaming steps, syncs,
     and the prompt tokens of each unit (for the simulator's workload)."""
     last_end: dict[str, float] = {}
@@ -263,7 +265,7 @@ def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str,
             if n.get("event") == "occupy" and n.get("unit") in last_end]
     origin = median(gaps) if gaps else min((c.t0 for c in calls), default=0.0)
     prompt_mean = fmean(prompts.values()) if prompts else 0.0
-    samples = BATCH * GROUP
+    samples = shape[0] * shape[1]
     pauses, training, whole, streamed, syncs = [], [], [], [], []
     prev_t, prev_tokens = 0.0, 0
     chunks = [n for n in notes if n.get("event") == "train_chunk"]
@@ -275,7 +277,7 @@ def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str,
         tokens = r["tokens_trained"] - prev_tokens + samples * prompt_mean
         mine = [n for n in chunks if prev_t < n["t"] <= end]
         if mine or r.get("streamed_units"):
-            chunk_tokens = sum(unit_tokens.get(u, 0) + GROUP * prompts.get(u, prompt_mean)
+            chunk_tokens = sum(unit_tokens.get(u, 0) + shape[1] * prompts.get(u, prompt_mean)
                                for n in mine for u in n["units"])
             streamed.append((len(mine), chunk_tokens, r["stream_s"]))
         else:
@@ -312,7 +314,7 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
-               revised: bool = False) -> Any:
+               revised: bool = False, shape: tuple[int, int] = SHAPE) -> Any:
     """The simulator's ``CostModel`` of one row, from ``fit_costs``. ``revised``: the model
     with the trainer's contention (``train_slowdown``) and its decode fit, which separates the
     time requests lost to training and ties ``prefill_per_token_s`` to ``per_request_s``."""
@@ -333,12 +335,12 @@ def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
                       chunk_overhead_s=c["chunk_overhead_s"] if c else 0.0,
                       chunk_share=c["chunk_share"] if c else 1.0)
     return CostModel(name="calibrated", rollout=rollout, train=train, instances=1,
-                     concurrency=(eta + 1) * BATCH * GROUP,
+                     concurrency=min(ENGINE_SEQS, (eta + 1) * shape[0] * shape[1]),
                      derivation={"status": "fitted by bench/calibrate.py"})
 
 
 def workload(seed: int, prompts: dict[str, int], prompt_mean: float, groups: int,
-             max_tokens: int, med: float, sigma: float) -> Any:
+             max_tokens: int, med: float, sigma: float, group: int = SHAPE[1]) -> Any:
     """The run's workload for the simulator: group ``i`` is unit ``g{i}``, its answers the
     caps ``LongTail`` draws for that unit's candidates."""
     from runtime.sim.model.workload import GroupSpec, Workload
@@ -346,22 +348,22 @@ def workload(seed: int, prompts: dict[str, int], prompt_mean: float, groups: int
     tail = peers.LongTail(None, max_tokens, seed, med, sigma)
     fallback = max(1, round(prompt_mean))
     specs = tuple(GroupSpec(i, prompts.get(f"g{i}", fallback),
-                            tuple(tail.cap(f"g{i}-c{j}") for j in range(GROUP)))
+                            tuple(tail.cap(f"g{i}-c{j}") for j in range(group)))
                   for i in range(groups))
     return Workload(f"long-tail(seed={seed})", specs)
 
 
-def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: bool = False
-                 ) -> dict[str, float]:
+def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: bool = False,
+                 shape: tuple[int, int] = SHAPE) -> dict[str, float]:
     """The simulator's figures of one run (answer tokens, as the runtime counts)."""
     from runtime.sim.model.runner import RunSpec, simulate
 
-    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised)
+    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised, shape)
     # Reserve-Occupy streams only when told (Config.streaming); the peers that stream
     # (runtime.peers) hand chunks whenever the trainer takes them, as their policies do here
     options = (("streaming", True),) if run["streaming"] else ()
     _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
-                              batch_size=BATCH, options=options), wl, cost)
+                              batch_size=shape[0], options=options), wl, cost)
     by_tid = {r.tid: r for r in sim.ledger.requests}
     trained = sum(by_tid[t].length for b in sim.ledger.batches for t in b.tids)
     decoded = sum(i.decoded for i in sim.instances)
@@ -599,16 +601,19 @@ def render_compared(results: dict[str, Any]) -> str:
 async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], steps: int,
                med: float, sigma: float, engine: Any = None, raw: Path | None = None,
                warmup_steps: int = 1, order: str = "alternate", order_seed: int = 0,
-               method: str = "sign", level: float = 0.9, pin: bool = False) -> dict[str, Any]:
-    """Measure the grid as bench-peers does (the instrument: pairs, alternating order, A/A
-    rows, steady-state window; ``peers_compare.main``) while timing every engine request, fit,
-    simulate each run: the results file's content."""
+               method: str = "sign", level: float = 0.9, pin: bool = False,
+               comps: list[dict[str, Any]] | None = None, shape: tuple[int, int] = SHAPE,
+               workload_name: str | None = None) -> dict[str, Any]:
+    """Measure the grid as bench-peers does (the instrument: pairs, alternating or crossover
+    order, A/A rows, steady-state window; ``peers_compare.main``; ``comps``: the headline
+    comparisons or, by default, every row of ``runs_grid`` against the reference) while timing
+    every engine request, fit, simulate each run: the results file's content."""
     measured: dict[int, dict[str, Any]] = {}
 
     def on_row(row: dict[str, Any]) -> None:
         out = row["_out"]
         m = measure(row["_tail"].calls, _jsonl(out / "metrics.jsonl"),
-                    _jsonl(out / "driver_notes.jsonl"))
+                    _jsonl(out / "driver_notes.jsonl"), shape)
         m["refit"] = row["refit"]
         measured[row["run"]] = m
 
@@ -616,30 +621,65 @@ async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], st
     compared = await peers.main(runs_grid, seeds, steps, med, sigma, engine=engine,
                                 warmup_steps=warmup_steps, order=order, order_seed=order_seed,
                                 method=method, level=level, pin=pin, tail_class=Timed,
-                                on_row=on_row)
+                                on_row=on_row, comps=comps, shape=shape)
     ms = [measured[r["run"]] for r in compared["runs"]]
     wall = time.perf_counter() - t0
+    if workload_name is not None:
+        compared["workload"] = peers.workload_record(workload_name, shape, med, sigma, steps,
+                                                     seeds)
     if raw is not None:  # what the fit reads, to fit again without the engine (--from-raw)
         raw.write_text(json.dumps({"steps": steps, "seeds": seeds, "median": med,
                                    "sigma": sigma, "grid_wall_s": wall, "compared": compared,
-                                   "measured": ms}))
-    return finish(compared, ms, steps, seeds, med, sigma, wall)
+                                   "measured": ms, "shape": list(shape)}))
+    return finish(compared, ms, steps, seeds, med, sigma, wall, shape)
+
+
+FIT_TERMS = (("decode", "step_s"), ("decode", "per_request_s"),
+             ("decode", "prefill_per_token_s"), ("train", "fixed_s"), ("train", "per_token_s"),
+             ("chunk", "chunk_overhead_s"), (None, "train_slowdown"))
+
+
+def fit_halves(runs: list[dict[str, Any]], measured: list[dict[str, Any]]
+               ) -> list[dict[str, Any]] | None:
+    """The fit again on each half of the grid (the runs of the even-indexed seeds, then of the
+    odd ones): two independent grids of half the size, whose difference is the spread of each
+    fitted term. None when a half cannot be fitted (one seed)."""
+    seeds = sorted({r["seed"] for r in runs})
+    halves = [set(seeds[0::2]), set(seeds[1::2])]
+    out = []
+    for half in halves:
+        ms = [m for r, m in zip(runs, measured) if r["seed"] in half]
+        try:
+            out.append(fit_costs(ms))
+        except FitError:
+            return None
+    return out
+
+
+def term(fit: dict[str, Any], section: str | None, key: str) -> float | None:
+    """One fitted term of ``fit_costs``' result (None where not measured)."""
+    src = fit if section is None else fit.get(section)
+    return None if src is None else src.get(key)
 
 
 def finish(compared: dict[str, Any], measured: list[dict[str, Any]], steps: int,
-           seeds: list[int], med: float, sigma: float, wall: float) -> dict[str, Any]:
+           seeds: list[int], med: float, sigma: float, wall: float,
+           shape: tuple[int, int] = SHAPE) -> dict[str, Any]:
     """Fit the runs' measurements, simulate each run with the fit: the results."""
     runs = compared["runs"]
     fit = fit_costs(measured)
     max_tokens = peers.SETTINGS["rollout.max_tokens"]
     for row, m in zip(runs, measured):
         wl = workload(row["seed"], m["prompts"], m["prompt_mean"],
-                      max(64, 8 * (row["eta"] + 2) * BATCH * steps), max_tokens, med, sigma)
-        row["sim"] = simulate_row(row, fit, wl)
-        row["sim_revised"] = simulate_row(row, fit, wl, revised=True)
+                      max(64, 8 * (row["eta"] + 2) * shape[0] * steps), max_tokens, med, sigma,
+                      shape[1])
+        row["sim"] = simulate_row(row, fit, wl, shape=shape)
+        row["sim_revised"] = simulate_row(row, fit, wl, revised=True, shape=shape)
     return {"steps": steps, "seeds": seeds, "lognormal": {"median": med, "sigma": sigma},
+            "shape": list(shape),
             "reference": dict(zip(("policy", "streaming", "refit"), peers.REF)),
-            "grid_wall_s": round(wall, 1), "fit": fit, **compared}
+            "grid_wall_s": round(wall, 1), "fit": fit,
+            "fit_halves": fit_halves(runs, measured), **compared}
 
 
 RAW_KEYS = {"steps": int, "seeds": list, "median": float, "sigma": float, "compared": dict,
@@ -675,6 +715,7 @@ def read_raw(path: Path, bad: Any) -> dict[str, Any]:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = Parser(prog="calibrate.py", description=__doc__.split("\n\n")[0])
     peers.add_grid_options(parser, steps=8)
+    peers.add_workload_options(parser)
     parser.add_argument("--write", action="store_true",
                         help=f"write {RESULTS.relative_to(ROOT)} and the tables of "
                              f"{DOC.relative_to(ROOT)}")
@@ -684,6 +725,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="fit and simulate again from a --raw file, without the engine")
     parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
+    raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     peers.check_write(args, _bad, BEGIN, END)
     if args.from_raw is not None:
@@ -691,7 +733,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             _bad("--raw and --from-raw: one or the other (--from-raw runs nothing)")
         args.dump = read_raw(args.from_raw, _bad)
         return args
-    peers.check_grid(args, _bad)  # the grid's checks are peers_compare's (exit 2)
+    peers.apply_workload(args, raw, _bad)  # the grid's checks are peers_compare's (exit 2)
     if args.raw is not None:
         peers._writable(args.raw, "--raw", _bad)
     if args.steps < 3:  # (the reference, whole-batch, runs in every grid: the train fit's)
@@ -710,7 +752,8 @@ if __name__ == "__main__":
         dump = args.dump
         try:
             results = finish(dump["compared"], dump["measured"], dump["steps"], dump["seeds"],
-                             dump["median"], dump["sigma"], dump.get("grid_wall_s", 0.0))
+                             dump["median"], dump["sigma"], dump.get("grid_wall_s", 0.0),
+                             tuple(dump.get("shape", SHAPE)))
         except FitError as e:
             _bad(f"--from-raw {args.from_raw}: {e}")
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
@@ -720,7 +763,9 @@ if __name__ == "__main__":
         results = asyncio.run(main(args.grid, args.seed_list, args.steps, args.median,
                                    args.sigma, raw=args.raw, warmup_steps=args.warmup_steps,
                                    order=args.order, order_seed=args.order_seed,
-                                   method=args.interval, level=args.level, pin=args.pin))
+                                   method=args.interval, level=args.level, pin=args.pin,
+                                   comps=peers.headline() if args.headline else None,
+                                   shape=args.shape, workload_name=args.workload))
     print(render(results))
     if args.write:
         write(results, args.results, args.doc)

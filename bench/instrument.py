@@ -9,7 +9,14 @@ Design (issue 37, item 1)
   ``i + j`` is even and ``(B, A)`` when odd (``j`` the comparison's index in the grid:
   ``order``), so drift in the host's load and the engine's warm-up falls on A as often as on B;
   ``--order random`` draws each pair's order instead from a seeded generator whose seed is
-  written into the results. Every pair's ratio is A's figure over B's.
+  written into the results. Every pair's ratio is A's figure over B's. ``--order crossover``
+  runs each pair twice, in both orders (``A B B A`` or ``B A A B``, the first as
+  ``alternate``): its ratio is the geometric mean of the two runs' ratios (``pair_ratio``), so
+  an effect of a run's place (the run before it, the second of two runs of one seed being
+  faster or slower, a drift linear in time) cancels inside each pair instead of only across
+  pairs: with ``alternate`` the order of comparison ``j``'s pairs is tied to the seed's parity,
+  so an order effect and a difference between odd and even seeds' workloads are
+  indistinguishable, and both widen the interval. It costs twice the runs.
 * **Warm, shared engine; a discarded warm-up.** One engine serves every run of a grid (the
   engine's start-up and first-request compilation are not anyone's cost); before the first
   pair, one run of the grid's baseline is made and thrown away (``warmup_run``).
@@ -67,7 +74,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 LEVEL = 0.90  # the intervals' nominal coverage; an A/A row is called resolved at most 10 %
 METHODS = ("sign", "bootstrap")
-ORDERS = ("alternate", "random")
+ORDERS = ("alternate", "random", "crossover")
 BOOTSTRAP_RESAMPLES = 2000
 
 
@@ -81,8 +88,9 @@ def order(pair: int, comparison: int = 0, mode: str = "alternate",
           rng: random.Random | None = None) -> tuple[str, str]:
     """Which of ``"a"``/``"b"`` runs first in pair ``pair`` of comparison ``comparison``:
     alternating (``(a, b)`` when ``pair + comparison`` is even), or drawn from ``rng``
-    (``mode == "random"``; the caller seeds it and records the seed)."""
-    if mode == "alternate":
+    (``mode == "random"``; the caller seeds it and records the seed). ``crossover`` starts as
+    ``alternate`` does (``run_pairs`` then runs the two again in the other order)."""
+    if mode in ("alternate", "crossover"):
         return ("a", "b") if (pair + comparison) % 2 == 0 else ("b", "a")
     if mode == "random":
         if rng is None:
@@ -307,33 +315,49 @@ def place(engine_pids: Sequence[int] | None = None) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------- the harness ------
 
+def pair_ratio(pair: dict[str, Any], key: str = "rate") -> float | None:
+    """A pair's ratio of ``key``: A's over B's; for a crossover pair (with ``a2``/``b2``, the
+    runs of its second, reversed half) the geometric mean of the two halves' ratios,
+    ``sqrt(a/b * a2/b2)``. None when a denominator is 0 or missing."""
+    halves = [("a", "b")] + ([("a2", "b2")] if "a2" in pair else [])
+    ratios = []
+    for x, y in halves:
+        num, den = pair[x].get(key), pair[y].get(key)
+        if num is None or not den:
+            return None
+        ratios.append(num / den)
+    return ratios[0] if len(ratios) == 1 else math.sqrt(ratios[0] * ratios[1])
+
+
 async def run_pairs(comparisons: Sequence[tuple[Any, Any]], seeds: Sequence[int],
                     run: Callable[..., Any], mode: str = "alternate", order_seed: int = 0,
                     warmup: Any = None, on_run: Callable[[dict[str, Any]], None] | None = None
                     ) -> list[dict[str, Any]]:
     """Run every comparison ``(a, b)`` once per seed, as pairs: for seed ``i`` (pair ``i``),
-    comparison ``j``'s two runs one after the other, in ``order(i, j, mode, rng)``.
+    comparison ``j``'s two runs one after the other, in ``order(i, j, mode, rng)``; with
+    ``mode == "crossover"`` then again in the other order (``a2``, ``b2``: four runs).
     ``await run(config, seed)`` returns a run's dict (with at least ``rate`` and
     ``placements``); ``warmup`` (a config, or None) is run first on ``seeds[0]`` and
     discarded. Returns one dict per pair: ``comparison``, ``pair``, ``seed``, ``first``,
-    ``a``/``b`` (the two runs), ``ratio`` (a's rate / b's) and ``diff``
-    (``placement_diff``)."""
+    ``a``/``b`` (the two runs; ``a2``/``b2`` too for a crossover), ``ratio``
+    (``pair_ratio``) and ``diff`` (``placement_diff`` of ``a`` and ``b``)."""
+    if mode not in ORDERS:
+        raise ValueError(f"order mode {mode!r}: one of {', '.join(ORDERS)}")
     rng = random.Random(order_seed)
     if warmup is not None:
         await run(warmup, seeds[0])
     out = []
     for i, seed in enumerate(seeds):
         for j, (a, b) in enumerate(comparisons):
-            first, _ = order(i, j, mode, rng)
+            first, second = order(i, j, mode, rng)
+            seq = [first, second] + ([second + "2", first + "2"] if mode == "crossover" else [])
             done: dict[str, dict[str, Any]] = {}
-            for which in (("a", "b") if first == "a" else ("b", "a")):
-                done[which] = await run(a if which == "a" else b, seed)
+            for which in seq:
+                done[which] = await run(a if which[0] == "a" else b, seed)
                 if on_run is not None:
                     on_run(done[which])
-            ra, rb = done["a"]["rate"], done["b"]["rate"]
-            out.append({"comparison": j, "pair": i, "seed": seed, "first": first,
-                        "a": done["a"], "b": done["b"],
-                        "ratio": ra / rb if rb else None,
-                        "diff": placement_diff(done["a"]["placements"],
-                                               done["b"]["placements"])})
+            pair = {"comparison": j, "pair": i, "seed": seed, "first": first, **done}
+            pair["ratio"] = pair_ratio(pair)
+            pair["diff"] = placement_diff(done["a"]["placements"], done["b"]["placements"])
+            out.append(pair)
     return out

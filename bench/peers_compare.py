@@ -383,8 +383,8 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
     rows = []
     for j, c in enumerate(comps):
         mine = [p for p in pairs if p["comparison"] == j]
-        gen = [p["a"]["steady_gen_tok_s"] / p["b"]["steady_gen_tok_s"] for p in mine
-               if p["b"]["steady_gen_tok_s"]]
+        gen = [r for r in (instrument.pair_ratio(p, "steady_gen_tok_s") for p in mine)
+               if r is not None]
         rows.append({
             "eta": c["a"][3], "policy": c["a"][0], "streaming": c["a"][1], "refit": c["a"][2],
             "against": c["against"], "aa": c["aa"], "against_config": list(c["b"]),
@@ -394,7 +394,8 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
             "trained": instrument.summarize([p["ratio"] for p in mine if p["ratio"] is not None],
                                             method, level, seed),
             "gen": instrument.summarize(gen, method, level, seed),
-            "trained_tok_s": [p["a"]["steady_trained_tok_s"] for p in mine],
+            "trained_tok_s": [_mean([p[x]["steady_trained_tok_s"] for x in ("a", "a2")
+                                     if x in p]) for p in mine],
             "staleness_max": max((p["a"]["staleness_max"] for p in mine), default=0),
             "staleness_mean": _mean([p["a"]["staleness_mean"] for p in mine]),
             "units_dropped": _mean([p["a"]["units_dropped"] for p in mine]),
@@ -441,7 +442,7 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
         engine = VLLMRollout(model, max_model_len=128, max_num_seqs=64, seed=0)
     comps = comparisons(runs_grid) if comps is None else comps
     runs: list[dict[str, Any]] = []
-    total = 1 + 2 * len(comps) * len(seeds)
+    total = 1 + (4 if order == "crossover" else 2) * len(comps) * len(seeds)
     t0 = time.perf_counter()
     placed = None
     try:
@@ -482,7 +483,9 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
         if owned:
             await engine.close()
     for p in pairs:
-        p["a"], p["b"] = {k: p["a"][k] for k in PAIR_KEYS}, {k: p["b"][k] for k in PAIR_KEYS}
+        for which in ("a", "b", "a2", "b2"):  # (a2, b2: a crossover pair's second half)
+            if which in p:
+                p[which] = {k: p[which][k] for k in PAIR_KEYS}
     summary = summarize_pairs(comps, pairs, method, level, order_seed)
     return {"instrument": {"order": order, "order_seed": order_seed, "interval": method,
                            "level": level, "warmup_steps": warmup_steps, "pin": placed,
@@ -511,7 +514,9 @@ def render_compared(results: dict[str, Any]) -> str:
     ins, fp = results["instrument"], results.get("false_positive")
     pct = f"{ins['level']:.0%}"
     head = [f"Pairs per row: {max((len(c['seeds']) for c in results['comparisons']), default=0)}"
-            f", order {ins['order']} (seed {ins['order_seed']}), one discarded warm-up run, "
+            f", order {ins['order']} (seed {ins['order_seed']})"
+            + (": each pair runs A and B in both orders, its ratio the geometric mean of the two"
+               if ins["order"] == "crossover" else "") + ", one discarded warm-up run, "
             f"trained and generated tok/s over the steps after the first "
             f"{ins['warmup_steps']}; ratio: the median of the pairs' ratios, {pct} interval "
             f"({'exact order-statistic (sign)' if ins['interval'] == 'sign' else 'percentile bootstrap'}"
@@ -613,7 +618,8 @@ def add_grid_options(parser: argparse.ArgumentParser, steps: int) -> None:
     parser.add_argument("--sigma", type=float, default=SIGMA,
                         help=f"the lognormal's sigma (0 to {MAX_SIGMA:g})")
     parser.add_argument("--order", default="alternate", choices=instrument.ORDERS,
-                        help="each pair's order: alternate (default) or random")
+                        help="each pair's order: alternate (default), random, or crossover "
+                             "(A and B in both orders per pair: twice the runs)")
     parser.add_argument("--order-seed", type=int_in(0, 2**32 - 1), default=0,
                         help="the random order's seed, and the bootstrap's (default 0)")
     parser.add_argument("--interval", default="sign", choices=instrument.METHODS,
@@ -730,16 +736,15 @@ def _check_config(bad: Any, policy: str, streaming: bool, refit: str, eta: int, 
             f"eta={eta} seed={seed}: {why}")
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = Parser(prog="peers_compare.py",
-                                     description=__doc__.split("\n\n")[0])
-    add_grid_options(parser, steps=6)
+def add_workload_options(parser: argparse.ArgumentParser) -> None:
+    """``--workload`` and ``--headline``, shared with bench/calibrate.py (``apply_workload``
+    reads them)."""
     parser.add_argument("--workload", default="bench", choices=sorted(WORKLOADS),
                         help="the workload: groups per step, samples per group, the "
                              "lognormal's median and sigma, steps (docs/peers.md, \"The "
                              "workload\"); --median, --sigma, --steps override its own. bench "
                              "(default): 4 groups of 4, median 12, sigma 1, 6 steps; separating: "
-                             "32 groups of 2, median 8, sigma 1.5, 6 steps")
+                             "12 groups of 4, median 8, sigma 1.5, 8 steps")
     parser.add_argument("--headline", action="store_true",
                         help="run the headline comparisons only (A/A; Reserve-Occupy against "
                              "NeMo-RL as shipped at eta 1 and 2, nemo_in_order whole batch, "
@@ -747,20 +752,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              "nemo_in_order): --policies, --etas, --refits, --streaming "
                              "are not taken with it")
     parser.set_defaults(median=None, sigma=None, steps=None)  # the workload's, unless given
-    parser.add_argument("--write", action="store_true",
-                        help=f"write {RESULTS.relative_to(ROOT)} and the table of "
-                             f"{DOC.relative_to(ROOT)}")
-    parser.add_argument("--rows", type=Path, default=None,
-                        help="append each run's row to this JSONL file as it ends")
-    parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
-    parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
 
-    def bad(msg: str) -> None:
-        print(f"peers_compare: {msg}", file=sys.stderr)
-        raise SystemExit(2)
 
+def apply_workload(args: argparse.Namespace, raw: list[str], bad: Any) -> None:
+    """The workload's median, sigma and steps where not given, ``args.shape``; with
+    ``--headline``, its etas and ``args.grid`` (after ``check_grid``), each of its
+    configurations checked as the runtime would (``bad``: one line, exit 2). ``raw``: the
+    command line (to tell a given option from its default)."""
     w = WORKLOADS[args.workload]
     for key in ("median", "sigma", "steps"):
         if getattr(args, key) is None:
@@ -778,6 +776,28 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         for policy, streaming, refit, eta in args.grid:
             for seed in (min(args.seed_list), max(args.seed_list)):
                 _check_config(bad, policy, streaming, refit, eta, seed, args.steps, args.shape)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = Parser(prog="peers_compare.py",
+                                     description=__doc__.split("\n\n")[0])
+    add_grid_options(parser, steps=6)
+    add_workload_options(parser)
+    parser.add_argument("--write", action="store_true",
+                        help=f"write {RESULTS.relative_to(ROOT)} and the table of "
+                             f"{DOC.relative_to(ROOT)}")
+    parser.add_argument("--rows", type=Path, default=None,
+                        help="append each run's row to this JSONL file as it ends")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+
+    def bad(msg: str) -> None:
+        print(f"peers_compare: {msg}", file=sys.stderr)
+        raise SystemExit(2)
+
+    apply_workload(args, raw, bad)
     if args.rows is not None:
         _writable(args.rows, "--rows", bad)
     check_write(args, bad, BEGIN, END)

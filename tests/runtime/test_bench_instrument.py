@@ -105,6 +105,37 @@ def test_pairs_alternate_their_order():
     assert firsts[0] == firsts[1] and set(firsts[0]) == {"A0", "A1"}
 
 
+def test_a_crossover_pair_runs_both_orders_and_cancels_an_effect_of_place():
+    """``--order crossover``: each pair runs A and B, then again in the other order; its ratio
+    is the geometric mean of the two halves'. On a host where the second run of each two is
+    10 % slower (the run before it leaves work behind), every alternating pair's ratio is off
+    the true 1.5 by 10 % one way or the other, and no crossover pair's."""
+    ins = _ins()
+    calls: list[tuple[str, int]] = []
+
+    async def run(config, seed):
+        slow = len(calls) % 2 == 1  # the second run of each two
+        calls.append((config, seed))
+        rate = {"A": 12.0, "B": 8.0}[config] * (0.9 if slow else 1.0)
+        return {"config": config, "rate": rate, "placements": {"g0": 1}}
+
+    pairs = asyncio.run(ins.run_pairs([("A", "B")], [5, 6], run, mode="crossover"))
+    assert calls == [("A", 5), ("B", 5), ("B", 5), ("A", 5),  # pair 0: a b, then b a
+                     ("B", 6), ("A", 6), ("A", 6), ("B", 6)]  # pair 1: b a, then a b
+    assert [(p["first"], p["a"]["rate"], p["b"]["rate"], p["a2"]["rate"], p["b2"]["rate"])
+            for p in pairs] == [("a", 12.0, 7.2, 10.8, 8.0), ("b", 10.8, 8.0, 12.0, 7.2)]
+    # sqrt(12 / 7.2 x 10.8 / 8) = sqrt(1.6667 x 1.35) = sqrt(2.25) = 1.5, both pairs
+    assert [p["ratio"] for p in pairs] == pytest.approx([1.5, 1.5], rel=8 * 2.2e-16)
+    calls.clear()
+    alt = asyncio.run(ins.run_pairs([("A", "B")], [5, 6], run))
+    assert [p["ratio"] for p in alt] == pytest.approx([12 / 7.2, 10.8 / 8], rel=4 * 2.2e-16)
+    assert ins.pair_ratio({"a": {"rate": 3.0}, "b": {"rate": 0.0}}) is None
+    assert ins.pair_ratio({"a": {"rate": 3.0}, "b": {"rate": 2.0}, "a2": {"rate": 1.0},
+                           "b2": {"rate": 0.0}}) is None
+    with pytest.raises(ValueError, match="order mode 'abba'"):
+        asyncio.run(ins.run_pairs([("A", "B")], [5], run, mode="abba"))
+
+
 def test_the_steady_state_window_leaves_out_the_warm_up():
     ins = _ins()
     # a slow first step (model load, an empty pipeline: 5 s for 100 tokens), then 100 tokens a

@@ -82,6 +82,48 @@ def test_a_fit_the_measurements_cannot_identify_is_refused():
         bench.fit_chunk([(0, 0, 0.0)], 2e-4)
 
 
+def _measured(seed: int, a: float, train_s: float) -> dict:
+    """One run's ``measure`` as the fit reads it: requests of decode cost ``a`` per token
+    (prefill 2e-4, per request 3e-4), whole-batch steps of ``train_s`` + 2e-4 s a token."""
+    return {"requests": _synthetic(2e-4, a, 3e-4, noise=0.0, n=50, seed=seed),
+            "whole": [(t, train_s + 2e-4 * t) for t in (900, 1500, 2100)], "streamed": [],
+            "syncs": [0.05], "refit": "keep", "prompts": {}, "prompt_mean": 20.0}
+
+
+def test_the_fit_on_each_half_of_the_grid_gives_each_term_its_spread():
+    """``fit_halves``: the runs of the even-indexed seeds fitted apart from the odd ones', so
+    the results say how far each fitted term moves between two grids of half the size."""
+    bench = _bench()
+    runs = [{"seed": s} for s in (0, 1, 2, 3)]
+    measured = [_measured(s, 5e-3 if s % 2 == 0 else 6e-3, 0.25 if s % 2 == 0 else 0.35)
+                for s in (0, 1, 2, 3)]
+    even, odd = bench.fit_halves(runs, measured)
+    assert even["decode"]["step_s"] == pytest.approx(5e-3, rel=1e-6)
+    assert odd["decode"]["step_s"] == pytest.approx(6e-3, rel=1e-6)
+    assert (bench.term(even, "train", "fixed_s"), bench.term(odd, "train", "fixed_s")) == \
+        pytest.approx((0.25, 0.35), rel=1e-6)
+    assert bench.term(even, "chunk", "chunk_overhead_s") is None  # no streaming run
+    assert bench.fit_halves(runs[:1], measured[:1]) is None  # one seed: no second half
+
+
+def test_the_simulated_engine_has_the_grid_s_shape_and_the_engine_s_slots():
+    """A grid of 12 groups of 4 at eta 1 holds 96 sequences in flight by the rules, more than
+    the bench's engine runs at once (max_num_seqs 64): the simulated instance is capped to it;
+    at eta 0 (48) it is not. The batches are 12 groups."""
+    bench = _bench()
+    fit = bench.fit_costs([_measured(s, 5e-3, 0.25) for s in (0, 1)])
+    assert bench.cost_model(fit, 1, False, "keep", shape=(12, 4)).concurrency == 64
+    assert bench.cost_model(fit, 0, False, "keep", shape=(12, 4)).concurrency == 48
+    assert bench.cost_model(fit, 1, False, "keep").concurrency == 32  # 2 x 4 x 4
+    wl = bench.workload(0, {}, 20.0, 30, 96, 8.0, 1.5, group=4)
+    run = {"policy": "nemo_in_order", "eta": 1, "streaming": False, "refit": "keep",
+           "steps": 2, "warmup_steps": 1}
+    sim = bench.simulate_row(run, fit, wl, shape=(12, 4))
+    assert sim["steady_trained_tok_s"] > 0
+    trained = sim["trained_tok_s"] * sim["wall_s"]
+    assert trained == pytest.approx(sum(sum(g.response_lens) for g in wl.groups[:24]))
+
+
 def test_nnls_keeps_every_coefficient_non_negative():
     import numpy as np
 
