@@ -494,6 +494,37 @@ def _fit_lines(results: dict[str, Any]) -> list[str]:
               if c else "| streaming chunk overhead | not measured | | no streaming run |"),]
 
 
+TERM_NAMES = {"step_s": ("decode step", 1e3, "ms"), "per_request_s": ("decode per running "
+              "request", 1e3, "ms"), "prefill_per_token_s": ("prefill per prompt token", 1e3,
+              "ms"), "fixed_s": ("train per step", 1.0, "s"), "per_token_s": (
+              "train per trajectory token", 1e3, "ms"), "chunk_overhead_s": (
+              "streaming chunk overhead", 1.0, "s"), "train_slowdown": (
+              "decode slowdown while training", 1.0, "")}
+
+
+def _halves_lines(results: dict[str, Any]) -> list[str]:
+    """The fitted terms of the model as it was, on the whole grid and on each half of its
+    seeds (``fit_halves``), and how far the halves differ (|even / odd - 1|)."""
+    halves = results.get("fit_halves")
+    if not halves:
+        return []
+    even, odd = halves
+    seeds = sorted({r["seed"] for r in results["runs"]})
+    lines = ["", f"The same fit on each half of the grid (seeds {', '.join(map(str, seeds[0::2]))}"
+                 f" and {', '.join(map(str, seeds[1::2]))}): two grids of half the size.", "",
+             "| term | whole grid | even seeds | odd seeds | halves differ by |",
+             "|---|---|---|---|---|"]
+    for section, key in FIT_TERMS:
+        name, scale, unit = TERM_NAMES[key]
+        xs = [term(f, section, key) for f in (results["fit"], even, odd)]
+        if any(x is None for x in xs):
+            continue
+        diff = f"{abs(xs[1] / xs[2] - 1):.0%}" if xs[2] else "n/a"
+        lines.append(f"| {name} `{key}` | " + " | ".join(
+            f"{x * scale:.4g}{(' ' + unit) if unit else ''}" for x in xs) + f" | {diff} |")
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     """The generated part of docs/calibration.md, from the results file."""
     if "comparisons" in results:  # a grid the instrument ran (paired, with intervals)
@@ -573,7 +604,7 @@ def render_compared(results: dict[str, Any]) -> str:
     ins = results["instrument"]
     scored = [r for r in rows if not r["aa"]]
     peers_table = peers.render_compared(results).split("\n\n")[0]  # its method paragraph
-    lines = _fit_lines(results) + [
+    lines = _fit_lines(results) + _halves_lines(results) + [
         "", peers_table, "",
         f"Within {TARGET:.0%} of the measured trained tok/s ratio or inside its "
         f"{ins['level']:.0%} interval: **{sum(r['sim']['within'] for r in scored)} of "
