@@ -361,7 +361,8 @@ def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: boo
     cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised, shape)
     # Reserve-Occupy streams only when told (Config.streaming); the peers that stream
     # (runtime.peers) hand chunks whenever the trainer takes them, as their policies do here
-    options = (("streaming", True),) if run["streaming"] else ()
+    options = (("streaming", True),) if run["streaming"] and run["policy"] == peers.REFERENCE \
+        else ()
     _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
                               batch_size=shape[0], options=options), wl, cost)
     by_tid = {r.tid: r for r in sim.ledger.requests}
@@ -569,7 +570,11 @@ def doc_block(text: str) -> str:
 
 
 def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC) -> None:
-    results_path.write_text(json.dumps(results, indent=1) + "\n")
+    """The results file (each run's ``placements`` left out: the comparisons hold what they
+    gave, the units each pair trained in another step) and the page."""
+    kept = {**results, "runs": [{k: v for k, v in r.items() if k != "placements"}
+                                for r in results["runs"]]}
+    results_path.write_text(json.dumps(kept, indent=1) + "\n")
     splice(doc, BEGIN, END, render(results))
 
 
