@@ -21,7 +21,9 @@ policy, and scale each token's term by a detached factor c in [0, 1]:
 
 The term's gradient, where it is not clipped, is ``rho_t A_i grad log pi_theta``: ``rho_t`` is
 the token's importance weight (at the batch's first optimiser step ``pi_theta = pi_old``, so
-it is the behaviour ratio pi_old / mu). A correction turns that weight into ``c_t rho_t``:
+it is the behaviour ratio pi_old / mu). A correction turns that weight into ``c_t rho_t``
+(with several minibatches or epochs, c is taken from the forward's own rho, the current
+pi_theta / mu, as verl's bypass weights are: no extra forward pass):
 
     tis       c_t = min(1, C / sg(rho_t))          weight min(rho_t, C): truncated at cap C
     seq_tis   c_i = min(1, C / R_i),  R_i = prod_t sg(rho_t) = exp(sum_t log rho_t)
