@@ -240,6 +240,62 @@ class TimeoutConfig(_Section):
 
 MAX_COLLECTIVE_TIMEOUT_S = 7 * 24 * 3600.0
 
+# Off-policy corrections of the loss (docs/runtime.md, "Off-policy corrections";
+# runtime.trainer.corrections): which options each kind takes, and their defaults.
+CORRECTION_OPTIONS: dict[str, tuple[str, ...]] = {
+    "none": (), "tis": ("cap",), "seq_tis": ("cap",), "mask": ("low", "high"),
+    "seq_mask": ("low", "high"), "decoupled": ("cap", "prox")}
+DEFAULT_CAP, DEFAULT_LOW, DEFAULT_HIGH = 2.0, 0.5, 2.0
+
+
+class CorrectionConfig(_Section):
+    """``trainer.correction``: an off-policy correction of the GRPO loss; ``none`` (the
+    default) is the plain objective. An option the kind does not use is refused (it would be
+    ignored), as are a cap below 1 and a band [low, high] that does not hold 1 (both would
+    down-weight or drop the on-policy tokens themselves)."""
+
+    kind: Literal["none", "tis", "seq_tis", "mask", "seq_mask", "decoupled"] = "none"
+    cap: float | None = Field(None, gt=0)  # tis, seq_tis, decoupled: the weight's bound (2)
+    low: float | None = Field(None, gt=0)  # mask, seq_mask: the ratio's band (0.5 .. 2)
+    high: float | None = Field(None, gt=0)
+    # decoupled: the proximal policy's log-probabilities: a no-grad forward pass of the
+    # weights before the update (recompute), or interpolated by version (loglinear)
+    prox: Literal["recompute", "loglinear"] | None = None
+
+    @property
+    def cap_value(self) -> float:
+        return DEFAULT_CAP if self.cap is None else self.cap
+
+    @property
+    def band(self) -> tuple[float, float]:
+        return (DEFAULT_LOW if self.low is None else self.low,
+                DEFAULT_HIGH if self.high is None else self.high)
+
+    @property
+    def prox_method(self) -> str:
+        return "recompute" if self.prox is None else self.prox
+
+    @model_validator(mode="after")
+    def _options(self) -> CorrectionConfig:
+        uses = CORRECTION_OPTIONS[self.kind]
+        extra = [k for k in ("cap", "low", "high", "prox")
+                 if getattr(self, k) is not None and k not in uses]
+        if extra:
+            takes = f"takes only {', '.join(uses)}" if uses else "takes no option"
+            raise ValueError(f"kind {self.kind} does not use {', '.join(extra)} (it {takes}): "
+                             f"remove it, or choose the kind that uses it")
+        if self.cap is not None and self.cap < 1:
+            raise ValueError(f"cap {self.cap} is below 1: it would truncate the weight of "
+                             f"on-policy tokens (ratio 1) too; give a cap >= 1")
+        low, high = self.band
+        if low >= high:
+            raise ValueError(f"low ({low}) must be below high ({high})")
+        if not low <= 1.0 <= high:
+            raise ValueError(f"the band [low, high] = [{low}, {high}] must hold 1: it would "
+                             f"drop on-policy tokens (ratio 1) too")
+        return self
+
+
 
 class TrainerConfig(_Section):
     lr: float = Field(3e-4, gt=0)
@@ -284,6 +340,9 @@ class TrainerConfig(_Section):
     # at most a week: torch keeps the timeout in milliseconds in a 64-bit integer, and a
     # larger value (1e308) overflowed it inside the rank, reported as a lost rank
     collective_timeout_s: float = Field(300.0, gt=0, le=MAX_COLLECTIVE_TIMEOUT_S)
+    # An off-policy correction of the loss (docs/runtime.md, "Off-policy corrections"): off
+    # (kind none) by default
+    correction: CorrectionConfig = CorrectionConfig()
 
     @field_validator("betas")
     @classmethod

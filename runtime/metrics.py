@@ -36,7 +36,8 @@ Per-step fields (``metrics.jsonl``):
   answers than the policy produced); ``length_trained_mean`` / ``length_admitted_mean`` (tokens)
   and ``samples_trained`` / ``samples_admitted`` behind them. None until a sample trained.
 * ``train/*`` -- the trainer's metrics (loss, clip_frac, ratio_mean, ratio_max, kl_behaviour,
-  grad_norm, stale_token_frac, onpolicy_logprob_err, lr).
+  grad_norm, stale_token_frac, onpolicy_logprob_err, lr, version_gap_mean, version_gap_max;
+  with ``trainer.correction`` the corr_* metrics of runtime.trainer.corrections).
 * ``reward/*`` -- with a reward that counts (the math reward's reasons: correct, wrong,
   no_boxed, unparsable, timeout, answer_unparsable), completions scored since the previous step.
 """

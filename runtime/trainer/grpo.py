@@ -15,6 +15,10 @@ unlikely under the current weights get their gradient clipped instead of trusted
 (version == batch.version) have rho = 1 up to float noise; ``onpolicy_logprob_err`` reports
 that noise, a cheap end-to-end check that engine and trainer compute the same distribution.
 
+Off-policy corrections (``trainer.correction``, off by default): truncated or masked importance
+weights, token or sequence level, and the decoupled objective against a proximal policy; their
+formulas are in ``runtime.trainer.corrections``. Kind ``none`` keeps the lines above unchanged.
+
 Memory and schedule (``trainer.precision``, ``gradient_checkpointing``, ``warmup_steps``,
 ``lr_schedule``): ``bf16-mixed`` keeps float32 weights and optimizer state and runs the forward
 pass under bfloat16 autocast (activations halve; the update is float32); ``bf16`` holds the
@@ -69,6 +73,7 @@ import torch
 
 from .. import atomic_io
 from .base import GroupSample, NonFiniteStep, TrainBatch
+from .corrections import corrected_loss, loglinear_prox
 from .dcp import SHARDED_DIR
 
 
@@ -266,6 +271,11 @@ class GRPOTrainer:
         self._pending: dict[str, Any] | None = None  # streamed chunks of the step being built
         self._grad_units: list[Any] = []  # units whose gradient the next optimizer step applies
         self._non_finite: list[Any] = []  # ... of them, those whose loss was NaN or infinite
+        # An off-policy correction of the loss (runtime.trainer.corrections), None for the
+        # plain objective (trainer.correction.kind none, the default)
+        corr = getattr(settings, "correction", None)
+        self.correction = corr if corr is not None and corr.kind != "none" else None
+        self._step_frac = 0.0  # the batch's optimiser steps taken / all of them (loglinear)
 
     # ------------------------------------------------------------------ log-probabilities ----
 
@@ -395,7 +405,10 @@ class GRPOTrainer:
         self._check_budget(rows)
         n_once = sum(len(r[1]) for r in rows)
         stale = sum(v < batch.version for r in rows for v in r[3])
+        gaps = [batch.version - v for r in rows for v in r[3]]
         self.model.train()
+        if self._recomputes():
+            rows = self._with_prox(rows)
         sums: dict[str, float] = {}
         grad_norms = []
         # ``epochs`` passes over the batch, each split into ``minibatches`` optimiser steps
@@ -403,14 +416,17 @@ class GRPOTrainer:
         # the clipped ratio, which is what it is for.
         order = list(range(len(rows)))
         rng = torch.Generator().manual_seed(self.steps)
+        n_steps = s.epochs * min(s.minibatches, len(rows))
         for epoch in range(s.epochs):
             if epoch:
                 order = torch.randperm(len(rows), generator=rng).tolist()
             parts = [order[i::s.minibatches] for i in range(s.minibatches)]
             for k, part in enumerate(p for p in parts if p):
                 first = epoch == 0 and k == 0
+                self._step_frac = len(grad_norms) / n_steps
                 self._minibatch([rows[i] for i in part], batch.version, sums, first)
                 grad_norms.append(self._optimizer_step())
+        self._step_frac = 0.0
         self.steps += 1
         n = sums["tokens"]
         out = {
@@ -421,10 +437,58 @@ class GRPOTrainer:
             "onpolicy_logprob_err": (sums["onpolicy_err"] / sums["onpolicy_n"]
                                      if sums.get("onpolicy_n") else 0.0),
             "lr": self.opt.param_groups[0]["lr"],
+            "version_gap_mean": sum(gaps) / n_once, "version_gap_max": float(max(gaps)),
         }
         if self.ref is not None:
             out["kl_ref"] = sums["kl_ref"] / n
+        out.update(self._correction_metrics(sums, n))
         return out
+
+    def _correction_metrics(self, sums: dict[str, float], n: float) -> dict[str, float]:
+        """The correction's metrics of a step (none without one) from ``_minibatch``'s sums
+        over ``n`` token passes: the behaviour ratio's mean and max before correction, the
+        weights' mean, the effective sample size ``(sum w)^2 / sum w^2 / n`` (1: all weights
+        equal), the fractions of tokens whose weight was truncated or that were dropped."""
+        if self.correction is None:
+            return {}
+        w, w2 = sums.get("corr_weight", 0.0), sums.get("corr_weight_sq", 0.0)
+        return {"corr_ratio_mean": sums.get("corr_ratio", 0.0) / n,
+                "corr_ratio_max": sums.get("corr_ratio_max", 0.0),
+                "corr_weight_mean": w / n,
+                "corr_ess": (w * w / w2 / n) if w2 > 0 else 0.0,
+                "corr_truncated_frac": sums.get("corr_truncated", 0.0) / n,
+                "corr_masked_frac": sums.get("corr_masked", 0.0) / n}
+
+    def _recomputes(self) -> bool:
+        """Whether the loss needs the recomputed proximal log-probabilities (decoupled PPO,
+        ``prox: recompute``)."""
+        c = self.correction
+        return c is not None and c.kind == "decoupled" and c.prox_method == "recompute"
+
+    def _with_prox(self, rows: list[tuple]) -> list[tuple]:
+        """``rows`` (``_rows``'s), each with its proximal log-probabilities appended: those
+        of the current weights, a no-grad forward pass before any optimiser step of the batch
+        (in the micro-batches training uses). The sharded trainer's ranks each score their
+        share and exchange them (``RankTrainer._with_prox``)."""
+        lps = self.score([r[0] for r in rows], [r[1] for r in rows])
+        return [(*r[:6], lp) for r, lp in zip(rows, lps)]
+
+    def _corrected(self, chunk: list[tuple], logp: torch.Tensor, old: torch.Tensor,
+                   ver: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, version: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """``corrected_loss`` for one micro-batch, with the proximal log-probabilities the
+        decoupled objective takes: the rows' recomputed ones, or the log-linear ones."""
+        c = self.correction
+        prox = None
+        if c.kind == "decoupled":
+            if c.prox_method == "recompute":
+                prox = torch.zeros_like(logp)
+                for i, r in enumerate(chunk):
+                    if len(r) > 6 and r[6]:
+                        prox[i, :len(r[6])] = torch.tensor(r[6])
+            else:
+                prox = loglinear_prox(logp, old, ver, version, version + self._step_frac)
+        return corrected_loss(logp, old, mask, adv, self.s.clip_low, self.s.clip_high, c, prox)
 
     def _rows(self, groups: Sequence[GroupSample]) -> list[tuple]:
         """(prompt, tokens, behaviour logprobs, versions, advantage) of every sample with a
@@ -460,9 +524,22 @@ class GRPOTrainer:
                 old[i, :len(r[2])] = torch.tensor(r[2])
                 ver[i, :len(r[3])] = torch.tensor(r[3], dtype=torch.float32)
             adv = torch.tensor([r[4] for r in chunk], device=self.device).unsqueeze(1)
-            ratio = torch.exp(logp - old)
-            clipped = torch.clamp(ratio, 1 - s.clip_low, 1 + s.clip_high)
-            per_tok = -torch.minimum(ratio * adv, clipped * adv)
+            if self.correction is None:  # the plain objective
+                ratio = torch.exp(logp - old)
+                clipped = torch.clamp(ratio, 1 - s.clip_low, 1 + s.clip_high)
+                per_tok = -torch.minimum(ratio * adv, clipped * adv)
+            else:
+                per_tok, ratio, clipped, corr = self._corrected(chunk, logp, old, ver, mask,
+                                                                adv, version)
+                with torch.no_grad():
+                    w = corr["weight"]
+                    add("corr_ratio", float((corr["is_ratio"] * mask).sum()))
+                    sums["corr_ratio_max"] = max(sums.get("corr_ratio_max", 0.0),
+                                                 float((corr["is_ratio"] * mask).max()))
+                    add("corr_weight", float((w * mask).sum()))
+                    add("corr_weight_sq", float((w * w * mask).sum()))
+                    add("corr_truncated", float((corr["truncated"] * mask).sum()))
+                    add("corr_masked", float((corr["masked"] * mask).sum()))
             if self.ref is not None:
                 with torch.no_grad():
                     ref_lp, _ = self._logprobs(self.ref, prompts, responses)
@@ -582,13 +659,19 @@ class GRPOTrainer:
         if p is None:
             self.opt.zero_grad(set_to_none=True)
             p = self._pending = {"version": chunk.version, "units": [], "sums": {},
-                                 "tokens": 0, "stale": 0, "chunks": 0}
+                                 "tokens": 0, "stale": 0, "chunks": 0, "gap": 0,
+                                 "gap_max": 0}
         self.model.train()
         if rows:
+            if self._recomputes():  # no optimiser step between the chunks: pi_old throughout
+                rows = self._with_prox(rows)
             self._minibatch(rows, chunk.version, p["sums"], True, n_tokens=1.0)
         p["units"] += ids
         p["tokens"] += sum(len(r[1]) for r in rows)
         p["stale"] += sum(v < chunk.version for r in rows for v in r[3])
+        gaps = [chunk.version - v for r in rows for v in r[3]]
+        p["gap"] += sum(gaps)
+        p["gap_max"] = max([p["gap_max"], *gaps])
         p["chunks"] += 1
 
     def _finish_step(self, batch: TrainBatch) -> dict[str, float]:
@@ -631,9 +714,11 @@ class GRPOTrainer:
             "onpolicy_logprob_err": (sums["onpolicy_err"] / sums["onpolicy_n"]
                                      if sums.get("onpolicy_n") else 0.0),
             "chunks": float(p["chunks"]), "streamed_units": float(len(done)),
+            "version_gap_mean": p["gap"] / n, "version_gap_max": float(p["gap_max"]),
         }
         if self.ref is not None:
             out["kl_ref"] = sums["kl_ref"] / n
+        out.update(self._correction_metrics(sums, n))
         return out
 
     def _discard(self) -> None:

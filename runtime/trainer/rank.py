@@ -20,7 +20,9 @@ What changes from the single-process trainer, and nothing else (``RankTrainer`` 
 * Lock step: FSDP gathers each layer's parameters in every forward, so every rank must make
   as many forward/backward passes; a rank with fewer micro-batches pads with empty ones (one
   pad token, no response token: no loss, a zero gradient).
-* Metrics: the per-rank sums are all-reduced (``ratio_max`` by maximum).
+* Metrics: the per-rank sums are all-reduced (``ratio_max``, ``corr_ratio_max`` by maximum).
+* The proximal log-probabilities of decoupled PPO (``trainer.correction.prox: recompute``): each
+  rank scores its share of the rows and the ranks exchange them (``_with_prox``).
 * Weights: ``export`` gathers the weights one tensor at a time (``DTensor.full_tensor``) and
   rank 0 streams each into ``model.safetensors`` as it arrives (``runtime.trainer.streamed``),
   so it holds its shards plus one whole tensor, never the whole model; the directory is the
@@ -60,7 +62,9 @@ from .grpo import GRPOTrainer, check_keys, tied_keys
 
 # The per-rank metric sums of ``GRPOTrainer._minibatch`` that add up over ranks.
 SUM_KEYS = ("tokens", "loss", "clipped", "ratio", "kl_behaviour", "kl_ref", "onpolicy_err",
-            "onpolicy_n")
+            "onpolicy_n", "corr_ratio", "corr_weight", "corr_weight_sq", "corr_truncated",
+            "corr_masked")
+MAX_KEYS = ("ratio_max", "corr_ratio_max")  # ... and those that take the maximum
 STATE_NAME = "trainer_state.json"
 STARTUP_S = 600.0  # the collective timeout while the ranks start (load and shard the model)
 
@@ -168,12 +172,29 @@ class RankTrainer(GRPOTrainer):
         total = torch.tensor([local.get(k, 0.0) for k in SUM_KEYS], dtype=torch.float64,
                              device=dev)
         dist.all_reduce(total)
-        top = torch.tensor([local.get("ratio_max", 0.0)], dtype=torch.float64, device=dev)
+        top = torch.tensor([local.get(k, 0.0) for k in MAX_KEYS], dtype=torch.float64,
+                           device=dev)
         dist.all_reduce(top, op=dist.ReduceOp.MAX)
         for k, v in zip(SUM_KEYS, total.tolist()):
             if k in local or v:
                 sums[k] = sums.get(k, 0.0) + v
-        sums["ratio_max"] = max(sums.get("ratio_max", 0.0), float(top.item()))
+        for k, v in zip(MAX_KEYS, top.tolist()):
+            if k == "ratio_max" or self.correction is not None:
+                sums[k] = max(sums.get(k, 0.0), v)
+
+    def _with_prox(self, rows: list[tuple]) -> list[tuple]:
+        """The proximal log-probabilities (decoupled PPO, ``prox: recompute``): this rank
+        scores its share of ``rows`` (``assign``, padded to as many forward passes as the
+        other ranks make: FSDP gathers in every one), then the ranks exchange their shares,
+        so each holds every row's (a later minibatch or epoch may deal it any row)."""
+        idx = assign(rows, self.world)[self.rank]
+        mine = [rows[i] for i in idx]
+        padded = self._padded(mine)  # the plan for them is _micro_batches' next answer
+        lps = self.score([r[0] for r in padded], [r[1] for r in padded])
+        found: list[Any] = [None] * self.world
+        dist.all_gather_object(found, list(zip(idx, lps[:len(mine)])))
+        prox = {i: lp for part in found for i, lp in part}
+        return [(*r[:6], prox[i]) for i, r in enumerate(rows)]
 
     def _divisor(self, n_tokens: float, mine: list[tuple]) -> float:
         """What this rank divides its rows' summed loss by: the whole minibatch's tokens
