@@ -37,7 +37,7 @@ from ..sim.model.checks import CheckFailed, check_run
 from ..sim.model.core import SimGroup, SimulationError, Simulator
 from ..sim.model.cost import preset
 from ..sim.model.engine import Request
-from ..sim.model.policies.reserve_occupy import ReserveOccupy
+from reserve_occupy_peers.reserve_occupy import ReserveOccupy
 from ..sim.model.workload import GroupSpec, Workload
 
 SIM_KINDS = ("engine_crash", "hung", "nan_reward", "duplicate", "late", "unknown", "restart")
@@ -150,9 +150,9 @@ class FaultyReserveOccupy(ReserveOccupy):
             if self.controller.unit_state(gid) is not UnitState.IN_FLIGHT:
                 continue
             removal = self.controller.abort(gid)
-            self.sim.abort(self._groups.pop(gid))
+            self.sim.abort_group(self._groups.pop(gid))
             for unit in removal.aborted:
-                self.sim.abort(self._groups.pop(unit))
+                self.sim.abort_group(self._groups.pop(unit))
             self._tick()
 
     def _restart(self) -> None:
@@ -242,7 +242,7 @@ class CrashWithoutAbort(FaultyReserveOccupy):
         for _, _, req in list(instance._heap):
             group = self._groups.get(req.group.gid)
             if group is not None and group.state == SimGroup.RUNNING:
-                self.sim.abort(self._groups.pop(group.gid))
+                self.sim.abort_group(self._groups.pop(group.gid))
 
 
 class RestartFromLastPublish(FaultyReserveOccupy):

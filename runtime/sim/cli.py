@@ -37,7 +37,7 @@ from .model.core import PolicyError, SimulationStalled
 from .. import atomic_io
 from .model.cost import DEFAULT_PRESET, PRESETS, CostError, CostModel, load_cost, preset
 from .model.filtering import FilterError, RewardFilter
-from .model.policies import POLICIES, UnknownPolicy, policy_names
+from reserve_occupy_peers import POLICIES, UnknownPolicy, policy_names
 from .model.workload import MathReasoningShape, Workload, WorkloadError, generate, load_workload
 
 PROG = "reserve-occupy simulate"

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.verl
 from runtime.sim.model.core import SimGroup, Simulator  # noqa: E402
 from runtime.sim.model.cost import preset  # noqa: E402
 from runtime.sim.model.filtering import RewardFilter  # noqa: E402
-from runtime.sim.model.policies.verl_drop import VerlDrop  # noqa: E402
+from reserve_occupy_peers.verl_drop import VerlDrop  # noqa: E402
 from runtime.sim.model.workload import MathReasoningShape, generate  # noqa: E402
 
 

@@ -150,10 +150,10 @@ def _honours_concurrency(name: str) -> bool:
     the one call through which ``staleness.max_concurrency`` reaches a peer's rule."""
     import inspect
 
-    from runtime.sim.model.policies import POLICIES
+    from reserve_occupy_peers import POLICIES
 
     return any("rollout_has_room" in inspect.getsource(cls) for cls in POLICIES[name].__mro__
-               if cls.__module__.startswith("runtime.sim.model.policies"))
+               if cls.__module__.startswith("reserve_occupy_peers"))
 
 
 def test_the_table_of_what_each_rule_honours_matches_the_rules():

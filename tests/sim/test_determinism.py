@@ -10,9 +10,9 @@ from sim_helpers import run_policy
 from runtime.sim.model.checks import CheckFailed, check_deterministic
 from runtime.sim.model.cost import preset
 from runtime.sim.model.metrics import summarize
-from runtime.sim.model.policies import POLICIES
-from runtime.sim.model.policies.base import members
-from runtime.sim.model.policies.unbounded import Unbounded
+from reserve_occupy_peers import POLICIES
+from reserve_occupy_peers.base import members
+from reserve_occupy_peers.unbounded import Unbounded
 from runtime.sim.model.runner import RunSpec, simulate
 from runtime.sim.model.workload import MathReasoningShape, generate
 
@@ -56,7 +56,7 @@ def test_determinism_check_catches_hidden_randomness(workload):
 def test_same_result_with_filtering(name, workload, cost):
     from runtime.sim.model.core import Simulator
     from runtime.sim.model.filtering import RewardFilter
-    from runtime.sim.model.policies import make_policy
+    from reserve_occupy_peers import make_policy
 
     def once():
         options = {"stuck_timeout_s": 20.0} if name == "reserve_occupy" else {}

@@ -12,8 +12,8 @@ from runtime.sim.model.checks import CheckFailed, check_conservation, check_filt
 from runtime.sim.model.core import SimulationStalled, Simulator
 from runtime.sim.model.filtering import FilterError, RewardFilter
 from runtime.sim.model.metrics import summarize
-from runtime.sim.model.policies import POLICIES, make_policy
-from runtime.sim.model.policies.unbounded import Unbounded
+from reserve_occupy_peers import POLICIES, make_policy
+from reserve_occupy_peers.unbounded import Unbounded
 
 FILTER = RewardFilter(0.3, skew=1.0, seed=3)
 

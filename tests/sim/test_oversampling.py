@@ -10,7 +10,7 @@ import pytest
 from runtime.lengthbias import ks_distance, length_bias
 from runtime.sim.studies import frontier
 from runtime.sim.model.core import Simulator
-from runtime.sim.model.policies import make_policy
+from reserve_occupy_peers import make_policy
 from runtime.sim.model.runner import RunSpec, simulate
 from runtime.sim.model.workload import parse_workload
 

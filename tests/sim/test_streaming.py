@@ -15,8 +15,8 @@ from runtime.sim.studies.bound import bound_terms, clairvoyant_bound, window_gro
 from runtime.sim.model.checks import CheckFailed, check_conservation
 from runtime.sim.model.core import PolicyError, Simulator
 from runtime.sim.model.cost import CostError, TrainCost, cost_from_dict
-from runtime.sim.model.policies import make_policy
-from runtime.sim.model.policies.unbounded import Unbounded
+from reserve_occupy_peers import make_policy
+from reserve_occupy_peers.unbounded import Unbounded
 from runtime.sim.model.runner import RunSpec, simulate
 
 STREAMING = (("reserve_occupy", (("streaming", True),)), ("nemo_in_order", ()),

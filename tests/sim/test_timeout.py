@@ -17,8 +17,8 @@ from runtime.sim.model.checks import (
 from runtime.sim.model.core import PolicyError
 from runtime.sim.model.filtering import RewardFilter
 from runtime.sim.model.metrics import summarize
-from runtime.sim.model.policies.reserve_occupy import ReserveOccupy
-from runtime.sim.model.policies.unbounded import Unbounded
+from reserve_occupy_peers.reserve_occupy import ReserveOccupy
+from reserve_occupy_peers.unbounded import Unbounded
 
 TIMEOUT = 20.0
 

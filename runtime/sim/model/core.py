@@ -9,9 +9,10 @@ events (``engine.Instance``). After every event the loop *settles*: queued reque
 free slots, the policy may admit groups (L1), and an idle trainer asks the policy for a batch (L3).
 
 The policy is the only thing that differs between runs, and it only acts through the methods
-marked "policy API" below: ``admit`` (L1: a group's requests join the FIFO request queue, as in
-vLLM's waiting queue), ``abort`` (L2: stop an in-flight group), ``drop`` (L3: discard finished
-trajectories), and the batch it returns from ``take_batch``. The loop never decides admission or
+marked "policy API" below, the rule API's ``Host`` (``reserve_occupy_peers.api``; the rules
+themselves, and ``Policy``, live in that package): ``admit`` (L1: a group's requests join the
+FIFO request queue, as in vLLM's waiting queue), ``abort_group`` (L2: stop an in-flight group),
+``drop`` (L3: discard finished trajectories), and the batch it returns from ``take_batch``. The loop never decides admission or
 placement itself. Rollout mechanics are the same for every policy: a weight update pauses every
 instance for the sync, and in-flight requests resume with their tokens (partial rollout).
 
@@ -60,7 +61,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import Callable
+
+from reserve_occupy_peers.api import Group, Policy
+from reserve_occupy_peers.api import PolicyError as RulePolicyError
 
 from .cost import CostModel
 from .engine import INF, Instance, Request
@@ -82,17 +86,16 @@ class SimulationStalled(SimulationError):
     make no progress (see "Termination" above). Carries a description of the state."""
 
 
-class PolicyError(SimulationError):
-    """A policy used the simulator's API wrongly (e.g. aborted a group that had finished)."""
+class PolicyError(SimulationError, RulePolicyError):
+    """A policy used the simulator's API wrongly (e.g. aborted a group that had finished): the
+    rule API's ``PolicyError`` (``reserve_occupy_peers``) that is also a ``SimulationError``."""
 
 
-class SimGroup:
-    """One admitted GRPO group: ``size`` requests, all admitted together."""
+class SimGroup(Group):
+    """One admitted GRPO group: ``size`` requests, all admitted together (the rule API's
+    ``Group`` with the simulator's fields)."""
 
-    __slots__ = ("gid", "spec", "requests", "v_tag", "v_gen", "t_admit", "t_done", "n_done",
-                 "state", "tag", "no_grad", "surplus")
-
-    RUNNING, DONE, ABORTED, FILTERED = "running", "done", "aborted", "filtered"
+    __slots__ = ("spec", "v_gen", "t_admit", "t_done", "n_done", "surplus")
 
     def __init__(self, gid: int, spec: GroupSpec, v_tag: int, now: float) -> None:
         self.gid = gid
@@ -108,89 +111,8 @@ class SimGroup:
         self.requests: list[Request] = []
         self.surplus: list[Request] = []  # candidates aborted when the group committed
 
-    @property
-    def done(self) -> bool:
-        return self.state == SimGroup.DONE
-
     def __repr__(self) -> str:
         return f"SimGroup({self.gid}, v_tag={self.v_tag}, {self.state}, {self.n_done} done)"
-
-
-class Policy:
-    """The interface every staleness-control policy implements (the policy side of the "policy
-    API" above): subclasses set the class attributes and override the hooks they need.
-
-    A policy sees the simulator through a few calls and answers at three points, one per
-    control layer of the source: ``admit`` (L1: call ``sim.admit()`` for each group to start
-    now), what it does on ``on_group_done`` / ``on_publish`` (L2: ``sim.abort(group)``), and
-    ``take_batch`` (L3: return the trajectories of the next batch, ``None`` to keep the trainer
-    waiting, and ``sim.drop(...)`` for finished data it discards). Policies hold their own
-    queues; the simulator holds time, engines and the ledger.
-
-    With a streaming trainer (``cost.train.chunk_groups`` >= 1) the simulator calls
-    ``take_chunk`` instead of ``take_batch``: the next chunk of the open step (at least
-    ``least`` and at most ``most`` finished groups) or None. A policy whose framework streams
-    sets ``streams = True`` and overrides it; the default hands the whole batch as one chunk
-    once ``take_batch`` returns it (a whole-batch framework on a chunked trainer).
-
-    With reward filtering on, a finished group may carry no gradient (``group.no_grad``). A
-    policy whose source discards such groups calls ``sim.filter(group)`` and sets ``filters =
-    True``; one whose source has no such path trains them (zero advantage) and sets ``filters =
-    False``.
-    """
-
-    name: ClassVar[str] = ""  # registry and CLI name
-    label: ClassVar[str] = ""  # short name for tables and plots
-    source: ClassVar[str] = ""  # where the algorithm comes from (file @ commit)
-    bounded: ClassVar[bool] = True  # promises staleness <= eta for every trained trajectory
-    uses_eta: ClassVar[bool] = True  # False for the synchronous and unbounded references
-    filters: bool = True  # discards no-gradient groups (sim.filter) instead of training them
-    streams: ClassVar[bool] = False  # hands a streaming trainer chunks (take_chunk)
-
-    def __init__(self, eta: int) -> None:
-        if isinstance(eta, bool) or not isinstance(eta, int) or eta < 0:
-            raise ValueError(f"{self.name}: eta must be an int >= 0, got {eta!r}")
-        self.eta = eta  # the bound this policy enforces (subclasses may adjust it)
-        self.requested_eta = eta  # the comparison's eta this run belongs to
-        self.sim: Simulator = None  # type: ignore[assignment]
-
-    def attach(self, sim: Simulator) -> None:
-        self.sim = sim
-        self.batch_size = sim.batch_size
-        self.group_size = sim.group_size
-
-    # ----------------------------------------------------------------- hooks ----------------
-
-    def admit(self) -> None:
-        """L1: admit groups (``self.sim.admit()``) while this policy allows."""
-
-    def on_group_done(self, group: SimGroup) -> None:
-        """Every trajectory of ``group`` finished."""
-
-    def take_batch(self) -> list[Request] | None:
-        """L3: the trainer is idle; return the next batch's trajectories or None to wait."""
-        raise NotImplementedError
-
-    def take_chunk(self, least: int, most: int) -> list[Request] | None:
-        """Streaming trainer: the next chunk of the open step, ``least`` to ``most`` groups'
-        trajectories, or None to keep the trainer waiting. Default: the whole batch."""
-        return self.take_batch()
-
-    def on_publish(self, version: int) -> None:
-        """The new version is live on the rollout instances (L2 actions go here)."""
-
-    def on_timer(self) -> None:
-        """The timer set with ``sim.set_timer`` expired."""
-
-    # ----------------------------------------------------------------- reporting ------------
-
-    def settings(self) -> dict:
-        """The parameters this run used, for the JSON output."""
-        return {"eta": self.eta}
-
-    def describe_state(self) -> str:
-        """One line of internal state for stall reports."""
-        return "-"
 
 
 @dataclass
@@ -312,7 +234,7 @@ class Simulator:
         self._dispatch()
         return group
 
-    def abort(self, group: SimGroup) -> None:
+    def abort_group(self, group: SimGroup) -> None:
         """L2: stop an in-flight group; all its tokens so far are wasted."""
         if group.state != SimGroup.RUNNING:
             raise PolicyError(f"{type(self.policy).__name__} aborted {group!r}: only running "
@@ -329,6 +251,8 @@ class Simulator:
                 self.ledger.aborted.append((req.tid, req.tokens))
             else:  # a finished member of a group that will never complete
                 self.ledger.aborted.append((req.tid, req.tokens))
+
+    abort = abort_group  # its name before the rule API (reserve_occupy_peers), for one release
 
     def filter(self, group: SimGroup) -> None:
         """Discard a finished group that carries no gradient; it is never trained."""

@@ -15,7 +15,7 @@ from .core import Simulator
 from .cost import CostModel
 from .filtering import RewardFilter
 from .metrics import RunResult, summarize
-from .policies import make_policy
+from reserve_occupy_peers import make_policy
 from .workload import Workload
 
 

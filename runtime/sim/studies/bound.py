@@ -70,7 +70,7 @@ from ..model.checks import CheckFailed, check_run
 from ..model.core import Simulator
 from ..model.cost import CostError, CostModel, preset
 from ..model.metrics import steady_throughput
-from ..model.policies import make_policy
+from reserve_occupy_peers import make_policy
 from ..model.workload import Workload, generate
 
 # Strictly bounded policies that never drop, abort or filter (without reward filtering), so each

@@ -36,7 +36,7 @@ from ...inputs import InputError, int_in, number, one_int, seed_list, sim_limit
 from ..model.cost import CostError, CostModel, preset
 from ..model.core import Simulator
 from ..model.filtering import RewardFilter
-from ..model.policies import UnknownPolicy, policy_names
+from reserve_occupy_peers import UnknownPolicy, policy_names
 from ..model.runner import RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
 

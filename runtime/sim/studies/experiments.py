@@ -31,7 +31,7 @@ from ..model.core import SimulationStalled
 from ..model.cost import CostModel
 from ..model.metrics import RunResult
 from ... import atomic_io
-from ..model.policies import POLICIES
+from reserve_occupy_peers import POLICIES
 from . import pages
 from .report import comparison, markdown, merge_tables
 from ..model.runner import RunSpec, run_grid, simulate

@@ -30,7 +30,7 @@ rates studied, so the what-if allows unlimited attempts and every step keeps its
 
 from __future__ import annotations
 
-from ..core import SimGroup
+from .api import Group
 from .base import chunk_of, members
 from .nemo import GatedNemoSampler
 
@@ -50,7 +50,7 @@ class NemoInOrder(GatedNemoSampler):
         self._dispatch_spares()
         super().admit()
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         if not (group.no_grad and self.filters):
             super().on_group_done(group)
             return

@@ -45,8 +45,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..core import Policy, SimGroup
-from ..engine import Request
+from .api import Group, Policy, Trajectory
 
 
 class Trl(Policy):
@@ -79,9 +78,9 @@ class Trl(Policy):
             # needs max_staleness >= 1 for it to be positive, so eta = 0 keeps one step's worth.
             self.max_inflight_tasks = max(self.max_staleness, 1) * self.batch_size * self.group_size
         self._inflight = 0  # completions created and not finished
-        self._queue: deque[Request] = deque()  # rollout_buffer: scored samples, FIFO
-        self._batch: list[Request] = []  # samples the trainer already dequeued for this step
-        self._next: list[Request] = []  # ... and for the next step (the loader's look-ahead)
+        self._queue: deque[Trajectory] = deque()  # rollout_buffer: scored samples, FIFO
+        self._batch: list[Trajectory] = []  # samples the trainer already dequeued for this step
+        self._next: list[Trajectory] = []  # ... and for the next step (the loader's look-ahead)
 
     def admit(self) -> None:
         sim = self.sim
@@ -89,11 +88,11 @@ class Trl(Policy):
             sim.admit()  # model_version stamped when the group's first completion is created
             self._inflight += self.group_size
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         self._inflight -= self.group_size
         self._queue.extend(group.requests)
 
-    def _dequeue(self, batch: list[Request], version: int, stale: list[Request]) -> None:
+    def _dequeue(self, batch: list[Trajectory], version: int, stale: list[Trajectory]) -> None:
         """RolloutQueueDataset.__iter__: FIFO, drop a sample older than max_staleness *now*."""
         need, queue = self.batch_size * self.group_size, self._queue
         while len(batch) < need and queue:
@@ -105,7 +104,7 @@ class Trl(Policy):
 
     def take_batch(self):
         sim, need = self.sim, self.batch_size * self.group_size
-        stale: list[Request] = []
+        stale: list[Trajectory] = []
         self._dequeue(self._batch, sim.version, stale)  # only the first step: later it is full
         if self.prefetch and len(self._batch) == need:
             self._dequeue(self._next, sim.version, stale)  # fetched before this step trains

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..core import Policy, SimGroup
+from .api import Group, Policy
 from .base import chunk_of, members
 
 
@@ -25,13 +25,13 @@ class Unbounded(Policy):
 
     def attach(self, sim) -> None:
         super().attach(sim)
-        self._finished: deque[SimGroup] = deque()
+        self._finished: deque[Group] = deque()
 
     def admit(self) -> None:
         while self.sim.rollout_has_room():
             self.sim.admit()
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         if group.no_grad:
             self.sim.filter(group)
             return

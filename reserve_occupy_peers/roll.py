@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from ..core import Policy, SimGroup
+from .api import Group, Policy
 from .base import members
 
 
@@ -48,8 +48,8 @@ class _Cohort:
 
     def __init__(self, step: int) -> None:
         self.step = step
-        self.running: dict[int, SimGroup] = {}
-        self.finished: deque[SimGroup] = deque()
+        self.running: dict[int, Group] = {}
+        self.finished: deque[Group] = deque()
 
 
 class Roll(Policy):
@@ -74,7 +74,7 @@ class Roll(Policy):
         self.completed = 0
         self.cohorts: dict[int, _Cohort] = {}
         self.current_step = -1
-        self._batch: list[SimGroup] = []
+        self._batch: list[Group] = []
         self._taken: dict[int, int] = {}  # prompts taken per cohort for the step being built
         self._advance_step(0)
 
@@ -93,7 +93,7 @@ class Roll(Policy):
             self.cohorts[self.current_step].running[group.gid] = group
             self.running += 1
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         cohort = self.cohorts[group.tag]  # type: ignore[index]
         del cohort.running[group.gid]
         self.running -= 1
@@ -139,7 +139,7 @@ class Roll(Policy):
                 break
             cohort = self.cohorts.pop(s)
             for group in cohort.running.values():
-                sim.abort(group)
+                sim.abort_group(group)
                 self.running -= 1
             if cohort.finished:
                 sim.drop(members(list(cohort.finished)))

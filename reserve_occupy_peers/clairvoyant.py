@@ -29,7 +29,7 @@ with dynamic sampling does.
 
 from __future__ import annotations
 
-from ..core import Policy, SimGroup
+from .api import Group, Policy
 from .base import members
 
 FILLS = ("long", "short", "fifo")
@@ -62,12 +62,12 @@ class Clairvoyant(Policy):
 
     def attach(self, sim) -> None:
         super().attach(sim)
-        self._untrained: list[SimGroup] = []  # admitted, not trained or filtered, by deadline
+        self._untrained: list[Group] = []  # admitted, not trained or filtered, by deadline
         self._order = 0  # finishing order, for fill="fifo"
         self._finished_at: dict[int, int] = {}
         self._cursor = 0  # start="longest": the next workload index not admitted yet
 
-    def _deadline(self, group: SimGroup) -> int:
+    def _deadline(self, group: Group) -> int:
         return group.v_tag + self.eta
 
     def _steps_left(self) -> int:
@@ -104,7 +104,7 @@ class Clairvoyant(Policy):
             self._untrained.append(sim.admit(spec=i))
         self._cursor += room
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         if group.no_grad:
             self.sim.filter(group)
             self._untrained.remove(group)
@@ -112,7 +112,7 @@ class Clairvoyant(Policy):
         self._order += 1
         self._finished_at[group.gid] = self._order
 
-    def _fill_key(self, group: SimGroup):
+    def _fill_key(self, group: Group):
         if self.fill == "long":
             return -max(group.spec.response_lens)
         if self.fill == "short":
@@ -127,7 +127,7 @@ class Clairvoyant(Policy):
         # deadlines <= version + k (k >= 0), since only k steps remain to train them.
         finished = sorted((g for g in untrained if g.done),
                           key=lambda g: (self._deadline(g), self._fill_key(g), g.gid))
-        chosen: list[SimGroup] = []
+        chosen: list[Group] = []
         taken: set[int] = set()
         for k in range(self.eta + 1):
             last = version + k

@@ -69,8 +69,7 @@ import math
 from reserve_occupy import BufferStatus, Config, SlotState, StalenessController, UnitState
 from reserve_occupy.stuck import StuckTimeouts
 
-from ..core import Policy, SimGroup
-from ..engine import INF
+from .api import INF, Group, Policy
 from .base import members
 
 
@@ -124,7 +123,7 @@ class ReserveOccupy(Policy):
         self.check_every = check_every  # run the controller's invariant check every N ops
         self.stuck_timeout = stuck_timeout_s
         self.controller: StalenessController = None  # type: ignore[assignment]
-        self._groups: dict[int, SimGroup] = {}
+        self._groups: dict[int, Group] = {}
         self._ops = 0
         self._stuck_since: float | None = None
         self.released: list[int] = []  # groups release_stuck aborted
@@ -224,21 +223,21 @@ class ReserveOccupy(Policy):
                     del self._unit[other.gid]
                     self.swaps += 1
                     group = other
-            self.sim.abort(group)
+            self.sim.abort_group(group)
 
-    def _least_decoded(self, group: SimGroup):
+    def _least_decoded(self, group: Group):
         sim = self.sim
         mine = sum(sim.live_tokens(r) for r in group.requests)
         best, best_tokens = None, mine
         for unit, other in self._groups.items():
-            if other.state != SimGroup.RUNNING or self._vtraj[unit] > group.v_gen:
+            if other.state != Group.RUNNING or self._vtraj[unit] > group.v_gen:
                 continue
             tokens = sum(sim.live_tokens(r) for r in other.requests)
             if tokens < best_tokens:
                 best, best_tokens = (unit, other), tokens
         return best
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         unit = self._unit[group.gid]
         placement = self.controller.occupy(unit)
         self._flying.pop(unit, None)
@@ -319,7 +318,7 @@ class ReserveOccupy(Policy):
             self._flying.pop(unit, None)
             group = self._groups.pop(unit)
             del self._unit[group.gid]
-            self.sim.abort(group)
+            self.sim.abort_group(group)
             self.released.append(group.gid)
         self._tick()
         if released:
@@ -334,13 +333,13 @@ class ReserveOccupy(Policy):
                 break  # admission order: the rest are younger
             del self._flying[unit]
             group = self._groups.get(unit)
-            if group is None or group.state != SimGroup.RUNNING \
+            if group is None or group.state != Group.RUNNING \
                     or self.controller.unit_state(unit) is not UnitState.IN_FLIGHT:
                 continue  # ended by a path that does not pass here (a crash)
             removal = self.controller.abort(unit)
             del self._groups[unit]
             del self._unit[group.gid]
-            self.sim.abort(group)
+            self.sim.abort_group(group)
             self.escalated.append(group.gid)
             self._stop(removal.aborted)
             self._tick()

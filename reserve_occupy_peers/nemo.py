@@ -30,7 +30,7 @@ behaviour; see the subclasses).
 
 from __future__ import annotations
 
-from ..core import Policy, SimGroup
+from .api import Group, Policy
 
 
 class GatedNemoSampler(Policy):
@@ -60,7 +60,7 @@ class GatedNemoSampler(Policy):
         self.to_dispatch = 0  # prompts of the released dataloader batch not yet dispatched
         self.inflight = 0  # dispatched, not finished
         self.buffered = 0  # dispatched, not consumed or evicted (holds a buffer_capacity permit)
-        self.slots: list[SimGroup] = []  # the replay buffer's slots in reserve order
+        self.slots: list[Group] = []  # the replay buffer's slots in reserve order
 
     def admit(self) -> None:
         sim = self.sim
@@ -79,10 +79,10 @@ class GatedNemoSampler(Policy):
             self.buffered += 1
             self.slots.append(group)
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         self.inflight -= 1
 
-    def _release(self, groups: list[SimGroup]) -> None:
+    def _release(self, groups: list[Group]) -> None:
         """Groups left the replay buffer (consumed or evicted): their permits return."""
         gone = {g.gid for g in groups}
         self.slots = [g for g in self.slots if g.gid not in gone]

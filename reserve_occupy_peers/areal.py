@@ -36,8 +36,7 @@ reported, not asserted.
 
 from __future__ import annotations
 
-from ..core import Policy, SimGroup
-from ..engine import INF
+from .api import INF, Group, Policy
 from .base import members
 
 
@@ -65,8 +64,8 @@ class Areal(Policy):
         self.rejected = 0
         self.pending = 0  # inputs enqueued, not yet submitted (the dispatcher's input queue)
         self.rounds = 0  # enqueue rounds of active_submit_and_wait
-        self._results: list[SimGroup] = []  # finished, not yet returned by wait_results
-        self._collected: list[SimGroup] = []  # accepted results of the batch being prepared
+        self._results: list[Group] = []  # finished, not yet returned by wait_results
+        self._collected: list[Group] = []  # accepted results of the batch being prepared
         self._waiting = False  # inside prepare_batch
         self._need = 0  # count of the current wait_results call
 
@@ -82,7 +81,7 @@ class Areal(Policy):
             if self.input_gating:
                 self.pending -= 1
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         self.running -= 1
         if group.no_grad:  # should_accept_fn rejected it: on_rollout_rejected frees its quota
             self.rejected += 1
@@ -122,7 +121,7 @@ class Areal(Policy):
             self._round()  # rejected results among them: the loop goes round again
         return None
 
-    def _wait_results(self, count: int) -> list[SimGroup] | None:
+    def _wait_results(self, count: int) -> list[Group] | None:
         """``wait_results(count)``: the ``count`` oldest finished results, or None (wait)."""
         if len(self._results) < count:
             return None

@@ -33,7 +33,7 @@ re-dispatched, and the gated admission goes on as usual.
 
 from __future__ import annotations
 
-from ..core import SimGroup
+from .api import Group
 from .base import chunk_of, members
 from .nemo import GatedNemoSampler
 
@@ -50,9 +50,9 @@ class NemoWeightFifo(GatedNemoSampler):
 
     def attach(self, sim) -> None:
         super().attach(sim)
-        self.step_groups: list[SimGroup] = []  # selected for the step being assembled
+        self.step_groups: list[Group] = []  # selected for the step being assembled
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         super().on_group_done(group)
         if group.no_grad and self.filters:  # SKIPPED, unstamped: release the permit
             self.sim.filter(group)

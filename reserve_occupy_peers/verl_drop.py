@@ -42,7 +42,7 @@ interval is not modelled (the trainer reacts at once).
 
 from __future__ import annotations
 
-from ..core import Policy, SimGroup
+from .api import Group, Policy
 from .base import members
 
 
@@ -72,10 +72,10 @@ class VerlDrop(Policy):
             raise ValueError(f"verl_drop: batch size {self.batch_size} is not divisible by "
                              f"parameter_sync_step={self.sync_step} (verl asserts the same)")
         self.mini_batch = self.batch_size // self.sync_step
-        self._step_groups: list[SimGroup] = []  # mini-batches of the global step sampled so far
+        self._step_groups: list[Group] = []  # mini-batches of the global step sampled so far
         self.step = 1  # global_steps: fit() increments before on_train_begin
         self._to_submit = (1 + self.warmup) * self.batch_size  # warmup + the first step's batch
-        self._finished: list[SimGroup] = []
+        self._finished: list[Group] = []
 
     def admit(self) -> None:
         sim = self.sim
@@ -84,7 +84,7 @@ class VerlDrop(Policy):
             group.tag = self.step
             self._to_submit -= 1
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         self._finished.append(group)
 
     def take_batch(self):
@@ -96,7 +96,7 @@ class VerlDrop(Policy):
         batch, self._step_groups = self._step_groups, []
         return members(batch)
 
-    def _sample(self, size: int) -> list[SimGroup] | None:
+    def _sample(self, size: int) -> list[Group] | None:
         """``ReplayBufferAsync.sample(global_steps, "train", size)``: evict and refill, then the
         ``size`` oldest tags; None while fewer are sampleable (verl polls again)."""
         dapo = [g for g in self._finished if g.no_grad]

@@ -1,12 +1,17 @@
-"""The staleness-control policies the simulator compares, one module each.
+"""The peers' staleness rules (the policies the simulator compares and the runtime's driver can
+run in the controller's place), one module each, beneath both callers.
 
-Every policy implements ``..core.Policy``; none contains protocol logic of the controller (only
-``reserve_occupy`` calls it). ``POLICIES`` maps CLI names to classes in the order tables use.
+Every rule implements ``api.Policy`` and asks its host only through ``api.Host``; the two hosts
+are the simulator (``reserve_occupy_sim``) and the runtime (``runtime.peers.PeerController``),
+and this package imports neither (nor torch, vLLM or a clock). None of the rules contains
+protocol logic of the controller (only ``reserve_occupy`` calls it). ``POLICIES`` maps CLI names
+to classes in the order tables use. Until the move (issue 35) this package was
+``runtime.sim.model.policies``; that name still imports it, for one release.
 """
 
 from __future__ import annotations
 
-from ..core import Policy
+from .api import INF, Group, Host, Policy, PolicyError, SimulatorHost
 from .areal import Areal
 from .clairvoyant import Clairvoyant
 from .nemo_in_order import NemoInOrder
@@ -55,4 +60,5 @@ def policy_names(text: str) -> list[str]:
     return names
 
 
-__all__ = ["POLICIES", "Policy", "SOURCE_BASELINES", "UnknownPolicy", "make_policy", "policy_names"]
+__all__ = ["INF", "Group", "Host", "POLICIES", "Policy", "PolicyError", "SOURCE_BASELINES",
+           "SimulatorHost", "UnknownPolicy", "make_policy", "policy_names"]

@@ -12,7 +12,7 @@ reward filtering, a no-gradient group is discarded and another is admitted for t
 
 from __future__ import annotations
 
-from ..core import Policy, SimGroup
+from .api import Group, Policy
 from .base import members
 
 
@@ -29,7 +29,7 @@ class Synchronous(Policy):
 
     def attach(self, sim) -> None:
         super().attach(sim)
-        self._current: list[SimGroup] = []
+        self._current: list[Group] = []
         self._done = 0
 
     def admit(self) -> None:
@@ -38,7 +38,7 @@ class Synchronous(Policy):
                and sim.rollout_has_room()):
             self._current.append(sim.admit())
 
-    def on_group_done(self, group: SimGroup) -> None:
+    def on_group_done(self, group: Group) -> None:
         if group.no_grad:  # dynamic sampling: discard it and generate another for this step
             self.sim.filter(group)
             self._current.remove(group)
