@@ -6,7 +6,7 @@ are the simulator (``reserve_occupy_sim``) and the runtime (``runtime.peers.Peer
 and this package imports neither (nor torch, vLLM or a clock). None of the rules contains
 protocol logic of the controller (only ``reserve_occupy`` calls it). ``POLICIES`` maps CLI names
 to classes in the order tables use. Until the move (issue 35) this package was
-``runtime.sim.model.policies``; that name still imports it, for one release.
+``reserve_occupy_sim.model.policies``; that name still imports it, for one release.
 """
 
 from __future__ import annotations

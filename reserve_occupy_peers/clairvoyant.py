@@ -1,7 +1,7 @@
 """A clairvoyant, strictly bounded, drop-free schedule: the achievable side of the limit.
 
 Source: none; it is a reference like ``synchronous`` and ``unbounded``, written for the
-clairvoyant limit of docs/sim/bound.md (``runtime/sim/studies/bound.py``). It
+clairvoyant limit of docs/sim/bound.md (``reserve_occupy_sim/studies/bound.py``). It
 reads every group's lengths from the workload in advance, which no real controller can.
 
 Every admitted group gets a *deadline*: the version it was admitted at plus ``eta`` (its first

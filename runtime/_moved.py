@@ -27,6 +27,9 @@ from types import ModuleType
 # old prefix -> new name; longest first (the peers' rules moved out of the simulator's package)
 MOVED: dict[str, str] = {
     "runtime.sim.model.policies": "reserve_occupy_peers",
+    "runtime.sim": "reserve_occupy_sim",
+    "runtime.porting": "reserve_occupy_porting",
+    "runtime.faults": "reserve_occupy_faults",
 }
 
 
@@ -67,9 +70,11 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
         real = importlib.util.find_spec(new)
         if real is None:
             return None
-        return importlib.util.spec_from_loader(
-            fullname, _AliasLoader(new),
+        # origin: the new module's file (``python -m OLD`` runs it with its own __file__)
+        spec = importlib.util.spec_from_loader(
+            fullname, _AliasLoader(new), origin=real.origin,
             is_package=real.submodule_search_locations is not None)
+        return spec
 
 
 def install() -> None:

@@ -70,8 +70,9 @@ from .peers import REFERENCE, PeerController
 from .recovery.journal import JournaledController
 from .rollout.base import GenerationRequest, Rollout, RolloutDead, token_versions
 from .tasks.base import Prompt, RewardAborted, RewardError, RewardFn, RewardTimeout, score_group
-from .trainer.base import TrainBatch, Trainer, assemble
-from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
+from .trainer.base import Trainer
+from .records import (CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord, TrainBatch,
+                      assemble)
 
 
 class Persistence(Protocol):

@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TEXT_DIRS = ("docs", "spec", "configs")
 TEXT_FILES = ("README.md",)
 TEXT_SUFFIXES = {".md", ".yaml", ".yml", ".json", ".txt"}
-CODE_DIRS = ("reserve_occupy", "reserve_occupy_peers", "runtime", "proofs")
-TOP = ("docs", "spec", "configs", "tests", "runtime", "reserve_occupy_peers", "reserve_occupy",
-       "proofs", "bench")
+TOOLS = ("reserve_occupy_peers", "reserve_occupy_sim", "reserve_occupy_porting",
+         "reserve_occupy_faults")  # beside runtime/ (issue 35)
+CODE_DIRS = ("reserve_occupy", *TOOLS, "runtime", "proofs")
+TOP = ("docs", "spec", "configs", "tests", "runtime", *TOOLS, "reserve_occupy", "proofs", "bench")
 
 # An absolute path of some machine, or a folder next to the checkout.
 MACHINE_PATH = re.compile(r"(?<![\w.:/-])(?:/(?:work|tmp|root|home|Users|mnt|scratch)/[\w.-]+"

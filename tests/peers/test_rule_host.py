@@ -79,9 +79,9 @@ def test_a_simulator_only_rule_asks_only_what_simulator_host_names(name):
 
 
 def test_both_hosts_answer_every_call_of_host():
-    from runtime.sim.model.core import Simulator
-    from runtime.sim.model.cost import preset
-    from runtime.sim.model.workload import MathReasoningShape, generate
+    from reserve_occupy_sim.model.core import Simulator
+    from reserve_occupy_sim.model.cost import preset
+    from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
     sim = Simulator(POLICIES["unbounded"](1), generate(1, MathReasoningShape(groups=8)),
                     preset("qwen3-8b-h20"), batches=1, batch_size=2)
@@ -128,7 +128,7 @@ def test_the_rules_package_imports_no_simulator_runtime_torch_or_vllm():
 
 def test_validating_a_peer_config_imports_no_tool(tmp_path):
     """``train --check``'s validation of a config that names a peer's rule (it asks the rule
-    whether it streams): before, that loaded the simulator (runtime.sim.model.policies)."""
+    whether it streams): before, that loaded the simulator (reserve_occupy_sim.model.policies)."""
     mods = _imported_after(
         "from runtime.config import load_config\n"
         "cfg = load_config('configs/demo.yaml', {'staleness.policy': 'nemo_in_order',\n"
@@ -137,5 +137,5 @@ def test_validating_a_peer_config_imports_no_tool(tmp_path):
         "assert peer_streams('nemo_in_order')\n")
     tools = sorted(m for m in mods if m.split(".")[0] in (
         "reserve_occupy_sim", "reserve_occupy_porting", "reserve_occupy_faults")
-        or m.startswith(("runtime.sim", "runtime.porting", "runtime.faults")))
+        or m.startswith(("reserve_occupy_sim", "reserve_occupy_porting", "reserve_occupy_faults")))
     assert tools == []

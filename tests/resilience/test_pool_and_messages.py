@@ -12,7 +12,7 @@ import pytest
 from reserve_occupy import UnitState
 from runtime.clock import VirtualClock
 from runtime.driver import Driver
-from runtime.faults.fakes import CrashableRollout, Weights
+from reserve_occupy_faults.fakes import CrashableRollout, Weights
 from runtime.rollout.base import GenerationRequest, RolloutDead
 from runtime.rollout.fake import FakeTrainer, Plan, random_script
 from runtime.rollout.pool import EngineCrashed, EnginePool

@@ -14,7 +14,7 @@ import pytest
 from reserve_occupy.trace import dumps
 from runtime.cli import main
 from runtime.peers import PEER_POLICIES, STALE, PeerController
-from runtime.porting.checker import PeerHeaderError, check
+from reserve_occupy_porting.checker import PeerHeaderError, check
 from runtime.rollout.fake import random_script
 
 from .helpers import make, run
@@ -59,10 +59,10 @@ def _fingerprint(sim) -> str:
 
 def test_the_rules_the_runtime_drives_simulate_as_before():
     # Recorded before runtime.peers existed; the simulator's policies were not edited for it.
-    from runtime.sim.model.core import Simulator
-    from runtime.sim.model.cost import preset
+    from reserve_occupy_sim.model.core import Simulator
+    from reserve_occupy_sim.model.cost import preset
     from reserve_occupy_peers import make_policy
-    from runtime.sim.model.workload import MathReasoningShape, generate
+    from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
     workload, cost = generate(1, MathReasoningShape(groups=128)), preset("qwen3-8b-h20")
     assert {name for name, _ in SIM_FINGERPRINTS} == set(PEER_POLICIES)

@@ -3,7 +3,7 @@ __init__.py, so pytest puts this folder on sys.path)."""
 
 from __future__ import annotations
 
-from runtime.sim.model.core import Simulator
+from reserve_occupy_sim.model.core import Simulator
 from reserve_occupy_peers import make_policy
 
 BATCH = 4  # groups per batch in the tests

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sim.model.checks import CheckFailed, check_batches, check_conservation, check_tokens
-from runtime.sim.model.core import PolicyError
-from runtime.sim.model.engine import Instance
+from reserve_occupy_sim.model.checks import (CheckFailed, check_batches, check_conservation,
+                                             check_tokens)
+from reserve_occupy_sim.model.core import PolicyError
+from reserve_occupy_sim.model.engine import Instance
 from reserve_occupy_peers import POLICIES
 from reserve_occupy_peers.roll import Roll
 from reserve_occupy_peers.unbounded import Unbounded

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from sim_helpers import BATCH
 
-from runtime.sim.model.checks import CheckFailed, check_conservation, check_filtering, check_run
-from runtime.sim.model.core import SimulationStalled, Simulator
-from runtime.sim.model.filtering import FilterError, RewardFilter
-from runtime.sim.model.metrics import summarize
+from reserve_occupy_sim.model.checks import (CheckFailed, check_conservation, check_filtering,
+                                             check_run)
+from reserve_occupy_sim.model.core import SimulationStalled, Simulator
+from reserve_occupy_sim.model.filtering import FilterError, RewardFilter
+from reserve_occupy_sim.model.metrics import summarize
 from reserve_occupy_peers import POLICIES, make_policy
 from reserve_occupy_peers.unbounded import Unbounded
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sim.model.checks import CheckFailed, check_staleness
+from reserve_occupy_sim.model.checks import CheckFailed, check_staleness
 from reserve_occupy_peers import POLICIES
 from reserve_occupy_peers.reserve_occupy import ReserveOccupy
 from sim_helpers import run_policy
