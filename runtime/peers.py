@@ -93,6 +93,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from reserve_occupy import (
+    UNIT_LIFECYCLE,
     Batch,
     BufferStatus,
     Config,
@@ -102,9 +103,10 @@ from reserve_occupy import (
     Placement,
     Removal,
     Reservation,
+    StalenessController,
     UnitState,
 )
-from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, InvalidUnitId, UnknownUnit
+from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, UnknownUnit
 from reserve_occupy.types import BatchUnit, SlotRef
 
 from reserve_occupy_peers import POLICIES, Group, Policy, make_policy
@@ -284,8 +286,8 @@ class PeerController:
     def last_event(self) -> Event | None:
         return self.events[-1] if self.events else None
 
-    def events_since(self, n: int) -> list[Event]:
-        return self.events[n:]
+    def events_since(self, seq: int) -> list[Event]:
+        return self.events[seq:]
 
     def unit_state(self, unit_id: Any) -> UnitState:
         self._check_id("unit_state", unit_id)
@@ -304,9 +306,10 @@ class PeerController:
         return out
 
     def take_admission_moved(self) -> bool:
-        """Whether a consume or publish since the last call admitted groups (the rule's
-        waiting queue grew) or changed the rule's timer; the driver then wakes admission and
-        the watchdog. Only then: waking on every consume would spin the trainer's loop."""
+        """Whether, since the last call, a consume returned a batch (the rule's admission may
+        open: NeMo-RL's permits, verl's refills), or a consume or publish admitted groups (the
+        rule's waiting queue grew) or changed the rule's timer; the driver then wakes admission
+        and the watchdog. Only then: waking on every consume would spin the trainer's loop."""
         moved, self._admission_moved = self._admission_moved, False
         return moved
 
@@ -336,14 +339,13 @@ class PeerController:
         group = self._waiting.popleft()
         group.unit_id, group.v_traj = unit_id, self.version
         self._units[unit_id] = group
-        self._states[unit_id] = UnitState.IN_FLIGHT
+        self._states[unit_id] = UNIT_LIFECYCLE["reserve"][None]
         self.in_flight += 1
         self._log("reserve", meta, unit_id=unit_id, v_traj=self.version)
         return Reservation(unit_id, self.version, SlotRef(self.version, None))  # type: ignore
 
     def occupy(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Placement:
-        group = self._live("occupy", unit_id, UnitState.IN_FLIGHT)
-        self._states[unit_id] = UnitState.FINISHED
+        group, self._states[unit_id] = self._live("occupy", unit_id)
         self.in_flight -= 1
         group.state = PeerGroup.DONE
         self._log("occupy", meta, unit_id=unit_id, v_traj=group.v_traj)
@@ -351,8 +353,7 @@ class PeerController:
         return Placement(unit_id, group.v_traj, SlotRef(self.version, None))  # type: ignore
 
     def abort(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Removal:
-        group = self._live("abort", unit_id, UnitState.IN_FLIGHT)
-        self._states[unit_id] = UnitState.ABORTED
+        group, self._states[unit_id] = self._live("abort", unit_id)
         self.in_flight -= 1
         del self._units[unit_id]
         self._log("abort", meta, unit_id=unit_id)
@@ -375,10 +376,11 @@ class PeerController:
                                                    f"groups, not batch_size "
                                                    f"{self.config.batch_size}")
         for u in units:
-            self._states[u.unit_id] = UnitState.CONSUMED
+            self._states[u.unit_id] = UNIT_LIFECYCLE["consume"][self._states[u.unit_id]]
             del self._units[u.unit_id]
         batch = Batch(self.version, tuple(units))
         self._training = True
+        self._admission_moved = True  # the rule's admission may open (take_admission_moved)
         self._log("consume", meta, batch=batch)
         return batch
 
@@ -388,9 +390,10 @@ class PeerController:
             return None
         units, self._step = tuple(self._step), []
         for u in units:
-            self._states[u.unit_id] = UnitState.CONSUMED
+            self._states[u.unit_id] = UNIT_LIFECYCLE["consume"][self._states[u.unit_id]]
         batch = Batch(self.version, units, tuple(u.unit_id for u in units))
         self._training = True
+        self._admission_moved = True  # the rule's admission may open (take_admission_moved)
         self._log("consume", meta, batch=batch)
         return batch
 
@@ -439,7 +442,7 @@ class PeerController:
                                                    f"{len(units)} groups to a step that lacks "
                                                    f"{lacks}")
         for u in units:
-            self._states[u.unit_id] = UnitState.STREAMED
+            self._states[u.unit_id] = UNIT_LIFECYCLE["stream"][self._states[u.unit_id]]
             del self._units[u.unit_id]
         self._step += units
         self._admission_moved = True  # the chunk left the rule's buffer: its permits returned
@@ -522,7 +525,7 @@ class PeerController:
             self._waiting.remove(group)
             return
         unit_id = group.unit_id
-        self._states[unit_id] = UnitState.ABORTED
+        self._states[unit_id] = self._next_state("abort", unit_id)
         self.in_flight -= 1
         del self._units[unit_id]
         self._aborted.append(unit_id)
@@ -558,25 +561,34 @@ class PeerController:
     def _discard(self, group: PeerGroup, reason: str) -> None:
         """The rule discards a finished group (``drop``/``filter``)."""
         unit_id = group.unit_id
-        if unit_id is None or self._states.get(unit_id) is not UnitState.FINISHED:
-            raise IllegalUnitState("filter", unit_id, self._states.get(
-                unit_id, UnitState.IN_FLIGHT).value)
+        state = self._states.get(unit_id)
+        if unit_id is None or state not in UNIT_LIFECYCLE["filter"]:
+            raise IllegalUnitState("filter", unit_id, (state or UnitState.IN_FLIGHT).value)
         group.state = PeerGroup.FILTERED
-        self._states[unit_id] = UnitState.FILTERED
+        self._states[unit_id] = UNIT_LIFECYCLE["filter"][state]
         del self._units[unit_id]
         self._dropped.append(unit_id)
         self._log("filter", {"reason": reason}, unit_id=unit_id)
 
-    def _live(self, op: str, unit_id: Any, want: UnitState) -> PeerGroup:
+    # The unit lifecycle is the core's: ``reserve_occupy.UNIT_LIFECYCLE`` (what each operation
+    # requires of the unit it names, and what it makes of it) and the core's id check, raising
+    # the core's typed errors, so a peer's log breaks a lifecycle exactly where the core would.
+
+    _check_id = staticmethod(StalenessController._check_id)
+
+    def _next_state(self, op: str, unit_id: Any) -> UnitState:
+        """The state ``op`` moves ``unit_id`` to (``UNIT_LIFECYCLE``), or the core's typed
+        error (``InvalidUnitId``, ``UnknownUnit``, ``IllegalUnitState``); changes nothing."""
         self._check_id(op, unit_id)
         state = self._states.get(unit_id)
         if state is None:
             raise UnknownUnit(op, unit_id)
-        if state is not want:
+        edges = UNIT_LIFECYCLE[op]
+        if state not in edges:
             raise IllegalUnitState(op, unit_id, state.value)
-        return self._units[unit_id]
+        return edges[state]
 
-    @staticmethod
-    def _check_id(op: str, unit_id: Any) -> None:
-        if isinstance(unit_id, bool) or not isinstance(unit_id, (str, int)):
-            raise InvalidUnitId(op, unit_id)
+    def _live(self, op: str, unit_id: Any) -> tuple[PeerGroup, UnitState]:
+        """The rule's group bound to ``unit_id`` and the state ``op`` moves it to."""
+        state = self._next_state(op, unit_id)
+        return self._units[unit_id], state
