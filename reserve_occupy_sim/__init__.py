@@ -1,8 +1,8 @@
 """A discrete-event simulator of asynchronous RL: the Reserve–Occupy controller against the
 staleness controls of verl, NeMo-RL, TRL, ROLL and AReaL on one workload and one cost model.
 
-Two subpackages and a command line: ``model`` (cost, workload, engine, event loop, policies,
-metrics, checks, runner: what a simulated run is), ``studies`` (the questions asked of the model:
+Two subpackages and a command line: ``model`` (cost, workload, engine, event loop, metrics,
+checks, runner: what a simulated run is; the policies it runs are ``reserve_occupy_peers``), ``studies`` (the questions asked of the model:
 the source's experiments, the regime map, the clairvoyant bound, the frontier, diagnosis) and
 ``cli`` (``reserve-occupy simulate``). Imports run one way: cli -> studies -> model.
 """

@@ -3,7 +3,8 @@ schedules it.
 
 ``cost`` (how long things take, named presets), ``workload`` (workload files and the synthetic
 generator), ``engine`` (one continuous-batching instance in closed form), ``core`` (the event loop
-and ledger), ``filtering`` (reward filtering), ``policies`` (one module per staleness control),
+and ledger: a ``Host`` of the staleness controls, which live in ``reserve_occupy_peers``, one
+module each, beneath the simulator and the runtime), ``filtering`` (reward filtering),
 ``metrics`` (what a run measured), ``checks`` (conservation, staleness bound, batch sizes,
 determinism) and ``runner`` (run one or many simulations). The studies in ``..studies`` use it;
 nothing here imports them.
