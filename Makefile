@@ -135,10 +135,10 @@ sim-experiments: $(STAMP)
 	$(PY) -m runtime simulate experiments
 
 conformance: $(STAMP)
-	$(PY) -m runtime.porting.conformance --regenerate
+	$(PY) -m reserve_occupy_porting.conformance --regenerate
 
 faults-deep: $(STAMP)
-	$(PY) -m runtime.faults --schedules 10000
+	$(PY) -m reserve_occupy_faults --schedules 10000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
@@ -146,15 +146,15 @@ clean:
 ## Policies, oversampling modes and extension prototypes x eta on the shipped setting (~1 min):
 ## the frontier table, docs/results/frontier.json, docs/img/sim_frontier.png and docs/sim/frontier.md.
 sim-frontier: $(STAMP)
-	$(PY) -m runtime.sim.studies.frontier
+	$(PY) -m reserve_occupy_sim.studies.frontier
 
 ## The clairvoyant limit alone: the provable bound, the best schedule and every policy as a
 ## fraction of it, eta 0-3, seeds 0-2 (~1-4 min): the bound section of docs/results/tables.md and docs/sim/bound.md.
 sim-bound: $(STAMP)
-	$(PY) -m runtime.sim.studies.bound --eta 0,1,2,3 --results-dir docs/results
+	$(PY) -m reserve_occupy_sim.studies.bound --eta 0,1,2,3 --results-dir docs/results
 
 ## Every policy as its framework ships it x trainer (whole-batch / streaming) x eta 1-3, seeds
 ## 0-2, with the bound for each trainer and the regime map (~45 min on two cores): the tables of
 ## docs/sim/streaming.md, docs/results/streaming.json and docs/img/sim_streaming.png.
 sim-streaming: $(STAMP)
-	$(PY) -m runtime.sim.studies.streaming --regimes
+	$(PY) -m reserve_occupy_sim.studies.streaming --regimes

@@ -18,7 +18,7 @@ What is measured, and where it comes from
   requests' clock on the run's (the median gap between a unit's last request returning and its
   ``occupy``).
 
-The fit (``fit_costs``), one term of ``runtime/sim/model/cost.py`` each
+The fit (``fit_costs``), one term of ``reserve_occupy_sim/model/cost.py`` each
 ------------------------------------------------------------------------
 * decode time per token against concurrency, and prefill per token: every training request of
   every run, ``d = prefill_per_token_s * P + n * (step_s + per_request_s * k)``, where ``d`` is
@@ -318,7 +318,7 @@ def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
     """The simulator's ``CostModel`` of one row, from ``fit_costs``. ``revised``: the model
     with the trainer's contention (``train_slowdown``) and its decode fit, which separates the
     time requests lost to training and ties ``prefill_per_token_s`` to ``per_request_s``."""
-    from runtime.sim.model.cost import CostModel, RolloutCost, TrainCost
+    from reserve_occupy_sim.model.cost import CostModel, RolloutCost, TrainCost
 
     d = fit["decode_with_overlap"] if revised else fit["decode"]
     t, c = fit["train"], fit["chunk"]
@@ -343,7 +343,7 @@ def workload(seed: int, prompts: dict[str, int], prompt_mean: float, groups: int
              max_tokens: int, med: float, sigma: float, group: int = SHAPE[1]) -> Any:
     """The run's workload for the simulator: group ``i`` is unit ``g{i}``, its answers the
     caps ``LongTail`` draws for that unit's candidates."""
-    from runtime.sim.model.workload import GroupSpec, Workload
+    from reserve_occupy_sim.model.workload import GroupSpec, Workload
 
     tail = peers.LongTail(None, max_tokens, seed, med, sigma)
     fallback = max(1, round(prompt_mean))
@@ -356,7 +356,7 @@ def workload(seed: int, prompts: dict[str, int], prompt_mean: float, groups: int
 def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: bool = False,
                  shape: tuple[int, int] = SHAPE) -> dict[str, float]:
     """The simulator's figures of one run (answer tokens, as the runtime counts)."""
-    from runtime.sim.model.runner import RunSpec, simulate
+    from reserve_occupy_sim.model.runner import RunSpec, simulate
 
     cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised, shape)
     # Reserve-Occupy streams only when told (Config.streaming); the peers that stream

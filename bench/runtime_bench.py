@@ -98,7 +98,7 @@ async def fixed_batch(cfg, model, prompts, reward, rollout, out: Path) -> dict:
     import torch
 
     from runtime.rollout.base import GenerationRequest
-    from runtime.trainer.base import GroupSample, Sample, TrainBatch
+    from runtime.records import GroupSample, Sample, TrainBatch
     from runtime.trainer.grpo import GRPOTrainer
 
     await rollout.pause()

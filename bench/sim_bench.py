@@ -12,9 +12,9 @@ if str(_Path(__file__).resolve().parents[1]) not in _sys.path:
     _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 
 from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # noqa: E402,F401
-from runtime.sim.model.cost import preset  # noqa: E402
-from runtime.sim.model.runner import RunSpec, simulate  # noqa: E402
-from runtime.sim.model.workload import generate  # noqa: E402
+from reserve_occupy_sim.model.cost import preset  # noqa: E402
+from reserve_occupy_sim.model.runner import RunSpec, simulate  # noqa: E402
+from reserve_occupy_sim.model.workload import generate  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

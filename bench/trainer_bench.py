@@ -77,7 +77,7 @@ def build_model(shape: dict, max_len: int, where: Path) -> None:
 def long_tail_batch(args: argparse.Namespace, vocab: int):  # type: ignore[no-untyped-def]
     """The seeded batch: lognormal response lengths; random ids; behaviour log-probabilities
     near the trainer's (the ratio's value does not change the work)."""
-    from runtime.trainer.base import GroupSample, Sample, TrainBatch
+    from runtime.records import GroupSample, Sample, TrainBatch
 
     rng = random.Random(args.seed)
     groups = []

@@ -41,7 +41,7 @@ COMPARISONS = [c for c in peers.headline() if not c["aa"]]
 
 def sim_workload(seed: int, w: dict[str, Any]) -> Any:
     """The groups ``LongTail`` gives a run of workload ``w`` (unit ``g{i}``'s candidates)."""
-    from runtime.sim.model.workload import GroupSpec, Workload
+    from reserve_occupy_sim.model.workload import GroupSpec, Workload
 
     tail = peers.LongTail(None, w["max_tokens"], seed, w["median"], w["sigma"])
     groups = w["batch_size"] * (w["steps"] + 4) * 2
@@ -54,7 +54,7 @@ def simulate(fit: dict[str, Any], wl: Any, w: dict[str, Any], policy: str, strea
              refit: str, eta: int) -> dict[str, Any]:
     """One run of the grid, simulated: wall time, steady trained tok/s (the steps after the
     first, as the bench's window), each group's step."""
-    from runtime.sim.model.runner import RunSpec, simulate as run
+    from reserve_occupy_sim.model.runner import RunSpec, simulate as run
 
     calibrate.BATCH, calibrate.GROUP = w["batch_size"], w["group_size"]
     cost = calibrate.cost_model(fit, eta, streaming, refit, revised=True)

@@ -17,8 +17,7 @@ from . import atomic_io
 from .clock import Clock
 from .inputs import TRACE_LINE_BYTES, FileInputError, file_lines, json_reason
 from .lengthbias import length_bias
-from .trainer.base import TrainBatch
-from .records import StepRecord
+from .records import StepRecord, TrainBatch
 
 
 class Accounting:
@@ -252,7 +251,8 @@ ROLES = ("committed", "surplus", "failed", "stopped", "unstarted")
 class LengthLog:
     """The response length (tokens) of every sample of every unit whose generation ended, and
     the length bias they show (``runtime/lengthbias.py``: mean trained / mean admitted length,
-    and the KS distance), defined as the simulator defines it (``runtime/sim/model/metrics.py``).
+    and the KS distance), defined as the simulator defines it
+    (``reserve_occupy_sim/model/metrics.py``).
 
     Design: one source of truth per fact. *What happened to a unit* is the event log's
     (``LogCounts.fates``: trained, filtered, aborted and why); *how long its samples were* is

@@ -18,13 +18,18 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# name -> (module, one-line help)
+# name -> (module, one-line help). The tools (simulator, porting kit, fault harness) live
+# beside runtime/, in the reserve_occupy_* packages; they are named here, never imported.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("runtime.train", "run async GRPO with vLLM rollout (default: the embedded demo)"),
-    "simulate": ("runtime.sim.cli", "simulate the protocol against the baselines on a trace"),
-    "check-trace": ("runtime.porting.check_trace", "check another implementation's trace"),
-    "conformance": ("runtime.porting.conformance", "run or regenerate the conformance vectors"),
-    "faults": ("runtime.faults.cli", "run seeded fault-injection schedules (crashes, restarts)"),
+    "simulate": ("reserve_occupy_sim.cli",
+                 "simulate the protocol against the baselines on a trace"),
+    "check-trace": ("reserve_occupy_porting.check_trace",
+                    "check another implementation's trace"),
+    "conformance": ("reserve_occupy_porting.conformance",
+                    "run or regenerate the conformance vectors"),
+    "faults": ("reserve_occupy_faults.cli",
+               "run seeded fault-injection schedules (crashes, restarts)"),
 }
 
 PROG = "reserve-occupy"
@@ -430,7 +435,7 @@ def missing_extra(prog: str, exc: ModuleNotFoundError) -> int:
     """One line naming the extra that installs the missing module; exit status 2."""
     top = (exc.name or "").split(".")[0]
     extra = EXTRAS.get(top)
-    if extra is None and top in ("runtime", "reserve_occupy"):
+    if extra is None and (top == "runtime" or top.startswith("reserve_occupy")):
         raise exc  # this project's own module is missing: a broken install, not an extra
     how = f"pip install 'reserve-occupy[{extra}]'" if extra else \
         "pip install 'reserve-occupy[all]'"

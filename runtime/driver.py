@@ -1,8 +1,10 @@
 """The asyncio driver: binds the Reserve–Occupy controller to a rollout engine and a trainer.
 
-(``staleness.policy`` other than ``reserve_occupy`` puts a peer's rule in the controller's place,
-``runtime.peers.PeerController``, with the same interface; the driver's few peer-only steps are
-marked as such.)
+The driver is given its controller (``runtime.controller.make_controller`` builds the one
+``staleness.policy`` names) and calls only what ``runtime.controller.Controller`` declares:
+Reserve–Occupy's ``JournaledController`` and a peer's rule (``runtime.peers.PeerController``)
+both answer all of it, Reserve–Occupy answering the peers' calls (dropped and aborted units,
+admission moved, a timer) empty, so the driver never asks which one it has.
 
 Theory of operation
 -------------------
@@ -58,7 +60,6 @@ from reserve_occupy import (
     Batch,
     BufferStatus,
     Group,
-    StalenessController,
     UnitError,
     UnitState,
 )
@@ -66,12 +67,12 @@ from reserve_occupy.stuck import StuckTimeouts
 
 from .accounting import Accounting, ControllerCounts, LengthLog
 from .clock import Clock, MonotonicClock
-from .peers import REFERENCE, PeerController
-from .recovery.journal import JournaledController
+from .controller import Controller
 from .rollout.base import GenerationRequest, Rollout, RolloutDead, token_versions
 from .tasks.base import Prompt, RewardAborted, RewardError, RewardFn, RewardTimeout, score_group
-from .trainer.base import TrainBatch, Trainer, assemble
-from .records import CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord
+from .trainer.base import Trainer
+from .records import (CandidateRun, DriverSettings, GroupRun, ResumePoint, StepRecord, TrainBatch,
+                      assemble)
 
 
 class Persistence(Protocol):
@@ -93,27 +94,23 @@ class Driver:
                  reward_fn: RewardFn, prompts: Sequence[Prompt], clock: Clock | None = None,
                  on_step: Callable[[StepRecord], None] | None = None,
                  after_step: Callable[[StepRecord], Awaitable[None]] | None = None,
-                 controller: StalenessController | None = None,
+                 *, controller: Controller,
                  resume: ResumePoint | None = None,
                  persist: Persistence | None = None,
                  lengths: LengthLog | None = None) -> None:
         """``on_step`` sees each step's record; ``after_step`` is awaited after it, in the
         trainer loop (a checkpoint save, say), so the next consume waits for it.
 
-        ``controller`` (a ``JournaledController``, whose operations take ``meta``) and
-        ``resume`` continue a recovered run; ``persist`` makes the run durable. ``lengths``
+        ``controller``: the staleness controller to drive (``runtime.controller``:
+        ``make_controller(settings, clock.now)`` for a new run; a recovered run's rebuilt
+        ``JournaledController``), built by the caller, with ``clock`` its peer's rule reads.
+        ``resume`` continues a recovered run; ``persist`` makes the run durable. ``lengths``
         receives each unit's response lengths when its generation ends (a streamed
         ``LengthLog``, with a resumed run's earlier records; default: in memory)."""
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
         self.clock = clock or MonotonicClock()
-        if controller is None:  # staleness.policy: Reserve–Occupy, or a peer's rule
-            controller = (JournaledController(settings.controller_config())
-                          if settings.policy == REFERENCE else
-                          PeerController(settings.policy, settings.controller_config(),
-                                         settings.group_size, now=self.clock.now,
-                                         chunk_groups=settings.chunk_groups))
         self.controller = controller
         self.persist = persist
         resume = resume or ResumePoint()
@@ -496,7 +493,7 @@ class Driver:
             while True:
                 change = self._change
                 batch = self.controller.consume()
-                self._after_peer_consume(batch)
+                self._after_peer_consume()
                 if batch is not None:
                     break
                 if self.s.streaming:
@@ -562,7 +559,7 @@ class Driver:
         # A peer's rule chose the chunk (runtime.peers): it left the rule's buffer, so its
         # admission may open (NeMo-RL's permits) and the rule may have evicted stale units
         # (weight_fifo); a chunk that closed the step wakes the trainer's loop to consume it.
-        self._after_peer_consume(None)
+        self._after_peer_consume()
         if not self._handed or len(self._handed) < self.s.chunk_groups:
             return None
         chunk, self._handed = self._handed, []
@@ -574,20 +571,18 @@ class Driver:
                            "units": [u.unit_id for u in chunk]})
         return self.clock.now() - t0
 
-    def _after_peer_consume(self, batch: Batch | None) -> None:
-        """A peer's rule (``runtime.peers``; Reserve–Occupy's controller has no
-        ``take_dropped``) may drop finished units at ``consume`` or ``publish`` (verl's stale
-        evictions, ROLL's old cohorts): forget their data; and abort in-flight ones (ROLL):
-        stop them. Its admission may open at a consume (NeMo-RL's buffer permits, verl's
-        refills), as the simulator asks the rule to admit after it: wake admission. A consume
-        that returns no batch may also admit groups or set the rule's timer (AReaL's
+    def _after_peer_consume(self) -> None:
+        """A peer's rule (``runtime.peers``; Reserve–Occupy's controller answers these calls
+        empty) may drop finished units at ``consume`` or ``publish`` (verl's stale evictions,
+        ROLL's old cohorts): forget their data; and abort in-flight ones (ROLL): stop them.
+        Its admission may open at a consume that returned a batch (NeMo-RL's buffer permits,
+        verl's refills), as the simulator asks the rule to admit after it: wake admission. A
+        consume that returns no batch may also admit groups or set the rule's timer (AReaL's
         ``prepare_batch`` round): wake admission and the watchdog then too, but not after
-        every empty consume (the trainer's loop would spin)."""
-        take = getattr(self.controller, "take_dropped", None)
-        if take is None:
-            return
+        every empty consume (the trainer's loop would spin). ``take_admission_moved`` says
+        both."""
         moved = self.controller.take_admission_moved()
-        dropped = take()
+        dropped = self.controller.take_dropped()
         for unit_id in dropped:
             g = self.groups.pop(unit_id, None)
             if g is not None:
@@ -595,7 +590,7 @@ class Driver:
                 self._note("drop", g, reason="stale")
         aborted = self.controller.take_aborted()  # in flight, stopped by the rule (ROLL)
         self._dropped_by_controller(aborted)
-        if dropped or aborted or moved or batch is not None:
+        if dropped or aborted or moved:
             self._notify()
 
     def _assemble(self, batch: Batch) -> TrainBatch:
@@ -628,7 +623,7 @@ class Driver:
             self.notes.append({"t": self.accounting.elapsed(), "event": "refit_kept",
                                "requests": len(self._running)})
         self.controller.publish()
-        self._after_peer_consume(None)  # a peer's rule may drop or abort units at publish
+        self._after_peer_consume()  # a peer's rule may drop or abort units at publish
         self.engine_version = self.controller.version
         if self.engine_version != version:
             raise RuntimeError(f"publish made version {self.engine_version}, the engine was "
@@ -665,7 +660,7 @@ class Driver:
         return rule
 
     def _next_deadline(self) -> float:
-        deadline = getattr(self.controller, "timer", math.inf)  # a peer's rule's timer
+        deadline = self.controller.timer  # a peer's rule's timer (Reserve–Occupy: inf)
         if self._stuck_since is not None:
             deadline = min(deadline, self._stuck_since + self.stuck_rule.timeout)
         if self.s.unit_timeout_s < math.inf:
@@ -677,7 +672,7 @@ class Driver:
 
     def _release_overdue(self) -> None:
         now = self.clock.now()
-        if now >= getattr(self.controller, "timer", math.inf):  # a peer's rule's timer
+        if now >= self.controller.timer:  # a peer's rule's timer (Reserve–Occupy: inf)
             self.controller.fire_timer()
             self._notify()  # the rule may admit now
         for g in list(self.groups.values()):

@@ -19,7 +19,7 @@ from typing import IO, Any
 from reserve_occupy.trace import MAX_JSON_DEPTH, JSONDepthError, loads_bounded  # noqa: F401
 
 # The simulator's option limits, shared by ``simulate`` and every ``python -m
-# runtime.sim.studies.*`` command: what a simulation can hold in memory and finish in
+# reserve_occupy_sim.studies.*`` command: what a simulation can hold in memory and finish in
 # reasonable time. option -> (lowest, highest).
 SIM_LIMITS: dict[str, tuple[int, int]] = {
     "batches": (1, 100_000),

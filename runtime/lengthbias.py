@@ -15,8 +15,8 @@ Two numbers, from two samples of response lengths (tokens, one per trajectory):
 
 The KS distance is computed here with numpy (sort both samples, evaluate both ECDFs at every
 observed length): scipy is not a dependency of this project, and the statistic alone, without a
-p-value, is a few lines. Pure functions, no state: the simulator (``runtime/sim/model/metrics.py``) and
-the runtime can both call them.
+p-value, is a few lines. Pure functions, no state: the simulator
+(``reserve_occupy_sim/model/metrics.py``) and the runtime can both call them.
 """
 
 from __future__ import annotations

@@ -4,19 +4,15 @@
 Design
 ------
 **One implementation of each rule.** A peer's rule (when to admit, what to train, what to drop)
-is written once, as the simulator's policy in ``runtime.sim.model.policies`` against the
-``Policy`` API of ``runtime.sim.model.core``. The runtime does not copy it: ``PeerController``
-instantiates that very policy class and *drives* it, standing in for the simulator behind the
-few calls a policy makes (``sim.admit``, ``sim.abort``, ``sim.version``, ``sim.paused``,
-``sim.trainer_idle``, ``sim.rollout_has_room``, ``sim.drop``, ``sim.filter``, ``sim.now``,
-``sim.set_timer``). The
-simulator's code is not edited at all, so every simulator result stays identical by
-construction (tests/runtime/test_peers.py pins a fingerprint of the simulated runs of the rules
-the runtime drives, so a later edit to one of them shows). The alternative, a third module
-holding the rules that both the simulator's policy and a runtime controller adapt to, would
-have meant rewriting every policy and re-showing that the tables do not move; the policies are
-already sans-I/O (no clock, threads or engines: they only ask their ``sim``), so driving them as
-they are gives the same single copy with no rewrite.
+is written once, in ``reserve_occupy_peers`` (the package beneath both callers), against the
+rule API of ``reserve_occupy_peers.api``: a rule is a ``Policy`` and asks its host only through
+``Host`` (``admit``, ``abort_group``, ``drop``, ``filter``, ``version``, ``now``, ``paused``,
+``trainer_idle``, ``rollout_has_room``, ``set_timer``, ``batch_size``, ``group_size``). The
+simulator is one host; ``PeerController`` is the other: it instantiates the very rule class the
+simulator runs and answers ``Host`` itself, so the runtime imports no simulator and the
+simulator's results stay identical by construction (tests/runtime/test_peers.py pins a
+fingerprint of the simulated runs of the rules the runtime drives, so a later edit to one of
+them shows). The rules are sans-I/O (no clock, threads or engines: they only ask their host).
 
 The peers live here, in ``runtime/``, not in the core ``reserve_occupy/``: they are not
 verified and not part of the protocol; the core stays the one verified controller. Reserve–
@@ -25,7 +21,7 @@ Occupy stays the default and its code path (``JournaledController``) is unchange
 **The controller interface.** ``PeerController`` answers the calls the driver makes of the
 Reserve–Occupy controller, with the same types and typed errors:
 
-* ``reserve(unit)``: the policy's L1. A policy admits by calling ``sim.admit()``; here that
+* ``reserve(unit)``: the policy's L1. A policy admits by calling ``Host.admit()``; here that
   makes an *admitted group* (the policy's handle, ``PeerGroup``) which waits in a queue until the
   driver's next ``reserve`` binds it to a unit id (a prompt the policy submitted, waiting for the
   engine, as verl's submitted prompts do). ``reserve`` first takes a waiting group; if there is
@@ -39,13 +35,14 @@ Reserve–Occupy controller, with the same types and typed errors:
   next reserved unit, keeping its tag (target step, submission step) and whatever accounting the
   rule holds for it: NeMo-RL's ``on_dropped_prompt="replace"``, verl's 1:1 refill.
 * ``consume()``: the policy's L3, ``take_batch``; the finished groups it discards
-  (``sim.drop``: verl's stale evictions, weight_fifo's too-old groups) are logged as ``filter``
+  (``Host.drop``: verl's stale evictions, weight_fifo's too-old groups) are logged as ``filter``
   events with ``meta.reason = "stale"`` and handed to the driver by ``take_dropped`` so it can
   forget their data.
 * ``publish()``: the version moves; the policy hears ``on_publish``. A rule may abort in-flight
-  groups of its own choice there (ROLL's cohorts older than its lag: ``sim.abort``), logged as
-  ``abort`` with ``meta.reason = "stale"`` and handed to the driver by ``take_aborted`` so it
-  stops their requests; the finished ones it drops go as at ``consume``.
+  groups of its own choice there (ROLL's cohorts older than its lag: ``Host.abort_group``),
+  logged as ``abort`` with ``meta.reason = "stale"`` and handed to the driver by
+  ``take_aborted`` so it stops their requests; the finished ones it drops go as at
+  ``consume``.
 * ``stream()`` (``trainer.streaming``, only for a rule whose simulator policy streams,
   ``peer_streams``, read from ``Policy.streams``: NeMo-RL's ``in_order`` and ``weight_fifo``,
   whose ``_train_pump`` trains a step in chunks, and ``unbounded``): the policy's own
@@ -60,14 +57,14 @@ Reserve–Occupy controller, with the same types and typed errors:
   a one-line error naming it (``train --check``; ``PeerController`` raises
   ``UnsupportedByRuntime``). ``release_stuck``: no peer has a STUCK state (the head status is
   never STUCK).
-* a rule's timer (AReaL's ``wait_timeout_s``): ``sim.set_timer`` sets ``timer``; the driver's
+* a rule's timer (AReaL's ``wait_timeout_s``): ``Host.set_timer`` sets ``timer``; the driver's
   watchdog calls ``fire_timer`` when its clock reaches it (the rule then may admit).
 
 **The event log** is the core's trace format (``reserve_occupy.trace``): the same ``Event``
 records, without slots (a peer has none), and a header naming the rule in ``x_policy`` (and
 ``x_bounded``: whether the rule itself promises staleness <= eta; ``x_eta``: the eta it
 enforces, 0 for ``synchronous``). Only ``check-trace --peer NAME`` reads such a log with the
-peer checker (``runtime.porting.checker``), taking the bound and eta from the named rule (a
+peer checker (``reserve_occupy_porting.checker``), taking the bound and eta from the named rule (a
 header that disagrees is refused; without ``--peer`` the log is refused, never checked
 leniently): unit lifecycles, versions, full batches and each trained unit's staleness; it fails
 a bounded rule's batch staler than eta but only reports the trained staleness of an unbounded
@@ -96,6 +93,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from reserve_occupy import (
+    UNIT_LIFECYCLE,
     Batch,
     BufferStatus,
     Config,
@@ -105,10 +103,13 @@ from reserve_occupy import (
     Placement,
     Removal,
     Reservation,
+    StalenessController,
     UnitState,
 )
-from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, InvalidUnitId, UnknownUnit
+from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, UnknownUnit
 from reserve_occupy.types import BatchUnit, SlotRef
+
+from reserve_occupy_peers import POLICIES, Group, Policy, make_policy
 
 from .accounting import STALE  # meta.reason of a finished unit the rule dropped untrained
 
@@ -123,7 +124,7 @@ POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
 # each rule honours"). Every rule takes the batch shape (``batch_size``, ``group_size``) and
 # runs under the driver's group-level oversampling (``candidates``) and zero-variance filter
 # (``filter_zero_variance``), which are the runtime's own, not the rule's. ``max_concurrency``
-# acts only through ``sim.rollout_has_room`` (the engine's room), which only ``synchronous``
+# acts only through ``Host.rollout_has_room`` (the engine's room), which only ``synchronous``
 # and ``unbounded`` ask; the other rules bound what is in flight by their own count (NeMo-RL's
 # dataloader batches, verl's 1:1 refill, ROLL's quotas, AReaL's count bound) and would run 16
 # or 32 groups at once under ``max_concurrency=2`` while the log said 2: they refuse it.
@@ -168,8 +169,6 @@ def unhonoured(name: str, given: dict[str, Any]) -> str | None:
 def peer_streams(name: str) -> bool:
     """Whether the simulator's policy ``name`` streams (``Policy.streams``: it hands a
     streaming trainer chunks), read from the class itself, not from a list kept here."""
-    from .sim.model.policies import POLICIES
-
     return bool(POLICIES[name].streams) if name in PEER_POLICIES else False
 
 
@@ -177,94 +176,26 @@ class UnsupportedByRuntime(RuntimeError):
     """The policy asked for something the runtime's driver cannot give it."""
 
 
-class PeerGroup:
-    """The policy's handle on one admitted group (the simulator's ``SimGroup`` as far as a
-    policy reads it). ``requests`` is the group itself: ``members(groups)`` then lists each
-    group once, and the adapter maps what a policy returns back to its units."""
+class PeerGroup(Group):
+    """The rule's handle on one admitted group (the rule API's ``Group``, bound to a unit).
+    ``requests`` is the group itself: ``members(groups)`` then lists each group once, and the
+    adapter maps what a rule returns back to its units."""
 
-    __slots__ = ("gid", "unit_id", "v_tag", "v_traj", "tag", "state", "no_grad", "requests",
-                 "group")
-
-    RUNNING, DONE, ABORTED, FILTERED = "running", "done", "aborted", "filtered"
+    __slots__ = ("unit_id", "v_traj", "group")
 
     def __init__(self, gid: int, v_tag: int) -> None:
         self.gid = gid
         self.unit_id: Any = None  # bound by reserve
         self.v_tag = v_tag
         self.v_traj = -1
-        self.tag: object = None  # the policy's own (target step, submission step)
+        self.tag: object = None  # the rule's own (target step, submission step)
         self.state = PeerGroup.RUNNING
         self.no_grad = False  # the runtime filters no-gradient groups before occupy
         self.requests = [self]
         self.group = self
 
-    @property
-    def done(self) -> bool:
-        return self.state == PeerGroup.DONE
-
     def __repr__(self) -> str:
         return f"PeerGroup({self.gid}, unit={self.unit_id!r}, {self.state})"
-
-
-class _SimView:
-    """What a simulator policy sees of its ``sim``, answered by the controller."""
-
-    paused = False  # the driver reserves only while the engine is open
-
-    def __init__(self, ctl: PeerController, batch_size: int, group_size: int) -> None:
-        self._ctl = ctl
-        self.batch_size = batch_size
-        self.group_size = group_size
-
-    @property
-    def version(self) -> int:
-        return self._ctl.version
-
-    def rollout_has_room(self) -> bool:
-        """Room in the engine: nothing admitted waits for a unit, and fewer than
-        ``max_in_flight`` groups are in flight."""
-        ctl = self._ctl
-        return not ctl._waiting and ctl.in_flight + len(ctl._waiting) < ctl.max_in_flight
-
-    def admit(self, v_tag: int | None = None, spec: int | None = None,
-              priority: bool = False) -> PeerGroup:
-        if spec is not None:
-            raise UnsupportedByRuntime(f"{self._ctl.policy_name}: choosing the prompt "
-                                       f"(spec={spec}) is not supported by the runtime")
-        ctl = self._ctl
-        group = PeerGroup(ctl._gids, ctl.version if v_tag is None else v_tag)
-        ctl._gids += 1
-        (ctl._waiting.appendleft if priority else ctl._waiting.append)(group)
-        return group
-
-    def filter(self, group: PeerGroup) -> None:
-        self._ctl._discard(group, "no_gradient")
-
-    def drop(self, requests: Sequence[PeerGroup]) -> None:
-        seen: set[int] = set()
-        for r in requests:
-            if r.group.gid not in seen:
-                seen.add(r.group.gid)
-                self._ctl._discard(r.group, STALE)
-
-    @property
-    def trainer_idle(self) -> bool:
-        return not self._ctl._training
-
-    def abort(self, group: PeerGroup) -> None:
-        """The rule stops an in-flight group of its own choice (ROLL's stale cohorts)."""
-        self._ctl._abort_by_rule(group)
-
-    @property
-    def now(self) -> float:
-        return self._ctl.now()
-
-    def set_timer(self, t: float) -> None:
-        """The rule's one timer (AReaL's wait timeout): the driver's watchdog calls
-        ``PeerController.fire_timer`` once its clock reaches ``timer``."""
-        if t < self._ctl.now():
-            raise UnsupportedByRuntime(f"{self._ctl.policy_name} set a timer in the past")
-        self._ctl.timer = t
 
 
 def _no_clock() -> float:
@@ -272,10 +203,9 @@ def _no_clock() -> float:
                                "timer")
 
 
-def make_rule(name: str, eta: int) -> Any:
-    """The simulator's policy ``name`` with the options the runtime runs it with."""
-    from .sim.model.policies import make_policy
-
+def make_rule(name: str, eta: int) -> Policy:
+    """The peer's rule ``name`` (``reserve_occupy_peers``) with the options the runtime runs it
+    with."""
     if name not in PEER_POLICIES:
         raise ValueError(f"unknown peer policy {name!r} (choose from {', '.join(PEER_POLICIES)})")
     # verl: parameter_sync_step=1 is verl's colocate_async (the runtime's trainer and engine
@@ -285,11 +215,12 @@ def make_rule(name: str, eta: int) -> Any:
 
 
 class PeerController:
-    """A peer's rule (a simulator policy) with the driver's controller interface; see the module
-    docstring. ``max_in_flight``: the groups the engine runs at once, for rules that admit on a
-    free slot (``unbounded``). ``chunk_groups``: with ``config.streaming``, the least groups a
-    chunk takes (the simulator's ``cost.train.chunk_groups``; NeMo-RL's
-    ``min_groups_for_streaming_train``)."""
+    """A peer's rule (``reserve_occupy_peers``) with the driver's controller interface; see the
+    module docstring. It is also the rule's host: it answers the rule API's ``Host`` calls
+    (below, "the rule's host") itself. ``max_in_flight``: the groups the engine runs at once,
+    for rules that admit on a free slot (``unbounded``). ``chunk_groups``: with
+    ``config.streaming``, the least groups a chunk takes (the simulator's
+    ``cost.train.chunk_groups``; NeMo-RL's ``min_groups_for_streaming_train``)."""
 
     def __init__(self, policy: str, config: Config, group_size: int,
                  max_in_flight: int | None = None,
@@ -309,7 +240,7 @@ class PeerController:
         self.policy_name = policy
         self.chunk_groups = chunk_groups
         # the driver's clock, read only by a rule that sets a timer (``timer``, ``fire_timer``)
-        self.now = now if now is not None else _no_clock
+        self._clock = now if now is not None else _no_clock
         self.timer = math.inf
         self.config = config
         self.rule = make_rule(policy, config.max_staleness)
@@ -333,7 +264,9 @@ class PeerController:
         # the rule admitted groups or moved its timer inside a consume or publish (AReaL's
         # prepare_batch round): the driver must wake admission and its watchdog
         self._admission_moved = False
-        self.rule.attach(_SimView(self, config.batch_size, group_size))
+        self.batch_size = config.batch_size  # Host: the rule's batch shape
+        self.group_size = group_size
+        self.rule.attach(self)
 
     # ------------------------------------------------------------------ state ----------------
 
@@ -353,8 +286,8 @@ class PeerController:
     def last_event(self) -> Event | None:
         return self.events[-1] if self.events else None
 
-    def events_since(self, n: int) -> list[Event]:
-        return self.events[n:]
+    def events_since(self, seq: int) -> list[Event]:
+        return self.events[seq:]
 
     def unit_state(self, unit_id: Any) -> UnitState:
         self._check_id("unit_state", unit_id)
@@ -373,9 +306,10 @@ class PeerController:
         return out
 
     def take_admission_moved(self) -> bool:
-        """Whether a consume or publish since the last call admitted groups (the rule's
-        waiting queue grew) or changed the rule's timer; the driver then wakes admission and
-        the watchdog. Only then: waking on every consume would spin the trainer's loop."""
+        """Whether, since the last call, a consume returned a batch (the rule's admission may
+        open: NeMo-RL's permits, verl's refills), or a consume or publish admitted groups (the
+        rule's waiting queue grew) or changed the rule's timer; the driver then wakes admission
+        and the watchdog. Only then: waking on every consume would spin the trainer's loop."""
         moved, self._admission_moved = self._admission_moved, False
         return moved
 
@@ -405,14 +339,13 @@ class PeerController:
         group = self._waiting.popleft()
         group.unit_id, group.v_traj = unit_id, self.version
         self._units[unit_id] = group
-        self._states[unit_id] = UnitState.IN_FLIGHT
+        self._states[unit_id] = UNIT_LIFECYCLE["reserve"][None]
         self.in_flight += 1
         self._log("reserve", meta, unit_id=unit_id, v_traj=self.version)
         return Reservation(unit_id, self.version, SlotRef(self.version, None))  # type: ignore
 
     def occupy(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Placement:
-        group = self._live("occupy", unit_id, UnitState.IN_FLIGHT)
-        self._states[unit_id] = UnitState.FINISHED
+        group, self._states[unit_id] = self._live("occupy", unit_id)
         self.in_flight -= 1
         group.state = PeerGroup.DONE
         self._log("occupy", meta, unit_id=unit_id, v_traj=group.v_traj)
@@ -420,8 +353,7 @@ class PeerController:
         return Placement(unit_id, group.v_traj, SlotRef(self.version, None))  # type: ignore
 
     def abort(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Removal:
-        group = self._live("abort", unit_id, UnitState.IN_FLIGHT)
-        self._states[unit_id] = UnitState.ABORTED
+        group, self._states[unit_id] = self._live("abort", unit_id)
         self.in_flight -= 1
         del self._units[unit_id]
         self._log("abort", meta, unit_id=unit_id)
@@ -444,10 +376,11 @@ class PeerController:
                                                    f"groups, not batch_size "
                                                    f"{self.config.batch_size}")
         for u in units:
-            self._states[u.unit_id] = UnitState.CONSUMED
+            self._states[u.unit_id] = UNIT_LIFECYCLE["consume"][self._states[u.unit_id]]
             del self._units[u.unit_id]
         batch = Batch(self.version, tuple(units))
         self._training = True
+        self._admission_moved = True  # the rule's admission may open (take_admission_moved)
         self._log("consume", meta, batch=batch)
         return batch
 
@@ -457,9 +390,10 @@ class PeerController:
             return None
         units, self._step = tuple(self._step), []
         for u in units:
-            self._states[u.unit_id] = UnitState.CONSUMED
+            self._states[u.unit_id] = UNIT_LIFECYCLE["consume"][self._states[u.unit_id]]
         batch = Batch(self.version, units, tuple(u.unit_id for u in units))
         self._training = True
+        self._admission_moved = True  # the rule's admission may open (take_admission_moved)
         self._log("consume", meta, batch=batch)
         return batch
 
@@ -508,7 +442,7 @@ class PeerController:
                                                    f"{len(units)} groups to a step that lacks "
                                                    f"{lacks}")
         for u in units:
-            self._states[u.unit_id] = UnitState.STREAMED
+            self._states[u.unit_id] = UNIT_LIFECYCLE["stream"][self._states[u.unit_id]]
             del self._units[u.unit_id]
         self._step += units
         self._admission_moved = True  # the chunk left the rule's buffer: its permits returned
@@ -549,6 +483,73 @@ class PeerController:
                 record["meta"] = self.metas[event.seq]
             yield record
 
+    # ------------------------------------------------------------------ the rule's host ------
+    # reserve_occupy_peers.api.Host: every call a rule makes of its host, answered here.
+
+    paused = False  # the driver reserves only while the engine is open
+
+    @property
+    def now(self) -> float:
+        """The driver's clock (read only by a rule that sets a timer)."""
+        return self._clock()
+
+    @property
+    def trainer_idle(self) -> bool:
+        return not self._training
+
+    def rollout_has_room(self) -> bool:
+        """Room in the engine: nothing admitted waits for a unit, and fewer than
+        ``max_in_flight`` groups are in flight."""
+        return not self._waiting and self.in_flight + len(self._waiting) < self.max_in_flight
+
+    def admit(self, v_tag: int | None = None, spec: int | None = None,
+              priority: bool = False) -> PeerGroup:
+        """The rule admits a group: it waits for the driver's next ``reserve`` to bind it to a
+        unit (at the front of the queue with ``priority``)."""
+        if spec is not None:
+            raise UnsupportedByRuntime(f"{self.policy_name}: choosing the prompt "
+                                       f"(spec={spec}) is not supported by the runtime")
+        group = PeerGroup(self._gids, self.version if v_tag is None else v_tag)
+        self._gids += 1
+        (self._waiting.appendleft if priority else self._waiting.append)(group)
+        return group
+
+    def abort_group(self, group: PeerGroup) -> None:  # type: ignore[override]
+        """The rule stops an in-flight group of its own choice (ROLL's stale cohorts): a group
+        still waiting for a unit is withdrawn; a bound one is logged as aborted
+        (``meta.reason = "stale"``) and handed to the driver by ``take_aborted``."""
+        if group.state != PeerGroup.RUNNING:
+            raise IllegalUnitState("abort", group.unit_id, group.state)
+        group.state = PeerGroup.ABORTED
+        if group.unit_id is None:
+            self._waiting.remove(group)
+            return
+        unit_id = group.unit_id
+        self._states[unit_id] = self._next_state("abort", unit_id)
+        self.in_flight -= 1
+        del self._units[unit_id]
+        self._aborted.append(unit_id)
+        self._log("abort", {"reason": STALE}, unit_id=unit_id)
+
+    def filter(self, group: PeerGroup) -> None:  # type: ignore[override]
+        """The rule discards a finished group that carries no gradient."""
+        self._discard(group, "no_gradient")
+
+    def drop(self, requests: Sequence[PeerGroup]) -> None:  # type: ignore[override]
+        """The rule discards finished groups it will not train (stale)."""
+        seen: set[int] = set()
+        for r in requests:
+            if r.group.gid not in seen:
+                seen.add(r.group.gid)
+                self._discard(r.group, STALE)
+
+    def set_timer(self, t: float) -> None:
+        """The rule's one timer (AReaL's wait timeout): the driver's watchdog calls
+        ``fire_timer`` once its clock reaches ``timer``."""
+        if t < self.now:
+            raise UnsupportedByRuntime(f"{self.policy_name} set a timer in the past")
+        self.timer = t
+
     # ------------------------------------------------------------------ internals ------------
 
     def _log(self, op: str, meta: dict[str, Any] | None, **fields: Any) -> None:
@@ -558,43 +559,36 @@ class PeerController:
             self.metas[seq] = meta
 
     def _discard(self, group: PeerGroup, reason: str) -> None:
-        """The rule discards a finished group (``sim.drop``/``sim.filter``)."""
+        """The rule discards a finished group (``drop``/``filter``)."""
         unit_id = group.unit_id
-        if unit_id is None or self._states.get(unit_id) is not UnitState.FINISHED:
-            raise IllegalUnitState("filter", unit_id, self._states.get(
-                unit_id, UnitState.IN_FLIGHT).value)
+        state = self._states.get(unit_id)
+        if unit_id is None or state not in UNIT_LIFECYCLE["filter"]:
+            raise IllegalUnitState("filter", unit_id, (state or UnitState.IN_FLIGHT).value)
         group.state = PeerGroup.FILTERED
-        self._states[unit_id] = UnitState.FILTERED
+        self._states[unit_id] = UNIT_LIFECYCLE["filter"][state]
         del self._units[unit_id]
         self._dropped.append(unit_id)
         self._log("filter", {"reason": reason}, unit_id=unit_id)
 
-    def _abort_by_rule(self, group: PeerGroup) -> None:
-        """``sim.abort``: a group still waiting for a unit is withdrawn; a bound one is logged
-        as aborted (``meta.reason = "stale"``) and handed to the driver by ``take_aborted``."""
-        if group.state != PeerGroup.RUNNING:
-            raise IllegalUnitState("abort", group.unit_id, group.state)
-        group.state = PeerGroup.ABORTED
-        if group.unit_id is None:
-            self._waiting.remove(group)
-            return
-        unit_id = group.unit_id
-        self._states[unit_id] = UnitState.ABORTED
-        self.in_flight -= 1
-        del self._units[unit_id]
-        self._aborted.append(unit_id)
-        self._log("abort", {"reason": STALE}, unit_id=unit_id)
+    # The unit lifecycle is the core's: ``reserve_occupy.UNIT_LIFECYCLE`` (what each operation
+    # requires of the unit it names, and what it makes of it) and the core's id check, raising
+    # the core's typed errors, so a peer's log breaks a lifecycle exactly where the core would.
 
-    def _live(self, op: str, unit_id: Any, want: UnitState) -> PeerGroup:
+    _check_id = staticmethod(StalenessController._check_id)
+
+    def _next_state(self, op: str, unit_id: Any) -> UnitState:
+        """The state ``op`` moves ``unit_id`` to (``UNIT_LIFECYCLE``), or the core's typed
+        error (``InvalidUnitId``, ``UnknownUnit``, ``IllegalUnitState``); changes nothing."""
         self._check_id(op, unit_id)
         state = self._states.get(unit_id)
         if state is None:
             raise UnknownUnit(op, unit_id)
-        if state is not want:
+        edges = UNIT_LIFECYCLE[op]
+        if state not in edges:
             raise IllegalUnitState(op, unit_id, state.value)
-        return self._units[unit_id]
+        return edges[state]
 
-    @staticmethod
-    def _check_id(op: str, unit_id: Any) -> None:
-        if isinstance(unit_id, bool) or not isinstance(unit_id, (str, int)):
-            raise InvalidUnitId(op, unit_id)
+    def _live(self, op: str, unit_id: Any) -> tuple[PeerGroup, UnitState]:
+        """The rule's group bound to ``unit_id`` and the state ``op`` moves it to."""
+        state = self._next_state(op, unit_id)
+        return self._units[unit_id], state

@@ -1,14 +1,22 @@
-"""The driver's records of what it runs: settings, groups in flight and their candidates, and
-the per-step record it reports. Plain data; the logic is in ``runtime.driver``."""
+"""The driver's records of what it runs: settings, groups in flight and their candidates, the
+per-step record it reports, and what it hands the trainer (``TrainBatch``, its ``GroupSample``
+and ``Sample`` records, built from a consumed batch by ``assemble``). Plain data; the logic is in
+``runtime.driver``.
+
+A ``TrainBatch`` is one consumed staleness buffer: ``version`` is the buffer (the trainer's
+weights are at that version; the step trains ``version -> version + 1``), each group carries the
+controller's ``v_traj`` and staleness, and every sampled token carries the log-probability the
+engine sampled it with and the weight version that engine ran."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reserve_occupy import Config, Group, UnitId
+from reserve_occupy import Batch, Config, Group, UnitId
 
 from .rollout.base import check_refit_mode
 from .tasks.base import Prompt
@@ -151,3 +159,56 @@ class ResumePoint:
     readmit: list[tuple[int, UnitId]] = field(default_factory=list)
     groups: dict[UnitId, GroupRun] = field(default_factory=dict)
     step: int = 0
+
+
+# ------------------------------------------------ what the driver hands the trainer -----------
+
+@dataclass(frozen=True)
+class Sample:
+    """One committed candidate of a group: its response, how it was generated, its reward."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]  # behaviour log-probabilities, one per token
+    versions: tuple[int, ...]  # weight version each token was generated with
+    reward: float
+    finish_reason: str
+    segments: int  # 1 + times it was resumed after a weight update
+    candidate: int = 0  # its index among the group's candidates (engine request ids use it)
+
+
+@dataclass(frozen=True)
+class GroupSample:
+    unit_id: UnitId
+    prompt_index: int
+    prompt_ids: tuple[int, ...]
+    v_traj: int
+    staleness: int
+    samples: tuple[Sample, ...]
+
+    @property
+    def rewards(self) -> tuple[float, ...]:
+        return tuple(s.reward for s in self.samples)
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    version: int
+    groups: tuple[GroupSample, ...]
+
+    @property
+    def samples(self) -> list[tuple[GroupSample, Sample]]:
+        return [(g, s) for g in self.groups for s in g.samples]
+
+
+def assemble(batch: Batch, groups: Mapping[UnitId, GroupRun]) -> TrainBatch:
+    """The trainer's view of a consumed batch: each unit's committed samples, in the batch's
+    order, with the controller's ``v_traj`` and staleness (recovery rebuilds batches with it)."""
+    out = []
+    for unit in batch.units:
+        g = groups[unit.unit_id]
+        samples = tuple(Sample(tuple(c.token_ids), tuple(c.logprobs), tuple(c.versions),
+                               float(c.reward), c.finish_reason or "", c.segments, c.index)
+                        for c in (g.candidates[i] for i in g.group.committed))
+        out.append(GroupSample(unit.unit_id, g.prompt.index, tuple(g.prompt_ids), unit.v_traj,
+                               unit.staleness, samples))
+    return TrainBatch(batch.version, tuple(out))

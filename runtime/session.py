@@ -17,7 +17,9 @@ from statistics import fmean
 from typing import Any
 
 from . import atomic_io
+from .clock import MonotonicClock
 from .config import TrainConfig
+from .controller import make_controller
 from .driver import Driver
 from .inputs import InputError
 from .metrics import MetricsSink, plot, summarize
@@ -449,8 +451,13 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
             await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
 
     lengths = _length_log(out_dir, state.controller, append=continuing)
-    driver = Driver(cfg.driver_settings(), rollout, trainer, reward_fn, train_prompts,
-                    on_step=sink, after_step=checkpoint, controller=state.controller,
+    settings, clock = cfg.driver_settings(), MonotonicClock()
+    # the controller staleness.policy names, unless recovery built one (a durable or resumed
+    # run's JournaledController, its log attached)
+    controller = (state.controller if state.controller is not None
+                  else make_controller(settings, clock.now))
+    driver = Driver(settings, rollout, trainer, reward_fn, train_prompts, clock,
+                    on_step=sink, after_step=checkpoint, controller=controller,
                     resume=state.resume_point, persist=state.persist, lengths=lengths)
     driver.counts.update(driver_counts)
     if driver_hook is not None:

@@ -83,7 +83,7 @@ def test_simulate_rejects(argv, needle, paths, capsys):
 
 
 def test_simulate_out_is_checked_before_the_work(paths, capsys, monkeypatch):
-    import runtime.sim.model.runner as runner
+    import reserve_occupy_sim.model.runner as runner
 
     monkeypatch.setattr(runner, "run_grid", lambda *a, **k: pytest.fail("ran before the check"))
     _one_line_exit_2(capsys, ["simulate", "--out", paths["FILE"], "--no-progress"], "--out")
@@ -128,7 +128,7 @@ def test_check_trace_memory_is_bounded_on_an_absurd_header(tmp_path):
 
 
 def test_check_trace_caps_a_decompressed_line(tmp_path, capsys, monkeypatch):
-    import runtime.porting.check_trace as ct
+    import reserve_occupy_porting.check_trace as ct
 
     monkeypatch.setattr(ct, "MAX_LINE_BYTES", 1 << 16)
     bomb = tmp_path / "bomb.jsonl.gz"
@@ -201,7 +201,7 @@ def test_faults_rejects(argv, needle, paths, capsys):
 
 
 def test_faults_json_is_checked_before_the_schedules(paths, capsys, monkeypatch):
-    import runtime.faults.cli as cli
+    import reserve_occupy_faults.cli as cli
 
     monkeypatch.setattr(cli, "run_schedule", lambda *a, **k: pytest.fail("ran before the check"))
     _one_line_exit_2(capsys, ["faults", "--schedules", "1", "--json", paths["UNDER_FILE"]],
@@ -250,7 +250,7 @@ def test_conformance_rejects_an_invalid_corpus(line, needle, tmp_path, capsys):
 def test_conformance_refuses_an_xz_bomb(tmp_path, capsys, monkeypatch):
     import lzma
 
-    import runtime.porting.vectors as vec
+    import reserve_occupy_porting.vectors as vec
 
     monkeypatch.setattr(vec, "MAX_FAMILY_BYTES", 1 << 16)
     (tmp_path / "basic.jsonl.xz").write_bytes(lzma.compress(b"\n" * (1 << 20)))

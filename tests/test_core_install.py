@@ -25,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.venv  # every test here runs in the fresh environment (about a minute)
 
 ROOT = Path(__file__).resolve().parents[1]
-ADAPTER = "from runtime.porting.runner import ReferenceAdapter as Adapter\n"
+ADAPTER = "from reserve_occupy_porting.runner import ReferenceAdapter as Adapter\n"
 
 
 def _copy_distribution(name: str, site: Path) -> None:
@@ -39,7 +39,9 @@ def _copy_distribution(name: str, site: Path) -> None:
 
 
 # What the wheel is built from (a copy, so the build leaves nothing in the checkout).
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "reserve_occupy", "runtime")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "reserve_occupy", "runtime",
+           "reserve_occupy_peers", "reserve_occupy_sim", "reserve_occupy_porting",
+           "reserve_occupy_faults")
 
 
 @pytest.fixture(scope="module")

@@ -72,7 +72,7 @@ def test_a_full_disk_is_one_line_and_exit_74():
                                              (signal.SIGTERM, 143, "terminated")])
 @pytest.mark.parametrize("argv", [
     ["-m", "runtime", "faults", "--schedules", "200"],
-    ["-m", "runtime.faults", "--schedules", "200"],
+    ["-m", "reserve_occupy_faults", "--schedules", "200"],
 ], ids=lambda a: " ".join(a[:3]))
 def test_a_signal_ends_a_command_with_one_line(argv, sig, status, word):
     # Python's defaults: a KeyboardInterrupt traceback for Ctrl-C, and SIGTERM kills the
@@ -123,7 +123,7 @@ def test_the_study_mains_have_simulates_limits(argv, needle, capsys):
     # --batches 100000000 runs until killed.
     import importlib
 
-    module = importlib.import_module(f"runtime.sim.studies.{argv[0]}")
+    module = importlib.import_module(f"reserve_occupy_sim.studies.{argv[0]}")
     assert module.main(argv[1:]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1

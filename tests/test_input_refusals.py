@@ -143,7 +143,7 @@ def test_an_input_that_is_not_a_regular_file_is_refused_before_it_is_read(tmp_pa
 
 def test_a_conformance_family_file_is_read_only_up_to_its_limit(tmp_path, monkeypatch):
     # The compressed family was read whole before the decompressed size was checked.
-    from runtime.porting import vectors as vec
+    from reserve_occupy_porting import vectors as vec
 
     monkeypatch.setattr(vec, "MAX_FAMILY_BYTES", 1000)
     path = tmp_path / "basic.jsonl.xz"

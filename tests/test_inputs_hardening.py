@@ -75,7 +75,7 @@ def test_train_refuses_an_empty_path_or_name(tmp_path: Path, extra: list[str],
 
 def test_faults_json_empty_is_refused_not_ignored(tmp_path: Path) -> None:
     """Before: ``--json ''`` ran every schedule and wrote nothing, exit 0."""
-    r = _run(["-m", "runtime.faults", "--schedules", "1", "--quiet", "--json", ""], tmp_path)
+    r = _run(["-m", "reserve_occupy_faults", "--schedules", "1", "--quiet", "--json", ""], tmp_path)
     _one_line_2(r, "--json: the path is empty")
 
 
@@ -177,7 +177,7 @@ def test_loads_bounded_names_the_key_and_the_line() -> None:
 # --------------------------------------------------------------- path length and bytes ------
 
 @pytest.mark.parametrize("argv, expected", [
-    (["-m", "runtime.faults", "--schedules", "1", "--quiet", "--json", f"{LONG}/s.json"],
+    (["-m", "reserve_occupy_faults", "--schedules", "1", "--quiet", "--json", f"{LONG}/s.json"],
      "--json"),
     (["-m", "runtime", "simulate", "--out", LONG, "--batches", "2", "--no-progress"],
      "--out"),
@@ -208,10 +208,10 @@ def test_path_text_limits() -> None:
 # -------------------------------------------------------------------- standard streams ------
 
 @pytest.mark.parametrize("argv", [
-    ["-m", "runtime.faults", "--schedules", "1", "--quiet"],
+    ["-m", "reserve_occupy_faults", "--schedules", "1", "--quiet"],
     ["-m", "runtime", "simulate", "list"],
-    ["-m", "runtime.porting.check_trace", "-"],
-    ["-m", "runtime.sim.studies.pages", "--check"],
+    ["-m", "reserve_occupy_porting.check_trace", "-"],
+    ["-m", "reserve_occupy_sim.studies.pages", "--check"],
 ])
 def test_a_closed_stdout_is_one_line_and_exit_2(tmp_path: Path, argv: list[str]) -> None:
     """Before: exit 70 (``AttributeError: 'NoneType' object has no attribute 'flush'``);
@@ -223,7 +223,7 @@ def test_a_closed_stdout_is_one_line_and_exit_2(tmp_path: Path, argv: list[str])
 
 @pytest.mark.parametrize("redirect", ["<&-", "2>&-"])
 def test_a_closed_stdin_or_stderr_is_carried_on_with(tmp_path: Path, redirect: str) -> None:
-    r = _run(["-m", "runtime.faults", "--schedules", "1", "--quiet", "--json", "s.json"],
+    r = _run(["-m", "reserve_occupy_faults", "--schedules", "1", "--quiet", "--json", "s.json"],
              tmp_path, shell_redirect=redirect)
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert json.loads((tmp_path / "s.json").read_text())["schedules"] == 1

@@ -207,12 +207,12 @@ def test_simulate_workload_and_cost_refuse_deep_and_long_input(tmp_path, capsys,
     cost.write_text('{"name": ' + DEEP + '}')
     _exit_2_naming(capsys, ["simulate", "--cost", str(cost), "--no-progress"],
                    str(cost), "nested deeper than 64")
-    monkeypatch.setattr("runtime.sim.model.workload.DATA_LINE_BYTES", 100)
+    monkeypatch.setattr("reserve_occupy_sim.model.workload.DATA_LINE_BYTES", 100)
     workload.write_text('{"group": 1, "prompt_len": 3, "response_lens": [' + "1, " * 100
                         + '1]}\n')
     _exit_2_naming(capsys, ["simulate", "--workload", str(workload), "--no-progress"],
                    f"{workload}:1", "longer than 100 bytes")
-    monkeypatch.setattr("runtime.sim.model.cost.COST_FILE_BYTES", 100)
+    monkeypatch.setattr("reserve_occupy_sim.model.cost.COST_FILE_BYTES", 100)
     cost.write_text('{"name": "' + "a" * 200 + '"}')
     _exit_2_naming(capsys, ["simulate", "--cost", str(cost), "--no-progress"],
                    str(cost), "larger than 100 bytes")

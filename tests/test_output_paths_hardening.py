@@ -78,7 +78,7 @@ def test_faults_json_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: st
     the check (``open(fifo, "ab")`` waits for a reader)."""
     target = tmp_path / "summary.json"
     _make(kind, target, tmp_path)
-    r = _cli("-m", "runtime.faults", "--schedules", "2", "--quiet", "--json", str(target),
+    r = _cli("-m", "reserve_occupy_faults", "--schedules", "2", "--quiet", "--json", str(target),
              cwd=tmp_path, timeout=60)
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
@@ -239,7 +239,7 @@ def test_the_studies_refuse_a_linked_result_file_before_running(tmp_path: Path,
         name, where = "sim_frontier_tiny.png", img
         argv = ["--tiny", "--results-dir", str(results), "--img-dir", str(img)]
     _make("link to /dev/null", where / name, tmp_path)
-    r = _cli("-m", f"runtime.sim.studies.{study}", *argv, cwd=tmp_path)
+    r = _cli("-m", f"reserve_occupy_sim.studies.{study}", *argv, cwd=tmp_path)
     assert r.returncode == 2, (r.returncode, r.stderr[-800:])
     assert name in r.stderr and "symbolic link" in r.stderr and r.stdout == ""
     _unchanged("link to /dev/null", where / name, tmp_path)

@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TEXT_DIRS = ("docs", "spec", "configs")
 TEXT_FILES = ("README.md",)
 TEXT_SUFFIXES = {".md", ".yaml", ".yml", ".json", ".txt"}
-CODE_DIRS = ("reserve_occupy", "runtime", "proofs")
-TOP = ("docs", "spec", "configs", "tests", "runtime", "reserve_occupy", "proofs", "bench")
+TOOLS = ("reserve_occupy_peers", "reserve_occupy_sim", "reserve_occupy_porting",
+         "reserve_occupy_faults")  # beside runtime/ (issue 35)
+CODE_DIRS = ("reserve_occupy", *TOOLS, "runtime", "proofs")
+TOP = ("docs", "spec", "configs", "tests", "runtime", *TOOLS, "reserve_occupy", "proofs", "bench")
 
 # An absolute path of some machine, or a folder next to the checkout.
 MACHINE_PATH = re.compile(r"(?<![\w.:/-])(?:/(?:work|tmp|root|home|Users|mnt|scratch)/[\w.-]+"
@@ -107,7 +109,7 @@ def test_every_reference_can_be_followed():
 def test_the_scan_covers_the_documents_and_the_code():
     names = {name for name, _, _ in _sources()}
     for expected in ("README.md", "docs/simulator.md", "spec/PROTOCOL.md", "configs/demo.yaml",
-                     "runtime/sim/model/policies/reserve_occupy.py", "reserve_occupy/config.py",
+                     "reserve_occupy_peers/reserve_occupy.py", "reserve_occupy/config.py",
                      "proofs/modelcheck.py"):
         assert expected in names
 
@@ -132,7 +134,7 @@ def test_the_scanner_finds(text, what):
 @pytest.mark.parametrize("text", [
     "Source: verl-project/verl @ 1dda039b, ``verl/trainer/ppo/v1/trainer_base.py``",
     "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/guide.md",
-    "see spec/PROTOCOL.md and runtime/sim/model/policies/ and docs/cli.md.",
+    "see spec/PROTOCOL.md and reserve_occupy_peers/ and docs/cli.md.",
     "[cli](cli.md#simulate) and [x](https://example.com/a)",
     "a ratio 3/4 and a/b, and 1/tmp",
     "the metric 'reserve_occupy/in_flight' and tests/integrations/test_upstream_{areal,verl}.py",

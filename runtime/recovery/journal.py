@@ -7,9 +7,10 @@ calls it at its durability points (before a trainer checkpoint is committed), wh
 machine crash needs (docs/recovery.md argues the order). Because the file *is* a trace,
 ``reserve-occupy check-trace events.jsonl`` checks a crashed run's log as it stands.
 
-``JournaledController`` is the core's ``StalenessController`` with one addition: every event it
-appends to its in-memory log is also handed to an ``EventLog``, with an optional ``meta`` object
-(why a unit was aborted, which prompt a reservation is for). It extends the controller through
+``JournaledController`` is the core's ``StalenessController`` as the driver runs it
+(``runtime.controller.Controller``, whose peer-only calls it answers empty), with one addition:
+every event it appends to its in-memory log is also handed to an ``EventLog``, with an optional
+``meta`` object (why a unit was aborted, which prompt a reservation is for). It extends the controller through
 ``_log``, the one method every operation's effect calls last, after the state has changed: the
 line is therefore written after the operation and never for a refused or invalid one. The core
 is not edited (it is the lead's); the override is tested against ``controller.events``.
@@ -22,6 +23,7 @@ is corruption and raises ``LogCorrupt`` naming it: it is never skipped.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -184,6 +186,25 @@ class JournaledController(StalenessController):
 
     def stream(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().stream)
+
+    # The peers' calls of the driver's controller interface (runtime.controller.Controller),
+    # answered empty: what this controller aborts comes back in the answer of the operation
+    # that aborted it, it admits only when asked (reserve), and its one clock, the STUCK
+    # timeout, is the driver's.
+
+    timer = math.inf  # no timer of its own
+
+    def fire_timer(self) -> None:
+        """Never due (``timer`` is infinite)."""
+
+    def take_dropped(self) -> list[Any]:
+        return []
+
+    def take_aborted(self) -> list[Any]:
+        return []
+
+    def take_admission_moved(self) -> bool:
+        return False
 
 
 # ------------------------------------------------------------------------- reading back ------

@@ -38,8 +38,8 @@ from typing import Any
 from reserve_occupy import Batch, Phase, UnitId, UnitState
 
 from ..tasks.base import Prompt
-from ..trainer.base import Trainer, assemble
-from ..records import DriverSettings, GroupRun, ResumePoint
+from ..trainer.base import Trainer
+from ..records import DriverSettings, GroupRun, ResumePoint, assemble
 from .durable import RecoverySettings, RunStore, group_from_record
 from .journal import (
     EmptyLog,

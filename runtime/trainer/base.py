@@ -1,4 +1,7 @@
-"""What the driver hands a trainer, and what it needs back: the ``Trainer`` protocol.
+"""What the driver needs back from a trainer: the ``Trainer`` protocol (and the errors a trainer
+raises). What the driver hands it, ``TrainBatch`` and its ``GroupSample``/``Sample`` records
+(built by ``assemble``), lives with the driver's other records in ``runtime.records`` and is
+re-exported here, where it was until issue 35.
 
 A ``TrainBatch`` is one consumed staleness buffer: ``version`` is the buffer (the trainer's
 weights are at that version; the step trains ``version -> version + 1``), each group carries the
@@ -10,12 +13,10 @@ lets the loss correct bounded staleness with an importance ratio instead of igno
 from __future__ import annotations
 
 import errno
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from reserve_occupy import Batch, UnitId
+from ..records import GroupSample, Sample, TrainBatch, assemble
 
 # What a rank's OSError must carry for the driver to raise it as the OSError it is: the
 # output cannot be written (the CLI's exit 74, as for the single-process trainer). Here, below
@@ -23,8 +24,8 @@ from reserve_occupy import Batch, UnitId
 # sharded, which closed an import circle dcp -> sharded -> rank -> grpo -> dcp).
 OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
 
-if TYPE_CHECKING:
-    from ..records import GroupRun
+__all__ = ["GroupSample", "INPUT_ERRORS", "NonFiniteStep", "OUTPUT_ERRNOS", "Sample",
+           "StreamingTrainer", "TrainBatch", "Trainer", "assemble"]
 
 
 class NonFiniteStep(RuntimeError):
@@ -40,57 +41,6 @@ class NonFiniteStep(RuntimeError):
 INPUT_ERRORS: dict[str, type[Exception]] = {
     "ValueError": ValueError, "FileNotFoundError": FileNotFoundError,
     "NotADirectoryError": NotADirectoryError, "NonFiniteStep": NonFiniteStep}
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One committed candidate of a group: its response, how it was generated, its reward."""
-
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]  # behaviour log-probabilities, one per token
-    versions: tuple[int, ...]  # weight version each token was generated with
-    reward: float
-    finish_reason: str
-    segments: int  # 1 + times it was resumed after a weight update
-    candidate: int = 0  # its index among the group's candidates (engine request ids use it)
-
-
-@dataclass(frozen=True)
-class GroupSample:
-    unit_id: UnitId
-    prompt_index: int
-    prompt_ids: tuple[int, ...]
-    v_traj: int
-    staleness: int
-    samples: tuple[Sample, ...]
-
-    @property
-    def rewards(self) -> tuple[float, ...]:
-        return tuple(s.reward for s in self.samples)
-
-
-@dataclass(frozen=True)
-class TrainBatch:
-    version: int
-    groups: tuple[GroupSample, ...]
-
-    @property
-    def samples(self) -> list[tuple[GroupSample, Sample]]:
-        return [(g, s) for g in self.groups for s in g.samples]
-
-
-def assemble(batch: Batch, groups: Mapping[UnitId, GroupRun]) -> TrainBatch:
-    """The trainer's view of a consumed batch: each unit's committed samples, in the batch's
-    order, with the controller's ``v_traj`` and staleness (recovery rebuilds batches with it)."""
-    out = []
-    for unit in batch.units:
-        g = groups[unit.unit_id]
-        samples = tuple(Sample(tuple(c.token_ids), tuple(c.logprobs), tuple(c.versions),
-                               float(c.reward), c.finish_reason or "", c.segments, c.index)
-                        for c in (g.candidates[i] for i in g.group.committed))
-        out.append(GroupSample(unit.unit_id, g.prompt.index, tuple(g.prompt_ids), unit.v_traj,
-                               unit.staleness, samples))
-    return TrainBatch(batch.version, tuple(out))
 
 
 @runtime_checkable

@@ -454,6 +454,6 @@ def run(name: str, *, eta: Optional[int], queue_size: int = 1, partial: bool,
 def check_trace(records: list[dict]) -> Any:
     """The trace through ``reserve-occupy check-trace``'s strict checker."""
     from reserve_occupy.trace import dumps
-    from runtime.porting.checker import STRICT, check
+    from reserve_occupy_porting.checker import STRICT, check
 
     return check((dumps(r) for r in records), STRICT)

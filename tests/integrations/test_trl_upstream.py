@@ -4,7 +4,7 @@ The real side is trl 1.16.0's own ``AsyncGRPOTrainer.get_train_dataloader`` (unb
 stand-in ``self`` with the fields it reads): ``RolloutQueueDataset`` with its drop rule,
 ``FixedCountBatcher`` and accelerate's ``DataLoaderDispatcher`` from ``accelerator.prepare``, fed
 through a queue the test controls. Only the collator is replaced, by one that returns the sample
-ids. The simulated side is ``runtime.sim.model.policies.trl.Trl`` on a stand-in simulator. A seeded
+ids. The simulated side is ``reserve_occupy_peers.trl.Trl`` on a stand-in simulator. A seeded
 script of events drives both: ``finish`` (a group, stamped with some recent version, is scored
 and queued) and ``train`` (the trainer is idle and wants its next batch; when it gets one, the
 version advances). Compared: when
@@ -33,7 +33,7 @@ from trl.experimental.async_grpo import AsyncGRPOTrainer  # noqa: E402
 from trl.experimental.async_grpo import async_grpo_trainer as trl_trainer  # noqa: E402
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample  # noqa: E402
 
-from runtime.sim.model.policies.trl import Trl  # noqa: E402
+from reserve_occupy_peers.trl import Trl  # noqa: E402
 
 GROUPS_PER_BATCH, GROUP_SIZE = 2, 2
 NEED = GROUPS_PER_BATCH * GROUP_SIZE

@@ -22,11 +22,11 @@ from areal.infra.async_task_runner import TimedResult  # noqa: E402
 from areal.infra.staleness_manager import StalenessManager  # noqa: E402
 from areal.infra.workflow_executor import BatchTaskDispatcher  # noqa: E402
 
-from runtime.sim.model.core import Simulator  # noqa: E402
-from runtime.sim.model.cost import preset  # noqa: E402
-from runtime.sim.model.filtering import RewardFilter  # noqa: E402
-from runtime.sim.model.policies.areal import Areal  # noqa: E402
-from runtime.sim.model.workload import MathReasoningShape, generate  # noqa: E402
+from reserve_occupy_sim.model.core import Simulator  # noqa: E402
+from reserve_occupy_sim.model.cost import preset  # noqa: E402
+from reserve_occupy_sim.model.filtering import RewardFilter  # noqa: E402
+from reserve_occupy_peers.areal import Areal  # noqa: E402
+from reserve_occupy_sim.model.workload import MathReasoningShape, generate  # noqa: E402
 
 
 class _SimVersion:

@@ -26,11 +26,11 @@ rb_module = pytest.importorskip("verl.trainer.ppo.v1.replay_buffer",
                                 reason="verl is not installed (make install puts verl==0.9.1 in)")
 pytestmark = pytest.mark.verl
 
-from runtime.sim.model.core import SimGroup, Simulator  # noqa: E402
-from runtime.sim.model.cost import preset  # noqa: E402
-from runtime.sim.model.filtering import RewardFilter  # noqa: E402
-from runtime.sim.model.policies.verl_drop import VerlDrop  # noqa: E402
-from runtime.sim.model.workload import MathReasoningShape, generate  # noqa: E402
+from reserve_occupy_sim.model.core import SimGroup, Simulator  # noqa: E402
+from reserve_occupy_sim.model.cost import preset  # noqa: E402
+from reserve_occupy_sim.model.filtering import RewardFilter  # noqa: E402
+from reserve_occupy_peers.verl_drop import VerlDrop  # noqa: E402
+from reserve_occupy_sim.model.workload import MathReasoningShape, generate  # noqa: E402
 
 
 class MemoryKV:

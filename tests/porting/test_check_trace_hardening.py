@@ -13,8 +13,8 @@ import pytest
 from reserve_occupy import Config
 from reserve_occupy.trace import TraceFormatError, parse_record
 from runtime.cli import main
-from runtime.porting.checker import check
-from runtime.porting.report import render_json, render_text
+from reserve_occupy_porting.checker import check
+from reserve_occupy_porting.report import render_json, render_text
 
 from .conftest import lines_of, records, reference_lines
 from .test_trace import VALIDATOR

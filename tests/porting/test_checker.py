@@ -10,7 +10,7 @@ import pytest
 
 from reserve_occupy import Config
 from reserve_occupy.trace import dumps, header
-from runtime.porting.checker import check
+from reserve_occupy_porting.checker import check
 
 from .conftest import CONFIGS, lines_of, records, reference_lines
 
@@ -189,7 +189,7 @@ def test_stale_unit_is_caught_in_both_modes() -> None:
 
 
 def test_problem_report_has_tables(seed_trace: list[str]) -> None:
-    from runtime.porting.report import render_text
+    from reserve_occupy_porting.report import render_text
 
     recs = records(seed_trace)
     k = _first(recs, lambda r: r["op"] == "reserve" and r.get("slot") == [1, 2])
@@ -198,7 +198,7 @@ def test_problem_report_has_tables(seed_trace: list[str]) -> None:
     assert "DIVERGES FROM THE REFERENCE" in text and f"line {k + 1}" in text
     assert "buffers before (reference):" in text and "(as the trace describes it)" in text
     assert "R(" in text and "rule: Reserve" in text
-    json.dumps(__import__("runtime.porting.report", fromlist=["render_json"])
+    json.dumps(__import__("reserve_occupy_porting.report", fromlist=["render_json"])
                .render_json(check(lines_of(recs)), "t"), default=str)
 
 

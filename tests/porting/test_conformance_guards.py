@@ -19,8 +19,8 @@ import pytest
 
 from reserve_occupy import StalenessController
 from runtime.cli import main
-from runtime.porting import runner, vectors
-from runtime.porting.runner import AdapterError, ReferenceAdapter, SubprocessAdapter
+from reserve_occupy_porting import runner, vectors
+from reserve_occupy_porting.runner import AdapterError, ReferenceAdapter, SubprocessAdapter
 
 
 class ExitsInPublish(ReferenceAdapter):

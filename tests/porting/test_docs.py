@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from reserve_occupy import Config, StalenessController
-from runtime.porting.checker import check
-from runtime.porting.report import render_text
-from runtime.porting.vectors import load
-from runtime.porting.workload import Profile, drive
+from reserve_occupy_porting.checker import check
+from reserve_occupy_porting.report import render_text
+from reserve_occupy_porting.vectors import load
+from reserve_occupy_porting.workload import Profile, drive
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

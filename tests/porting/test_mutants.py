@@ -4,7 +4,8 @@ invariant are also rejected in lenient mode, naming that invariant, and the othe
 differently, or only stall -- pass lenient mode, as a legal-but-different port should.
 
 Traces come from driving each mutant with the rule scenarios, spec/scenarios and the first seeds
-of every conformance family (``runtime.porting.workload``); the mutant's own event log is the trace.
+of every conformance family (``reserve_occupy_porting.workload``); the mutant's own event log is the
+trace.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import pytest
 from proofs.mutants import MUTANTS
 from reserve_occupy import Config
 from reserve_occupy.trace import dumps
-from runtime.porting.checker import check
-from runtime.porting.runner import ReferenceAdapter, run
-from runtime.porting.vectors import (
+from reserve_occupy_porting.checker import check
+from reserve_occupy_porting.runner import ReferenceAdapter, run
+from reserve_occupy_porting.vectors import (
     FAMILIES,
     SCENARIOS,
     SPEC_SCENARIOS,
@@ -28,7 +29,7 @@ from runtime.porting.vectors import (
     load,
     spec_scenario,
 )
-from runtime.porting.workload import drive, play
+from reserve_occupy_porting.workload import drive, play
 
 SEEDS_PER_FAMILY = 8
 

@@ -17,7 +17,7 @@ import pytest
 from reserve_occupy.trace import TraceFormatError
 from runtime.cli import main
 from runtime.peers import PEER_POLICIES
-from runtime.porting.checker import PeerHeaderError, check
+from reserve_occupy_porting.checker import PeerHeaderError, check
 
 HEADER = {"op": "config", "format": "reserve-occupy-trace", "schema_version": 1,
           "config": {"max_staleness": 0, "batch_size": 1}}

@@ -10,9 +10,9 @@ import pytest
 
 from reserve_occupy import Config, replay
 from reserve_occupy.trace import TraceFormatError, header, parse_header, parse_lines, parse_record
-from runtime.porting.checker import check
-from runtime.porting.runner import ReferenceAdapter, run
-from runtime.porting.vectors import load
+from reserve_occupy_porting.checker import check
+from reserve_occupy_porting.runner import ReferenceAdapter, run
+from reserve_occupy_porting.vectors import load
 
 from .conftest import lines_of, records, reference_lines
 from .test_trace import HEADER_VALIDATOR, VALIDATOR

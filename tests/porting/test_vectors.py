@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.porting import conformance, vectors
-from runtime.porting.checker import check
-from runtime.porting.runner import ReferenceAdapter, SubprocessAdapter, run
-from runtime.porting.vectors import SCENARIOS, load
+from reserve_occupy_porting import conformance, vectors
+from reserve_occupy_porting.checker import check
+from reserve_occupy_porting.runner import ReferenceAdapter, SubprocessAdapter, run
+from reserve_occupy_porting.vectors import SCENARIOS, load
 
 from .test_trace import HEADER_VALIDATOR, VALIDATOR
 from .toy_port import ToyAdapter

@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 
-from runtime.faults import cli
-from runtime.faults.harness import run_schedule
-from runtime.faults.schedule import KINDS, RESTARTS, Fault, Schedule, generate, minimize
-from runtime.faults.sim import SIM_KINDS, SIM_VARIANTS, generate_sim, run_sim_schedule
-from runtime.faults.variants import VARIANTS
+from reserve_occupy_faults import cli
+from reserve_occupy_faults.harness import run_schedule
+from reserve_occupy_faults.schedule import KINDS, RESTARTS, Fault, Schedule, generate, minimize
+from reserve_occupy_faults.sim import SIM_KINDS, SIM_VARIANTS, generate_sim, run_sim_schedule
+from reserve_occupy_faults.variants import VARIANTS
 
 # `make test` runs the first 300 seeds (240 driver, 60 simulator schedules; a third of the
 # 1,000 it ran before): the smallest multiple of 100 at which every fault kind still fires at
@@ -72,7 +72,7 @@ def test_schedules_are_deterministic(tmp_path):
     assert run_sim_schedule(generate_sim(3)).result == run_sim_schedule(generate_sim(3)).result
 
 
-# The check each broken variant must trip (runtime/faults/variants.py says why).
+# The check each broken variant must trip (reserve_occupy_faults/variants.py says why).
 EXPECTED = {"restamp": "staleness", "forget_finished": "recovery",
             "blame_neighbour": "recovery", "keep_in_flight": "recovery", "no_retrain": "lineage",
             "accept_late": "staleness", "swallow_rank_loss": "rank_loss",
@@ -111,7 +111,7 @@ def test_each_broken_simulator_variant_is_caught(name):
 def test_the_command_reports_a_violation_with_its_seed_and_minimal_schedule(capsys):
     assert cli.main(["--schedules", "40", "--variant", "keep_in_flight", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert ("VIOLATION (driver) -- reproduce with: python -m runtime.faults --schedules 1 "
+    assert ("VIOLATION (driver) -- reproduce with: python -m reserve_occupy_faults --schedules 1 "
             "--seed" in out and "minimal schedule:" in out
             and "variant keep_in_flight: caught" in out)
     assert cli.main(["--schedules", "5", "--variant", "nope"]) == 2

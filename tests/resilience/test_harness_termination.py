@@ -1,5 +1,5 @@
 """The fault harness ends every schedule: a driver that never finishes is a violation, not a
-hang (``runtime.faults.harness``, "Termination")."""
+hang (``reserve_occupy_faults.harness``, "Termination")."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from runtime.driver import Driver
-from runtime.faults import harness
-from runtime.faults.harness import Run, Variant, run_schedule
-from runtime.faults.schedule import generate
+from reserve_occupy_faults import harness
+from reserve_occupy_faults.harness import Run, Variant, run_schedule
+from reserve_occupy_faults.schedule import generate
 
 
 class NeverDone(Driver):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from reserve_occupy import Config, UnitState, UnknownUnit, replay
-from runtime.porting.checker import STRICT, check
+from reserve_occupy_porting.checker import STRICT, check
 from runtime.recovery.journal import (
     EmptyLog,
     EventLog,

@@ -6,10 +6,10 @@ writes nothing, and recovery aborts the same units as ``lost_in_crash``. Either 
 prompts were drawn from the stream and never trained, so ``--resume`` re-admits them
 (``meta.readmit_of``) before any new prompt (docs/recovery.md, "Recovery" step 3).
 
-The runs are the fault harness's (``runtime.faults.harness``): the production driver, durable
+The runs are the fault harness's (``reserve_occupy_faults.harness``): the production driver, durable
 store and recovery on a virtual clock, the fake engine and the hash-chain trainer, every check
-of ``runtime.faults.checks`` at the end. The same run is stopped at the same point twice: by a
-lost trainer rank (orderly) and by a process crash just before the first write the orderly stop
+of ``reserve_occupy_faults.checks`` at the end. The same run is stopped at the same point twice: by
+a lost trainer rank (orderly) and by a process crash just before the first write the orderly stop
 made (its first ``shutdown`` abort), so both durable logs hold the same units in flight.
 """
 
@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import pytest
 
-from runtime.faults.checks import check_conservation
-from runtime.faults.harness import Run, Variant
-from runtime.faults.schedule import Fault, Schedule
+from reserve_occupy_faults.checks import check_conservation
+from reserve_occupy_faults.harness import Run, Variant
+from reserve_occupy_faults.schedule import Fault, Schedule
 from runtime.recovery.journal import read_log
 from runtime.recovery.resume import Recovery, _pending_readmits
 

@@ -11,8 +11,9 @@ import pytest
 
 from reserve_occupy import UnitState
 from runtime.clock import VirtualClock
+from runtime.controller import make_controller
 from runtime.driver import Driver
-from runtime.faults.fakes import CrashableRollout, Weights
+from reserve_occupy_faults.fakes import CrashableRollout, Weights
 from runtime.rollout.base import GenerationRequest, RolloutDead
 from runtime.rollout.fake import FakeTrainer, Plan, random_script
 from runtime.rollout.pool import EngineCrashed, EnginePool
@@ -153,7 +154,8 @@ def test_the_driver_survives_an_engine_crash_in_its_pool():
         async def export_weights(self, version):
             return Weights(version, f"w{version}")
 
-    driver = Driver(settings, pool, Trainer(clock), parity_reward, PROMPTS, clock)
+    driver = Driver(settings, pool, Trainer(clock), parity_reward, PROMPTS, clock,
+                    controller=make_controller(settings, clock.now))
 
     async def main():
         task = asyncio.ensure_future(driver.run())

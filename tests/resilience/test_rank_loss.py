@@ -1,9 +1,9 @@
 """The fault harness's rank loss: the sharded trainer's ``RankLost`` at a chosen trainer call,
-handled by the production driver and recovery (``runtime.faults.harness``). The run stops with
-the ``RankLost`` (nothing of the failed step is published), is resumed from its run directory
+handled by the production driver and recovery (``reserve_occupy_faults.harness``). The run stops
+with the ``RankLost`` (nothing of the failed step is published), is resumed from its run directory
 on a trainer of another world size, and ends with the log's lineage; every check of
-``runtime.faults.checks`` runs at the end, and the broken variants that mishandle the loss are
-caught."""
+``reserve_occupy_faults.checks`` runs at the end, and the broken variants that mishandle the loss
+are caught."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 
 from runtime.clock import VirtualClock
 from runtime.driver import Driver
-from runtime.faults.fakes import Crash, HashTrainer, SimulatedCrash
-from runtime.faults.harness import Run, Variant
-from runtime.faults.schedule import FIRST_WORLD_SIZE, TRAINER_CALLS, Fault, Schedule
-from runtime.faults.variants import VARIANTS
+from reserve_occupy_faults.fakes import Crash, HashTrainer, SimulatedCrash
+from reserve_occupy_faults.harness import Run, Variant
+from reserve_occupy_faults.schedule import FIRST_WORLD_SIZE, TRAINER_CALLS, Fault, Schedule
+from reserve_occupy_faults.variants import VARIANTS
 from runtime.recovery.journal import read_log
 from runtime.trainer.sharded import RankLost
 

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from runtime.config import load_config
-from runtime.porting.checker import STRICT, check
+from reserve_occupy_porting.checker import STRICT, check
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ray_is_imported_only_by_the_ray_backend():
     code = ("import sys; import runtime.cli, runtime.driver, runtime.session, runtime.train, "
-            "runtime.recovery.resume, runtime.faults.harness, runtime.faults.cli; "
+            "runtime.recovery.resume, reserve_occupy_faults.harness, reserve_occupy_faults.cli; "
             "assert 'ray' not in sys.modules, 'ray was imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 

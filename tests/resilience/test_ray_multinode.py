@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.porting.checker import STRICT, check
+from reserve_occupy_porting.checker import STRICT, check
 
 ROOT = Path(__file__).resolve().parents[2]
 

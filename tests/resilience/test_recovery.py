@@ -1,9 +1,9 @@
 """Crash recovery at chosen crash points: before every durable write of a small run (each with
 and without a torn log line), and the interesting ones named, with what recovery must do there.
 
-The runs are the fault harness's (``runtime.faults.harness``): the production driver, durable
+The runs are the fault harness's (``reserve_occupy_faults.harness``): the production driver, durable
 store and recovery on a virtual clock, the fake engine and the hash-chain trainer, every check
-of ``runtime.faults.checks`` at the end.
+of ``reserve_occupy_faults.checks`` at the end.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from runtime.faults.harness import Run, Variant
-from runtime.faults.schedule import Fault, Schedule
+from reserve_occupy_faults.harness import Run, Variant
+from reserve_occupy_faults.schedule import Fault, Schedule
 
 BASE = Schedule(seed=3, eta=1, batch_size=2, group_size=2, candidates=2, capacity=2, engines=1,
                 steps=4, commit_every=2)

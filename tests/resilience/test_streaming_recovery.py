@@ -15,6 +15,7 @@ import pytest
 
 from reserve_occupy import UnitState, apply, replay
 from runtime.clock import VirtualClock
+from runtime.controller import make_controller
 from runtime.driver import Driver
 from runtime.recovery.durable import RecoverySettings
 from runtime.recovery.journal import EventLog, JournaledController, read_log, rebuild
@@ -49,7 +50,8 @@ def _crashed_run(die_at: int):
     clock = VirtualClock()
     trainer = DyingTrainer(clock, die_at)
     driver = Driver(SETTINGS, FakeRollout(clock, random_script(2, per_token_s=0.2)), trainer,
-                    parity_reward, PROMPTS, clock)
+                    parity_reward, PROMPTS, clock,
+                    controller=make_controller(SETTINGS, clock.now))
     trainer.driver = driver
     try:
         clock.run(driver.run())

@@ -10,8 +10,8 @@ import itertools
 
 import pytest
 
-from runtime.faults.sim import SimFault, SimSchedule, generate_sim, run_sim_schedule
-from runtime.sim.model import core
+from reserve_occupy_faults.sim import SimFault, SimSchedule, generate_sim, run_sim_schedule
+from reserve_occupy_sim.model import core
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from runtime.clock import VirtualClock
+from runtime.controller import make_controller
 from runtime.driver import Driver
 from runtime.rollout.base import GenerationRequest
 from runtime.rollout.fake import CharTokenizer, FakeRollout, FakeTrainer, Plan, random_script
@@ -75,7 +76,8 @@ def make(settings: DriverSettings | None = None, script: Callable[..., Plan] | N
     settings = settings or DriverSettings(**base)
     rollout = FakeRollout(clock, script or random_script(0))
     trainer = FakeTrainer(clock, train_s)
-    driver = Driver(settings, rollout, trainer, reward, PROMPTS, clock)
+    driver = Driver(settings, rollout, trainer, reward, PROMPTS, clock,
+                    controller=make_controller(settings, clock.now))
     return driver, rollout, trainer, clock
 
 

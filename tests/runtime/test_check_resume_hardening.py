@@ -150,10 +150,10 @@ def _honours_concurrency(name: str) -> bool:
     the one call through which ``staleness.max_concurrency`` reaches a peer's rule."""
     import inspect
 
-    from runtime.sim.model.policies import POLICIES
+    from reserve_occupy_peers import POLICIES
 
     return any("rollout_has_room" in inspect.getsource(cls) for cls in POLICIES[name].__mro__
-               if cls.__module__.startswith("runtime.sim.model.policies"))
+               if cls.__module__.startswith("reserve_occupy_peers"))
 
 
 def test_the_table_of_what_each_rule_honours_matches_the_rules():
@@ -210,8 +210,8 @@ def test_the_peer_controller_itself_refuses_a_setting_its_rule_ignores():
 ])
 def test_simulate_refuses_an_option_its_mode_does_not_use(tmp_path, capsys, monkeypatch,
                                                           argv, option):
-    import runtime.sim.model.runner as runner
-    import runtime.sim.studies.experiments as ex
+    import reserve_occupy_sim.model.runner as runner
+    import reserve_occupy_sim.studies.experiments as ex
 
     monkeypatch.setattr(runner, "run_grid", lambda *a, **k: pytest.fail("ran before the check"))
     monkeypatch.setattr(ex, "run_all", lambda *a, **k: pytest.fail("ran before the check"))
@@ -361,7 +361,7 @@ def test_check_refuses_a_tiny_model_cache_it_cannot_write(tmp_path, capsys, monk
 
 @pytest.mark.parametrize("argv, option", [
     # before: each accepted and ignored (exit 0)
-    (["--list", "--adapter", "runtime.porting.runner:ReferenceAdapter"], "--adapter"),
+    (["--list", "--adapter", "reserve_occupy_porting.runner:ReferenceAdapter"], "--adapter"),
     (["--check", "--stride", "5"], "--stride"),
     (["--check", "--lenient"], "--lenient"),
     (["--export", "basic/00000", "--family", "spec"], "--family"),
@@ -376,8 +376,8 @@ def test_conformance_refuses_an_option_its_mode_does_not_use(capsys, argv, optio
 def test_faults_refuses_a_sim_share_a_variant_does_not_use(capsys, monkeypatch):
     """A ``--variant`` runs on the driver or in the simulator only: ``--sim-share`` (the
     split between them) was accepted and ignored."""
-    from runtime.faults import cli
-    from runtime.faults.variants import VARIANTS
+    from reserve_occupy_faults import cli
+    from reserve_occupy_faults.variants import VARIANTS
 
     monkeypatch.setattr(cli, "run_schedule", lambda *a, **k: pytest.fail("ran before the check"))
     assert main(["faults", "--variant", next(iter(VARIANTS)), "--sim-share", "0.5",

@@ -147,6 +147,7 @@ def test_refit_settings_are_checked():
 
 
 def test_keep_through_an_engine_pool():
+    from runtime.controller import make_controller
     from runtime.driver import Driver
     from runtime.rollout.fake import FakeTrainer
     from runtime.rollout.pool import EnginePool
@@ -159,7 +160,8 @@ def test_keep_through_an_engine_pool():
     trainer = FakeTrainer(clock, 0.05)
     settings = DriverSettings(eta=2, batch_size=4, group_size=4, steps=6, max_tokens=8,
                               check_invariants=True, refit="keep")
-    driver = Driver(settings, EnginePool(engines), trainer, parity_reward, PROMPTS, clock)
+    driver = Driver(settings, EnginePool(engines), trainer, parity_reward, PROMPTS, clock,
+                    controller=make_controller(settings, clock.now))
     run(driver, clock)
     assert all(set(e.pause_modes) == {"keep"} and e.kept for e in engines)
     assert all(e.version == trainer.version for e in engines)  # loaded as the version published

@@ -11,6 +11,7 @@ import pytest
 
 from reserve_occupy import replay
 from runtime.clock import VirtualClock
+from runtime.controller import make_controller
 from runtime.driver import Driver
 from runtime.rollout.fake import FakeRollout, FakeTrainer, random_script
 from runtime.records import DriverSettings
@@ -25,7 +26,8 @@ def _run(streaming: bool, min_chunk: int = 1, eta: int = 1, steps: int = 12, **k
                               chunk_groups=min_chunk, **kw)
     rollout = FakeRollout(clock, random_script(2, per_token_s=0.2, long_tail=0.1))
     trainer = FakeTrainer(clock, train_s=1.0, step_s=0.02, batch_size=4)
-    driver = Driver(settings, rollout, trainer, parity_reward, PROMPTS, clock)
+    driver = Driver(settings, rollout, trainer, parity_reward, PROMPTS, clock,
+                    controller=make_controller(settings, clock.now))
     records = clock.run(driver.run())
     return driver, trainer, records
 

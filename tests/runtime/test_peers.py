@@ -14,7 +14,7 @@ import pytest
 from reserve_occupy.trace import dumps
 from runtime.cli import main
 from runtime.peers import PEER_POLICIES, STALE, PeerController
-from runtime.porting.checker import PeerHeaderError, check
+from reserve_occupy_porting.checker import PeerHeaderError, check
 from runtime.rollout.fake import random_script
 
 from .helpers import make, run
@@ -59,10 +59,10 @@ def _fingerprint(sim) -> str:
 
 def test_the_rules_the_runtime_drives_simulate_as_before():
     # Recorded before runtime.peers existed; the simulator's policies were not edited for it.
-    from runtime.sim.model.core import Simulator
-    from runtime.sim.model.cost import preset
-    from runtime.sim.model.policies import make_policy
-    from runtime.sim.model.workload import MathReasoningShape, generate
+    from reserve_occupy_sim.model.core import Simulator
+    from reserve_occupy_sim.model.cost import preset
+    from reserve_occupy_peers import make_policy
+    from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
     workload, cost = generate(1, MathReasoningShape(groups=128)), preset("qwen3-8b-h20")
     assert {name for name, _ in SIM_FINGERPRINTS} == set(PEER_POLICIES)
@@ -209,7 +209,7 @@ def test_synchronous_trains_only_fresh_data():
 
 
 def test_a_rule_aborting_an_in_flight_group_stops_it_in_the_driver():
-    # ROLL aborts the running groups of cohorts older than its lag at publish (sim.abort).
+    # ROLL aborts the running groups of cohorts older than its lag at publish (sim.abort_group).
     # Its cohorts rarely straggle that long, so the abort is forced here the way ROLL makes it,
     # through the rule's own sim, at a publish: the driver must stop that unit's requests.
     driver, rollout, _, clock = make(script=random_script(4, per_token_s=0.05), eta=1, steps=4,
@@ -226,7 +226,7 @@ def test_a_rule_aborting_an_in_flight_group_stops_it_in_the_driver():
             del rule.cohorts[group.tag].running[group.gid]
             rule.running -= 1
             victims.append(group.unit_id)
-            rule.sim.abort(group)
+            rule.sim.abort_group(group)
 
     ctl.publish = publish_and_abort
     run(driver, clock)

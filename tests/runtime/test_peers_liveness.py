@@ -40,11 +40,11 @@ def test_an_empty_consume_wakes_admission_only_when_the_rule_moved():
         change = driver._change
         assert ctl.consume() is None  # the first prepare_batch round: admits, sets the timer
         assert len(ctl._waiting) > 0 and ctl.timer < float("inf")
-        driver._after_peer_consume(None)
+        driver._after_peer_consume()
         assert change.is_set()  # admission and the watchdog are woken
         change = driver._change
         assert ctl.consume() is None  # still waiting, nothing admitted, the same timer
-        driver._after_peer_consume(None)
+        driver._after_peer_consume()
         assert not change.is_set()  # no wake-up: the trainer's loop would spin on it
 
     clock.run(scenario())

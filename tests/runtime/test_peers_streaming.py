@@ -13,7 +13,7 @@ import pytest
 
 from reserve_occupy import Config, IllegalOperation, InvariantViolation, UnitState
 from runtime.peers import PEER_POLICIES, PeerController, UnsupportedByRuntime, peer_streams
-from runtime.porting.checker import check
+from reserve_occupy_porting.checker import check
 from runtime.records import DriverSettings
 from runtime.rollout.fake import FakeTrainer, random_script
 

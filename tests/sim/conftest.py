@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sim.model.cost import preset
-from runtime.sim.model.workload import MathReasoningShape, generate
+from reserve_occupy_sim.model.cost import preset
+from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
 
 @pytest.fixture(scope="session")

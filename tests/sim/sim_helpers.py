@@ -3,8 +3,8 @@ __init__.py, so pytest puts this folder on sys.path)."""
 
 from __future__ import annotations
 
-from runtime.sim.model.core import Simulator
-from runtime.sim.model.policies import make_policy
+from reserve_occupy_sim.model.core import Simulator
+from reserve_occupy_peers import make_policy
 
 BATCH = 4  # groups per batch in the tests
 

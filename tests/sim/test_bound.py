@@ -1,6 +1,7 @@
-"""The clairvoyant limit (runtime/sim/studies/bound.py): every strictly bounded, drop-free policy stays
-under the upper bound, the bound's argument is needed as written (a variant that forgets that
-staleness windows overlap is beaten), the constructed schedule is valid, and the CLI."""
+"""The clairvoyant limit (reserve_occupy_sim/studies/bound.py): every strictly bounded, drop-free
+policy stays under the upper bound, the bound's argument is needed as written (a variant that
+forgets that staleness windows overlap is beaten), the constructed schedule is valid, and the
+CLI."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import dataclasses
 import pytest
 from sim_helpers import BATCH, run_policy
 
-from runtime.sim.studies import bound as bound_mod
-from runtime.sim.studies.bound import (Bound, BoundError, _train_time, bound_terms, check_drop_free,
-                               clairvoyant_bound, inflight_collect_time, window_groups)
-from runtime.sim.model.checks import CheckFailed
-from runtime.sim.model.metrics import steady_throughput
+from reserve_occupy_sim.studies import bound as bound_mod
+from reserve_occupy_sim.studies.bound import (Bound, BoundError, _train_time, bound_terms,
+                                              check_drop_free, clairvoyant_bound,
+                                              inflight_collect_time, window_groups)
+from reserve_occupy_sim.model.checks import CheckFailed
+from reserve_occupy_sim.model.metrics import steady_throughput
 
 BATCHES = 20
 WARMUP = BATCHES // 5
@@ -117,7 +119,7 @@ def test_drop_free_check_catches_a_group_left_behind(workload, cost):
                 return
             super().on_group_done(group)
 
-    from runtime.sim.model.core import Simulator
+    from reserve_occupy_sim.model.core import Simulator
     sim = Simulator(LeavesOneBehind(1), workload, cost, batches=BATCHES, batch_size=BATCH).run()
     with pytest.raises(CheckFailed, match="group 5"):
         check_drop_free(sim, 1)

@@ -62,7 +62,7 @@ def test_list(capsys):
 
 def test_experiments_subset_runs(tmp_path, capsys, monkeypatch):
     # the experiments entry point with tiny sizes (the full run is `make sim-experiments`)
-    import runtime.sim.studies.experiments as ex
+    import reserve_occupy_sim.studies.experiments as ex
 
     monkeypatch.setattr(ex, "EXP2_POLICIES", ("reserve_occupy", "nemo_in_order"))
     real_exp3 = ex.exp3

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sim.model.checks import CheckFailed, check_batches, check_conservation, check_tokens
-from runtime.sim.model.core import PolicyError
-from runtime.sim.model.engine import Instance
-from runtime.sim.model.policies import POLICIES
-from runtime.sim.model.policies.roll import Roll
-from runtime.sim.model.policies.unbounded import Unbounded
+from reserve_occupy_sim.model.checks import (CheckFailed, check_batches, check_conservation,
+                                             check_tokens)
+from reserve_occupy_sim.model.core import PolicyError
+from reserve_occupy_sim.model.engine import Instance
+from reserve_occupy_peers import POLICIES
+from reserve_occupy_peers.roll import Roll
+from reserve_occupy_peers.unbounded import Unbounded
 
 from sim_helpers import BATCH, run_policy
 
@@ -136,7 +137,7 @@ def test_simulator_refuses_to_drop_unfinished_or_abort_finished(workload, cost):
     class AbortsFinished(Unbounded):
         def on_group_done(self, group):
             super().on_group_done(group)
-            self.sim.abort(group)
+            self.sim.abort_group(group)
 
     with pytest.raises(PolicyError, match="only running groups"):
         run_policy(AbortsFinished(1), workload, cost, batches=1)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runtime.sim.model.cost import PRESETS, CostError, cost_from_dict, load_cost, preset
+from reserve_occupy_sim.model.cost import PRESETS, CostError, cost_from_dict, load_cost, preset
 
 
 def test_preset_has_a_derivation_for_every_number():

@@ -7,14 +7,14 @@ import random
 import pytest
 from sim_helpers import run_policy
 
-from runtime.sim.model.checks import CheckFailed, check_deterministic
-from runtime.sim.model.cost import preset
-from runtime.sim.model.metrics import summarize
-from runtime.sim.model.policies import POLICIES
-from runtime.sim.model.policies.base import members
-from runtime.sim.model.policies.unbounded import Unbounded
-from runtime.sim.model.runner import RunSpec, simulate
-from runtime.sim.model.workload import MathReasoningShape, generate
+from reserve_occupy_sim.model.checks import CheckFailed, check_deterministic
+from reserve_occupy_sim.model.cost import preset
+from reserve_occupy_sim.model.metrics import summarize
+from reserve_occupy_peers import POLICIES
+from reserve_occupy_peers.base import members
+from reserve_occupy_peers.unbounded import Unbounded
+from reserve_occupy_sim.model.runner import RunSpec, simulate
+from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
@@ -54,9 +54,9 @@ def test_determinism_check_catches_hidden_randomness(workload):
 
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_same_result_with_filtering(name, workload, cost):
-    from runtime.sim.model.core import Simulator
-    from runtime.sim.model.filtering import RewardFilter
-    from runtime.sim.model.policies import make_policy
+    from reserve_occupy_sim.model.core import Simulator
+    from reserve_occupy_sim.model.filtering import RewardFilter
+    from reserve_occupy_peers import make_policy
 
     def once():
         options = {"stuck_timeout_s": 20.0} if name == "reserve_occupy" else {}
@@ -68,7 +68,7 @@ def test_same_result_with_filtering(name, workload, cost):
 
 
 def test_the_filter_seed_matters(workload, cost):
-    from runtime.sim.model.filtering import RewardFilter
+    from reserve_occupy_sim.model.filtering import RewardFilter
 
     def run(seed):
         spec = RunSpec("reserve_occupy", 1, 6, 4, filtering=RewardFilter(0.3, seed=seed))

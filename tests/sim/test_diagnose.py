@@ -1,6 +1,7 @@
-"""runtime/sim/studies/diagnose.py: the engine-time split adds up and tells policies apart, the critical
-path finds each batch's last request and shows the staleness window (a bounded policy's stragglers
-start after their window opens; the unbounded one's need not), the perturbation spread, the CLI."""
+"""reserve_occupy_sim/studies/diagnose.py: the engine-time split adds up and tells policies apart,
+the critical path finds each batch's last request and shows the staleness window (a bounded policy's
+stragglers start after their window opens; the unbounded one's need not), the perturbation spread,
+the CLI."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import math
 import pytest
 from sim_helpers import BATCH, run_policy
 
-from runtime.sim.studies import diagnose
-from runtime.sim.studies.diagnose import critical_path, engine_time, perturbation_spread
-from runtime.sim.model.runner import RunSpec, simulate
+from reserve_occupy_sim.studies import diagnose
+from reserve_occupy_sim.studies.diagnose import critical_path, engine_time, perturbation_spread
+from reserve_occupy_sim.model.runner import RunSpec, simulate
 
 BATCHES = 12
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.sim.studies import pages
+from reserve_occupy_sim.studies import pages
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_PAGES = [ROOT / "docs" / "simulator.md", *sorted((ROOT / "docs" / "sim").glob("*.md"))]
@@ -133,12 +133,12 @@ def test_a_block_registers_once_with_one_kind_of_source():
 def test_a_render_function_can_be_named_by_path(tmp_path):
     (tmp_path / "r.json").write_text('{"table": "| a |\\n|---|\\n| 1 |"}')
     block = pages.Block("by_path", "make x", "r.json",
-                        render="runtime.sim.studies.pages:frontier_table")
+                        render="reserve_occupy_sim.studies.pages:frontier_table")
     assert block.text(tmp_path) == "| a |\n|---|\n| 1 |\n"
 
 
 def test_sim_bound_writes_its_section_and_leaves_other_folders_pages_alone(tmp_path, capsys):
-    from runtime.sim.studies import bound
+    from reserve_occupy_sim.studies import bound
 
     before = {p: p.read_text() for p in pages.pages()}
     assert bound.main(["--seeds", "0", "--eta", "1", "--batches", "5", "--batch-size", "4",

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from runtime.sim.model.cost import RolloutCost
-from runtime.sim.model.engine import Instance, Request
+from reserve_occupy_sim.model.cost import RolloutCost
+from reserve_occupy_sim.model.engine import Instance, Request
 
 COST = RolloutCost(floor_s=0.008, step_s=0.003, per_request_s=2e-4, per_ctx_token_s=5e-7,
                    prefill_per_token_s=0.0)
@@ -103,8 +103,8 @@ def test_the_trainer_slows_decoding_only_while_it_trains():
     nothing else changes; 0 (every preset) gives the run without the term."""
     from dataclasses import replace
 
-    from runtime.sim.model.cost import TOY
-    from runtime.sim.model.workload import MathReasoningShape, generate
+    from reserve_occupy_sim.model.cost import TOY
+    from reserve_occupy_sim.model.workload import MathReasoningShape, generate
     from sim_helpers import run_policy
 
     wl = generate(3, MathReasoningShape(groups=64, group_size=4, response_median=300,

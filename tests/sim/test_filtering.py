@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from sim_helpers import BATCH
 
-from runtime.sim.model.checks import CheckFailed, check_conservation, check_filtering, check_run
-from runtime.sim.model.core import SimulationStalled, Simulator
-from runtime.sim.model.filtering import FilterError, RewardFilter
-from runtime.sim.model.metrics import summarize
-from runtime.sim.model.policies import POLICIES, make_policy
-from runtime.sim.model.policies.unbounded import Unbounded
+from reserve_occupy_sim.model.checks import (CheckFailed, check_conservation, check_filtering,
+                                             check_run)
+from reserve_occupy_sim.model.core import SimulationStalled, Simulator
+from reserve_occupy_sim.model.filtering import FilterError, RewardFilter
+from reserve_occupy_sim.model.metrics import summarize
+from reserve_occupy_peers import POLICIES, make_policy
+from reserve_occupy_peers.unbounded import Unbounded
 
 FILTER = RewardFilter(0.3, skew=1.0, seed=3)
 

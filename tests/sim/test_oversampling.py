@@ -8,11 +8,11 @@ import math
 import pytest
 
 from runtime.lengthbias import ks_distance, length_bias
-from runtime.sim.studies import frontier
-from runtime.sim.model.core import Simulator
-from runtime.sim.model.policies import make_policy
-from runtime.sim.model.runner import RunSpec, simulate
-from runtime.sim.model.workload import parse_workload
+from reserve_occupy_sim.studies import frontier
+from reserve_occupy_sim.model.core import Simulator
+from reserve_occupy_peers import make_policy
+from reserve_occupy_sim.model.runner import RunSpec, simulate
+from reserve_occupy_sim.model.workload import parse_workload
 
 from sim_helpers import BATCH
 
@@ -144,7 +144,7 @@ def test_frontier_smoke(tmp_path):
 def test_cli_flags(capsys):
     import argparse
 
-    from runtime.sim import cli
+    from reserve_occupy_sim import cli
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)

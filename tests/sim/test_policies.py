@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sim.model.core import SimulationStalled
-from runtime.sim.model.cost import preset
-from runtime.sim.model.runner import RunSpec, simulate
-from runtime.sim.model.workload import generate
+from reserve_occupy_sim.model.core import SimulationStalled
+from reserve_occupy_sim.model.cost import preset
+from reserve_occupy_sim.model.runner import RunSpec, simulate
+from reserve_occupy_sim.model.workload import generate
 from sim_helpers import run_policy
 
 

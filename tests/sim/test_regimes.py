@@ -10,11 +10,11 @@ import json
 import pytest
 from sim_helpers import run_policy
 
-from runtime.sim.studies import regimes
-from runtime.sim.model.cost import preset
-from runtime.sim.studies.regimes import TINY, classify, classify_run, run_sweep, scaled
-from runtime.sim.model.runner import RunSpec, simulate
-from runtime.sim.model.workload import MathReasoningShape, generate
+from reserve_occupy_sim.studies import regimes
+from reserve_occupy_sim.model.cost import preset
+from reserve_occupy_sim.studies.regimes import TINY, classify, classify_run, run_sweep, scaled
+from reserve_occupy_sim.model.runner import RunSpec, simulate
+from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
 # (trainer idle, admission held by the window, admission waiting for engines) -> regime
 CASES = [

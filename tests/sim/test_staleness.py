@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.sim.model.checks import CheckFailed, check_staleness
-from runtime.sim.model.policies import POLICIES
-from runtime.sim.model.policies.reserve_occupy import ReserveOccupy
+from reserve_occupy_sim.model.checks import CheckFailed, check_staleness
+from reserve_occupy_peers import POLICIES
+from reserve_occupy_peers.reserve_occupy import ReserveOccupy
 from sim_helpers import run_policy
 
 BOUNDED = [name for name, cls in POLICIES.items() if cls.bounded]

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from runtime.sim import cli
-from runtime.sim.studies.bound import bound_terms, clairvoyant_bound, window_groups
-from runtime.sim.model.checks import CheckFailed, check_conservation
-from runtime.sim.model.core import PolicyError, Simulator
-from runtime.sim.model.cost import CostError, TrainCost, cost_from_dict
-from runtime.sim.model.policies import make_policy
-from runtime.sim.model.policies.unbounded import Unbounded
-from runtime.sim.model.runner import RunSpec, simulate
+from reserve_occupy_sim import cli
+from reserve_occupy_sim.studies.bound import bound_terms, clairvoyant_bound, window_groups
+from reserve_occupy_sim.model.checks import CheckFailed, check_conservation
+from reserve_occupy_sim.model.core import PolicyError, Simulator
+from reserve_occupy_sim.model.cost import CostError, TrainCost, cost_from_dict
+from reserve_occupy_peers import make_policy
+from reserve_occupy_peers.unbounded import Unbounded
+from reserve_occupy_sim.model.runner import RunSpec, simulate
 
 STREAMING = (("reserve_occupy", (("streaming", True),)), ("nemo_in_order", ()),
              ("nemo_weight_fifo", ()), ("psrl_fine_grain", ()), ("unbounded", ()))
@@ -175,7 +175,7 @@ def test_surplus_counts_only_non_empty_slots(workload, cost):
 # --------------------------------------------------------------------------- the study --------
 
 def test_study_tiny_writes_its_tables(tmp_path):
-    from runtime.sim.studies import streaming
+    from reserve_occupy_sim.studies import streaming
 
     payload = streaming.run(seeds=(0,), etas=(1,), batches=6, batch_size=4, groups=64,
                             chunk_sweep=(1,), say=lambda _m: None)
@@ -193,7 +193,7 @@ def test_study_tiny_writes_its_tables(tmp_path):
 
 def test_the_page_shows_the_results_file():
     """docs/sim/streaming.md's generated blocks are what docs/results/streaming.json gives."""
-    from runtime.sim.studies import streaming
+    from reserve_occupy_sim.studies import streaming
 
     root = Path(__file__).resolve().parents[2]
     results = root / "docs/results/streaming.json"
@@ -215,8 +215,8 @@ def test_the_page_shows_the_results_file():
 
 
 def test_regime_map_comparison_runs_every_unique_cell():
-    from runtime.sim.studies import streaming
-    from runtime.sim.studies.regimes import Sweep
+    from reserve_occupy_sim.studies import streaming
+    from reserve_occupy_sim.studies.regimes import Sweep
 
     sweep = Sweep(etas=(1,), train_mults=(1.0,), concurrencies=(8,), truncations=(0.03,),
                   filter_rates=(0.0,), seeds=1, batches=6, groups=64, batch_size=4)
@@ -230,14 +230,14 @@ def test_regime_map_comparison_runs_every_unique_cell():
 
 @pytest.mark.parametrize("argv", [["--eta", "2000"], ["--batches", "1"], ["--seeds", "x"]])
 def test_study_refuses_bad_options_before_running(argv, capsys):
-    from runtime.sim.studies import streaming
+    from reserve_occupy_sim.studies import streaming
 
     assert streaming.main(argv + ["--page", ""]) == 2
     assert "error" in capsys.readouterr().err
 
 
 def test_study_refuses_a_page_without_its_blocks_before_running(tmp_path, capsys):
-    from runtime.sim.studies import streaming
+    from reserve_occupy_sim.studies import streaming
 
     page = tmp_path / "page.md"
     page.write_text("no markers\n")

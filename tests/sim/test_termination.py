@@ -1,17 +1,17 @@
 """Every simulated run ends: a policy that can make no progress raises ``SimulationStalled``
 (exit status 1 from the command line) instead of looping. One test per detector of
-``runtime.sim.model.core`` ("Termination")."""
+``reserve_occupy_sim.model.core`` ("Termination")."""
 
 from __future__ import annotations
 
 import pytest
 
 from runtime.cli import main
-from runtime.sim.model import core
-from runtime.sim.model.core import Policy, SimulationStalled, Simulator
-from runtime.sim.model.cost import preset
-from runtime.sim.model.runner import RunSpec, simulate
-from runtime.sim.model.workload import MathReasoningShape, generate
+from reserve_occupy_sim.model import core
+from reserve_occupy_sim.model.core import Policy, SimulationStalled, Simulator
+from reserve_occupy_sim.model.cost import preset
+from reserve_occupy_sim.model.runner import RunSpec, simulate
+from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
 
 @pytest.mark.timeout(60)

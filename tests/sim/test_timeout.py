@@ -7,18 +7,18 @@ from __future__ import annotations
 import pytest
 from sim_helpers import run_policy
 
-from runtime.sim.model.checks import (
+from reserve_occupy_sim.model.checks import (
     CheckFailed,
     check_conservation,
     check_released,
     check_run,
     check_staleness,
 )
-from runtime.sim.model.core import PolicyError
-from runtime.sim.model.filtering import RewardFilter
-from runtime.sim.model.metrics import summarize
-from runtime.sim.model.policies.reserve_occupy import ReserveOccupy
-from runtime.sim.model.policies.unbounded import Unbounded
+from reserve_occupy_sim.model.core import PolicyError
+from reserve_occupy_sim.model.filtering import RewardFilter
+from reserve_occupy_sim.model.metrics import summarize
+from reserve_occupy_peers.reserve_occupy import ReserveOccupy
+from reserve_occupy_peers.unbounded import Unbounded
 
 TIMEOUT = 20.0
 
@@ -75,7 +75,7 @@ def clock_violations(policy: Recorded) -> list[tuple[float, float]]:
 
 def run_filtered(policy, workload, cost, batches=12):
     # filtering empties head slots (STUCK -> PENDING), so the clock has to reset sometimes
-    from runtime.sim.model.core import Simulator
+    from reserve_occupy_sim.model.core import Simulator
 
     return Simulator(policy, workload, cost, batches=batches, batch_size=4,
                      filtering=RewardFilter(0.3, seed=2)).run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.sim.model.workload import (
+from reserve_occupy_sim.model.workload import (
     MathReasoningShape,
     WorkloadError,
     generate,
@@ -79,10 +79,11 @@ def test_generator_is_seeded_and_has_the_documented_shape():
 
 
 def test_the_older_names_still_import():
-    import runtime.sim
-    from runtime.sim.model import workload
+    import reserve_occupy_sim
+    from reserve_occupy_sim.model import workload
 
     assert (workload.TraceError, workload.parse_trace, workload.load_trace,
             workload.write_trace) == (WorkloadError, parse_workload, load_workload,
                                       write_workload)
-    assert (runtime.sim.TraceError, runtime.sim.load_trace) == (WorkloadError, load_workload)
+    assert (reserve_occupy_sim.TraceError, reserve_occupy_sim.load_trace) == (WorkloadError,
+                                                                              load_workload)

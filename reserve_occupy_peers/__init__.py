@@ -1,0 +1,64 @@
+"""The peers' staleness rules (the policies the simulator compares and the runtime's driver can
+run in the controller's place), one module each, beneath both callers.
+
+Every rule implements ``api.Policy`` and asks its host only through ``api.Host``; the two hosts
+are the simulator (``reserve_occupy_sim``) and the runtime (``runtime.peers.PeerController``),
+and this package imports neither (nor torch, vLLM or a clock). None of the rules contains
+protocol logic of the controller (only ``reserve_occupy`` calls it). ``POLICIES`` maps CLI names
+to classes in the order tables use. Until the move (issue 35) this package was
+``reserve_occupy_sim.model.policies``; that name still imports it, for one release.
+"""
+
+from __future__ import annotations
+
+from .api import INF, Group, Host, Policy, PolicyError, SimulatorHost
+from .areal import Areal
+from .clairvoyant import Clairvoyant
+from .nemo_in_order import NemoInOrder
+from .nemo_weight_fifo import NemoWeightFifo
+from .psrl import PsrlFineGrain
+from .reserve_occupy import ReserveOccupy
+from .roll import Roll
+from .synchronous import Synchronous
+from .trl import Trl
+from .unbounded import Unbounded
+from .verl_drop import VerlDrop
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (ReserveOccupy, NemoInOrder, NemoWeightFifo, VerlDrop, Trl, Roll, Areal,
+                Synchronous, Unbounded, Clairvoyant, PsrlFineGrain)
+}
+
+# The comparison of the source's section 10 (the baselines it measured), in its order.
+SOURCE_BASELINES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "trl", "roll")
+
+
+class UnknownPolicy(ValueError):
+    pass
+
+
+def make_policy(name: str, eta: int, **options) -> Policy:
+    try:
+        cls = POLICIES[name]
+    except KeyError:
+        raise UnknownPolicy(
+            f"unknown policy {name!r} (choose from {', '.join(POLICIES)})") from None
+    return cls(eta, **options)
+
+
+def policy_names(text: str) -> list[str]:
+    """The policies a ``--policy``/``--policies`` comma list names ("all": every one)."""
+    if text.strip() == "all":
+        return list(POLICIES)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UnknownPolicy(f"the policy list is empty (choose from {', '.join(POLICIES)})")
+    for n in names:
+        if n not in POLICIES:
+            raise UnknownPolicy(f"unknown policy {n!r} (choose from {', '.join(POLICIES)})")
+    return names
+
+
+__all__ = ["INF", "Group", "Host", "POLICIES", "Policy", "PolicyError", "SOURCE_BASELINES",
+           "SimulatorHost", "UnknownPolicy", "make_policy", "policy_names"]

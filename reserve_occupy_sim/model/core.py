@@ -1,0 +1,528 @@
+"""The discrete-event loop: rollout instances, the request queue, the trainer and the ledger.
+
+Theory of operation
+-------------------
+Time jumps from event to event: a request completes on an instance, training of a batch ends
+(the weight sync starts and rollout pauses), or the sync ends (the new version is published and
+rollout resumes, re-prefilling running contexts). Instances advance in closed form between
+events (``engine.Instance``). After every event the loop *settles*: queued requests start on
+free slots, the policy may admit groups (L1), and an idle trainer asks the policy for a batch (L3).
+
+The policy is the only thing that differs between runs, and it only acts through the methods
+marked "policy API" below, the rule API's ``Host`` (``reserve_occupy_peers.api``; the rules
+themselves, and ``Policy``, live in that package): ``admit`` (L1: a group's requests join the
+FIFO request queue, as in vLLM's waiting queue), ``abort_group`` (L2: stop an in-flight group),
+``drop`` (L3: discard finished trajectories), and the batch it returns from ``take_batch``. The
+loop never decides admission or placement itself. Rollout mechanics are the same for every policy: a weight update pauses every
+instance for the sync, and in-flight requests resume with their tokens (partial rollout).
+
+The ledger records every admission, trained batch, abort, drop and filter without judging them;
+the checks in ``checks.py`` judge them afterwards (so that a broken policy is *caught*, not
+hidden).
+
+Reward filtering (optional, ``filtering.RewardFilter``): when a group finishes, the simulator
+decides -- seeded, by admission index, so every policy sees the same outcome for its k-th group --
+whether the group carries no gradient (all rewards equal). ``group.no_grad`` tells the policy,
+which either ``filter``s it (it is never trained) or trains it anyway, as its source does.
+A policy may also set one timer (``set_timer``); ``on_timer`` is called when it expires (the
+Reserve–Occupy timeout of spec §6.2 uses it).
+
+Termination. Every event is a trajectory finishing, a trainer step, or the policy's timer, and a
+run ends after ``batches`` publishes. Two detectors turn a run that can no longer get there into
+``SimulationStalled`` instead of a loop: (1) the policy's timer expired ``MAX_IDLE_TIMERS`` times
+in a row with no trajectory finishing and no trainer step in between (a timeout shorter than any
+re-admitted group can finish: it aborts and re-admits forever, and the re-prefills it adds stall
+the engines); (2) more than ``max(MAX_EVENTS_PER_BATCH, 1000 * batch_size * candidates)``
+events since the last publish (a policy that keeps finishing and discarding work without ever
+forming a batch). Either detector bounds the events between two publishes, so every run ends.
+
+Group-level oversampling (spec §6.5, ``candidates`` > group size): a group's ``candidates``
+requests are admitted together; when ``group_size`` of them have finished, those commit as the
+group (its ``requests``) and the rest are aborted in the engines (L2 waste, recorded in
+``surplus``). The extra candidates' lengths come from ``GroupSpec.candidate_lens``.
+
+Streaming trainer (``cost.train.chunk_groups`` >= 1; 0, the default, trains whole batches as
+above). An idle trainer asks the policy for a *chunk* of the open step (``take_chunk``): at least
+``min(chunk_groups, groups the step still lacks)`` finished groups and at most what it lacks.
+Each chunk trains for ``TrainCost.chunk_time`` and the trainer asks again; the chunk that
+completes the step also pays ``TrainCost.finish_time`` (the optimizer step), and then the sync
+and publish follow as for a whole batch. The version does not move inside a step, so every
+chunk trains at the step's version; the step's ``BatchRecord`` collects its chunks
+(``chunks``: when each was handed and how many trajectories it held) and ``t_consume`` is when
+the last one was handed, the moment a whole-batch trainer would have taken the batch.
+
+While time advances the loop also records *why admission is not happening* in each interval:
+engines paused for a sync, every engine slot busy (or requests queued), or an engine slot free and
+nothing queued yet the policy admitted nothing (its own gate held it: for Reserve–Occupy, no legal
+EMPTY slot). ``regimes.py`` classifies runs from these fractions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from reserve_occupy_peers.api import Group, Policy
+from reserve_occupy_peers.api import PolicyError as RulePolicyError
+
+from .cost import CostModel
+from .engine import INF, Instance, Request
+from .filtering import RewardFilter
+from .workload import GroupSpec, Workload
+
+
+class SimulationError(RuntimeError):
+    """Base class of errors raised while simulating."""
+
+
+MAX_IDLE_TIMERS = 1000  # timer expiries in a row with nothing finishing: a timeout livelock
+MAX_EVENTS_PER_BATCH = 1_000_000  # events between two publishes, at the least (see docstring)
+
+
+class SimulationStalled(SimulationError):
+    """The run cannot reach its last batch: no event can ever happen again (the trainer waits
+    for a batch the policy cannot form and nothing is decoding), or the events that still happen
+    make no progress (see "Termination" above). Carries a description of the state."""
+
+
+class PolicyError(SimulationError, RulePolicyError):
+    """A policy used the simulator's API wrongly (e.g. aborted a group that had finished): the
+    rule API's ``PolicyError`` (``reserve_occupy_peers``) that is also a ``SimulationError``."""
+
+
+class SimGroup(Group):
+    """One admitted GRPO group: ``size`` requests, all admitted together (the rule API's
+    ``Group`` with the simulator's fields)."""
+
+    __slots__ = ("spec", "v_gen", "t_admit", "t_done", "n_done", "surplus")
+
+    def __init__(self, gid: int, spec: GroupSpec, v_tag: int, now: float) -> None:
+        self.gid = gid
+        self.spec = spec
+        self.v_tag = v_tag  # the version the policy stamped (its own notion of v_traj)
+        self.v_gen = -1  # oldest weight version that decoded any of its tokens
+        self.t_admit = now
+        self.t_done = INF
+        self.n_done = 0
+        self.state = SimGroup.RUNNING
+        self.tag: object = None  # free for the policy (target step, cohort, ...)
+        self.no_grad = False  # set when it finishes: all rewards equal, so no gradient
+        self.requests: list[Request] = []
+        self.surplus: list[Request] = []  # candidates aborted when the group committed
+
+    def __repr__(self) -> str:
+        return f"SimGroup({self.gid}, v_tag={self.v_tag}, {self.state}, {self.n_done} done)"
+
+
+@dataclass
+class BatchRecord:
+    index: int
+    version: int
+    t_consume: float
+    tids: list[int]
+    staleness: list[int]
+    tokens: int
+    useful_tokens: int = 0  # tokens of groups that carry a gradient
+    t_trained: float = INF
+    t_published: float = INF
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # streaming: (handed, n)
+
+
+@dataclass
+class Ledger:
+    """Everything the checks need, recorded as it happened."""
+
+    requests: list[Request] = field(default_factory=list)
+    batches: list[BatchRecord] = field(default_factory=list)
+    aborted: list[tuple[int, float]] = field(default_factory=list)  # (tid, response tokens)
+    dropped: list[int] = field(default_factory=list)
+    filtered: list[int] = field(default_factory=list)  # finished, no gradient, never trained
+
+
+class Simulator:
+    """One simulated run of ``policy`` on ``workload`` until ``batches`` batches are trained."""
+
+    def __init__(self, policy: Policy, workload: Workload, cost: CostModel, *, batches: int,
+                 batch_size: int = 16, progress: Callable[[int], None] | None = None,
+                 filtering: RewardFilter | None = None, candidates: int | None = None) -> None:
+        if batches < 1:
+            raise ValueError("batches must be >= 1")
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.policy = policy
+        self.workload = workload
+        self.cost = cost
+        self.n_batches = batches
+        self.batch_size = batch_size  # groups per batch
+        self.group_size = workload.group_size
+        if candidates is not None and (isinstance(candidates, bool)
+                                       or not isinstance(candidates, int)
+                                       or candidates < self.group_size):
+            raise ValueError(f"candidates must be an int >= the group size "
+                             f"({self.group_size}), got {candidates!r}")
+        self.candidates = candidates or self.group_size  # requests admitted per group
+        self.instances = [Instance(i, cost.rollout, cost.concurrency)
+                          for i in range(cost.instances)]
+        self.now = 0.0
+        self.version = 0
+        self.paused = False  # a weight sync is in progress
+        self.groups: list[SimGroup] = []
+        self.ledger = Ledger()
+        self._queue: deque[Request] = deque()
+        self._urgent: deque[Request] = deque()  # priority admissions, served before _queue
+        self._queued = 0
+        self._seq = 0
+        self._trainer = "idle"  # idle | training | syncing
+        self.chunk_groups = cost.train.chunk_groups  # 0: whole-batch trainer
+        self._step: BatchRecord | None = None  # streaming: the step whose chunks are training
+        self._step_lengths: list[int] = []
+        self._trainer_until = INF
+        self._published = 0
+        self._idle_since = 0.0
+        self.trainer_idle_time = 0.0
+        self.events = 0
+        self._progress = progress
+        self.filtering = filtering.bind(workload) if filtering is not None else None
+        self._timer = INF  # the policy's timer (set_timer)
+        # seconds during which admission waited: engines paused / engines full / policy held
+        self.gate_time = {"paused": 0.0, "engine_full": 0.0, "policy_held": 0.0}
+
+    # ================================================================ policy API ==========
+
+    @property
+    def trainer_idle(self) -> bool:
+        return self._trainer == "idle"
+
+    def free_slots(self) -> int:
+        return 0 if self.paused else sum(i.capacity - i.k for i in self.instances)
+
+    def queued(self) -> int:
+        """Requests admitted but waiting for a slot."""
+        return self._queued
+
+    def rollout_has_room(self) -> bool:
+        """A slot is free and nothing waits for it: what capacity-driven admission asks."""
+        if self.paused or self._queued:
+            return False
+        for inst in self.instances:
+            if inst.k < inst.capacity:
+                return True
+        return False
+
+    def admit(self, v_tag: int | None = None, spec: int | None = None,
+              priority: bool = False) -> SimGroup:
+        """L1: admit the next group of the workload (or workload group ``spec``, for a policy
+        that picks prompts itself); its requests queue for slots, at the front of the queue
+        with ``priority`` (behind earlier priority requests)."""
+        gid = len(self.groups)
+        index = gid if spec is None else spec
+        group_spec = self.workload.groups[index % len(self.workload)]
+        group = SimGroup(gid, group_spec, self.version if v_tag is None else v_tag, self.now)
+        size = self.candidates
+        lengths = (group_spec.candidate_lens(size) if size > self.group_size
+                   else group_spec.response_lens)
+        fresh = []
+        for i, length in enumerate(lengths):
+            req = Request(gid * size + i, group, i, length, group_spec.prompt_len)
+            group.requests.append(req)
+            self.ledger.requests.append(req)
+            fresh.append(req)
+        (self._urgent if priority else self._queue).extend(fresh)
+        self._queued += size
+        self.groups.append(group)
+        self._dispatch()
+        return group
+
+    def abort_group(self, group: SimGroup) -> None:
+        """L2: stop an in-flight group; all its tokens so far are wasted."""
+        if group.state != SimGroup.RUNNING:
+            raise PolicyError(f"{type(self.policy).__name__} aborted {group!r}: only running "
+                              f"groups can be aborted (drop finished trajectories instead)")
+        group.state = SimGroup.ABORTED
+        for req in group.requests:
+            if req.state == Request.QUEUED:
+                req.state = Request.ABORTED
+                self._queued -= 1
+                self.ledger.aborted.append((req.tid, 0.0))
+            elif req.state == Request.RUNNING:
+                req.tokens = req.instance.remove(req)  # type: ignore[union-attr]
+                req.t_end = self.now
+                self.ledger.aborted.append((req.tid, req.tokens))
+            else:  # a finished member of a group that will never complete
+                self.ledger.aborted.append((req.tid, req.tokens))
+
+    abort = abort_group  # its name before the rule API (reserve_occupy_peers), for one release
+
+    def filter(self, group: SimGroup) -> None:
+        """Discard a finished group that carries no gradient; it is never trained."""
+        if group.state != SimGroup.DONE:
+            raise PolicyError(f"{type(self.policy).__name__} filtered {group!r}: only finished "
+                              f"groups can be filtered")
+        group.state = SimGroup.FILTERED
+        self.ledger.filtered.extend(r.tid for r in group.requests)
+
+    def set_timer(self, t: float) -> None:
+        """Call ``policy.on_timer()`` at time ``t`` (``INF`` cancels); one timer per policy."""
+        if t < self.now:
+            raise PolicyError(f"{type(self.policy).__name__} set a timer in the past "
+                              f"({t} < {self.now})")
+        self._timer = t
+
+    def drop(self, requests: list[Request]) -> None:
+        """L3: discard finished trajectories instead of training them."""
+        for req in requests:
+            if req.state != Request.FINISHED:
+                raise PolicyError(f"{type(self.policy).__name__} dropped trajectory {req.tid} "
+                                  f"that has not finished")
+            self.ledger.dropped.append(req.tid)
+
+    # ================================================================ the loop ============
+
+    def run(self) -> Simulator:
+        self.policy.attach(self)
+        self._settle()
+        instances = self.instances
+        idle_timers = 0  # timer expiries since the last trajectory finished or trainer step
+        events_limit = max(MAX_EVENTS_PER_BATCH, 1000 * self.batch_size * self.candidates)
+        published, since_publish = self._published, 0
+        while self._published < self.n_batches:
+            if self._published != published:
+                published, since_publish = self._published, 0
+            since_publish += 1
+            if since_publish > events_limit:
+                raise SimulationStalled(self._stall_report(
+                    f"{events_limit:,} events since the last publish without forming a batch"))
+            t_next, due = self._trainer_until, None
+            for inst in instances:
+                t = inst.next_event()
+                if t < t_next:
+                    t_next, due = t, inst
+            timer = self._timer < t_next  # ties go to engines and trainer
+            if timer:
+                t_next = self._timer
+            if t_next == INF:
+                raise SimulationStalled(self._stall_report())
+            self._account_gate(t_next - self.now)
+            for inst in instances:
+                inst.advance(t_next)
+            self.now = t_next
+            self.events += 1
+            if timer:
+                idle_timers += 1
+                if idle_timers > MAX_IDLE_TIMERS:
+                    raise SimulationStalled(self._stall_report(
+                        f"its timer expired {MAX_IDLE_TIMERS} times in a row and no trajectory "
+                        f"finished in between (a timeout shorter than any re-admitted group "
+                        f"can finish)"))
+                self._timer = INF
+                self.policy.on_timer()
+            else:
+                idle_timers = 0
+                for inst in instances:
+                    for req in inst.finish_due(inst is due):
+                        self._finished(req)
+                if due is None:
+                    self._trainer_event()
+            self._settle()
+        if self._trainer == "idle":
+            self.trainer_idle_time += self.now - self._idle_since
+        return self
+
+    def _account_gate(self, dt: float) -> None:
+        """Why admission is not happening in the coming interval (see the module docstring)."""
+        if self.paused:
+            self.gate_time["paused"] += dt
+        elif self.rollout_has_room():
+            self.gate_time["policy_held"] += dt
+        else:
+            self.gate_time["engine_full"] += dt
+
+    def _settle(self) -> None:
+        self._dispatch()
+        self.policy.admit()
+        if self._trainer == "idle" and self._published < self.n_batches:
+            if self.chunk_groups:
+                self._stream()
+                return
+            batch = self.policy.take_batch()
+            if batch is not None:
+                self._train(batch)
+                self.policy.admit()
+
+    def _dispatch(self) -> None:
+        if self.paused:
+            return
+        instances = self.instances
+        while self._urgent or self._queue:
+            queue = self._urgent if self._urgent else self._queue
+            req = queue[0]
+            if req.state != Request.QUEUED:
+                queue.popleft()  # aborted while waiting
+                continue
+            best = None
+            for inst in instances:  # least loaded instance, lowest index on ties
+                if inst.k < inst.capacity and (best is None or inst.k < best.k):
+                    best = inst
+            if best is None:
+                return
+            queue.popleft()
+            self._queued -= 1
+            self._seq += 1
+            best.join(req, self.now, self._seq)
+            req.v_start = self.version
+            group = req.group
+            if group.v_gen < 0:
+                group.v_gen = self.version
+
+    def _finished(self, req: Request) -> None:
+        req.t_end = self.now
+        group: SimGroup = req.group  # type: ignore[assignment]
+        group.n_done += 1
+        if group.n_done == self.group_size and group.state == SimGroup.RUNNING:
+            if self.candidates > self.group_size:
+                self._commit(group)
+            group.state = SimGroup.DONE
+            group.t_done = self.now
+            if self.filtering is not None:
+                group.no_grad = self.filtering.no_gradient(group.gid)
+            self.policy.on_group_done(group)
+
+    def _commit(self, group: SimGroup) -> None:
+        """Group-level oversampling: the first ``group_size`` finished candidates are the group;
+        the others stop now (L2 waste)."""
+        done = [r for r in group.requests if r.state == Request.FINISHED][: self.group_size]
+        kept = set(id(r) for r in done)
+        for req in group.requests:
+            if id(req) in kept:
+                continue
+            if req.state == Request.FINISHED:  # finished in the same instant: still surplus
+                pass
+            elif req.state == Request.QUEUED:
+                req.state = Request.ABORTED
+                self._queued -= 1
+            else:
+                req.tokens = req.instance.remove(req)  # type: ignore[union-attr]
+            req.t_end = self.now
+            self.ledger.aborted.append((req.tid, req.tokens))
+            group.surplus.append(req)
+        group.requests = done
+
+    # ================================================================ the trainer =========
+
+    def _train(self, batch: list[Request]) -> None:
+        version = self.version
+        lengths = [r.prompt + r.length for r in batch]
+        record = BatchRecord(
+            index=len(self.ledger.batches), version=version, t_consume=self.now,
+            tids=[r.tid for r in batch],
+            staleness=[version - r.group.v_gen for r in batch],  # type: ignore[union-attr]
+            tokens=sum(lengths),
+            useful_tokens=sum(n for n, r in zip(lengths, batch)
+                              if not r.group.no_grad))  # type: ignore[union-attr]
+        self.ledger.batches.append(record)
+        self.trainer_idle_time += self.now - self._idle_since
+        self._trainer = "training"
+        self._trainer_until = self.now + self.cost.train.batch_time(lengths)
+        self._contend(True)
+
+    def _stream(self) -> None:
+        """Streaming: hand the idle trainer the next chunk of the open step, if the policy has
+        one (see "Streaming trainer" in the module docstring)."""
+        per_step = self.batch_size * self.group_size
+        record = self._step
+        have = len(record.tids) if record is not None else 0
+        lacks = (per_step - have) // self.group_size
+        chunk = self.policy.take_chunk(min(self.chunk_groups, lacks), lacks)
+        if chunk is None:
+            return
+        if not chunk or len(chunk) % self.group_size or len(chunk) > per_step - have:
+            raise PolicyError(f"{type(self.policy).__name__} handed a chunk of {len(chunk)} "
+                              f"trajectories to a step that lacks {per_step - have} "
+                              f"(groups of {self.group_size})")
+        version = self.version
+        lengths = [r.prompt + r.length for r in chunk]
+        if record is None:
+            record = BatchRecord(index=len(self.ledger.batches), version=version,
+                                 t_consume=self.now, tids=[], staleness=[], tokens=0)
+            self.ledger.batches.append(record)
+            self._step, self._step_lengths = record, []
+        record.tids += [r.tid for r in chunk]
+        record.staleness += [version - r.group.v_gen for r in chunk]  # type: ignore[union-attr]
+        record.tokens += sum(lengths)
+        record.useful_tokens += sum(n for n, r in zip(lengths, chunk)
+                                    if not r.group.no_grad)  # type: ignore[union-attr]
+        record.chunks.append((self.now, len(chunk)))
+        record.t_consume = self.now
+        self._step_lengths += lengths
+        train = self.cost.train
+        duration = train.chunk_time(lengths)
+        if len(record.tids) == per_step:
+            duration += train.finish_time(self._step_lengths)
+        self.trainer_idle_time += self.now - self._idle_since
+        self._trainer = "training"
+        self._trainer_until = self.now + duration
+        self._contend(True)
+        self.policy.admit()
+
+    def _contend(self, training: bool) -> None:
+        """A trainer on the rollout's processors (``RolloutCost.train_slowdown``) slows every
+        decode step while it trains; the instances are advanced to ``now`` when this is
+        called, so the new speed applies from here on."""
+        slow = 1.0 + self.cost.rollout.train_slowdown if training else 1.0
+        for inst in self.instances:
+            inst.slow = slow
+
+    def _trainer_event(self) -> None:
+        record = self.ledger.batches[-1]
+        if self._trainer == "training":
+            self._contend(False)
+        if self._trainer == "training" and self.chunk_groups \
+                and len(record.tids) < self.batch_size * self.group_size:
+            self._trainer = "idle"  # a chunk ended; the step is still open
+            self._trainer_until = INF
+            self._idle_since = self.now
+            return
+        if self._trainer == "training":
+            record.t_trained = self.now
+            self._trainer = "syncing"
+            self._trainer_until = self.now + self.cost.train.sync_s
+            self.paused = True
+            for inst in self.instances:
+                inst.pause()
+        elif self._trainer == "syncing":
+            record.t_published = self.now
+            self.version += 1
+            self.paused = False
+            for inst in self.instances:
+                inst.resume(self.cost.rollout.reprefill_on_update)
+            self._trainer = "idle"
+            self._trainer_until = INF
+            self._idle_since = self.now
+            self._step = None
+            self._published += 1
+            self.policy.on_publish(self.version)
+            if self._progress is not None:
+                self._progress(self._published)
+
+    # ================================================================ diagnostics =========
+
+    def live_tokens(self, req: Request) -> float:
+        """Response tokens a request has produced so far."""
+        if req.state == Request.RUNNING:
+            inst = req.instance
+            return min(float(req.length), inst.progress - req.join)  # type: ignore[union-attr]
+        return req.tokens if req.state != Request.QUEUED else 0.0
+
+    def _stall_report(self, why: str = "") -> str:
+        gone = ({t for b in self.ledger.batches for t in b.tids} | set(self.ledger.dropped)
+                | set(self.ledger.filtered))
+        done = sum(1 for g in self.groups
+                   if g.state == SimGroup.DONE and g.requests[0].tid not in gone)
+        running = sum(i.k for i in self.instances)
+        return (f"{self.policy.name} (eta={self.policy.eta}) stalled at t={self.now:.1f}s, "
+                f"version {self.version}, after {self._published} of {self.n_batches} batches"
+                f"{f' (no progress: {why})' if why else ''}: "
+                f"the trainer is {self._trainer}, {running} requests running, {self._queued} "
+                f"queued, {done} finished groups not yet trained or dropped; "
+                f"policy state: {self.policy.describe_state()}")

@@ -1,0 +1,126 @@
+"""What the driver calls on its controller, declared: the ``Controller`` Protocol, and
+``make_controller``, which builds the one ``staleness.policy`` names (outside the driver, which
+takes the controller it is given).
+
+Two classes answer ``Controller``: the verified Reserve–Occupy controller as the runtime runs it
+(``runtime.recovery.journal.JournaledController``: the core's ``StalenessController`` whose
+operations take the ``meta`` their event is logged with), and a peer's rule
+(``runtime.peers.PeerController``). The last five calls are the peers': a rule may drop or
+abort units of its own choice at a ``consume`` or ``publish`` (``take_dropped``,
+``take_aborted``), admit at them (``take_admission_moved``) and keep a timer (``timer``,
+``fire_timer``). Reserve–Occupy answers them empty: what its controller aborts comes back in
+the answer of the operation that aborted it (``Removal.aborted``, ``release_stuck``), it admits
+only when asked (``reserve``), and its one clock, the STUCK timeout, is the driver's
+(``reserve_occupy.stuck``). So the driver calls every member on every controller and asks
+nothing of a controller's type.
+
+``snapshot`` is not here: only the STUCK rule (``reserve_occupy.stuck.StuckTimeouts``) reads
+it, and only while the head buffer is STUCK, which a peer's head never is (a peer has no STUCK
+state). tests/runtime/test_controller_interface.py checks both classes against this Protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from reserve_occupy import Batch, BufferStatus, Event, Placement, Removal, Reservation, UnitState
+from reserve_occupy.types import BatchUnit, UnitId
+
+from .peers import REFERENCE, PeerController
+from .records import DriverSettings
+from .recovery.journal import JournaledController
+
+Meta = dict[str, Any] | None  # logged with the operation's event (why, which prompt)
+
+
+class Controller(Protocol):
+    """Every call ``runtime.driver.Driver`` makes on its controller."""
+
+    # ------------------------------------------------------------------ state ----------------
+
+    @property
+    def version(self) -> int:
+        """The published weight version."""
+        ...
+
+    @property
+    def head(self) -> int:
+        """The buffer the trainer consumes next (its version)."""
+        ...
+
+    @property
+    def head_status(self) -> BufferStatus | None:
+        ...
+
+    @property
+    def events(self) -> Sequence[Event]:
+        """The event log, in order (the run's counts are derived from it)."""
+        ...
+
+    def events_since(self, seq: int) -> Sequence[Event]:
+        ...
+
+    def unit_state(self, unit_id: UnitId) -> UnitState:
+        ...
+
+    def check(self) -> None:
+        """Raise ``InvariantViolation`` if the controller's state is inconsistent."""
+        ...
+
+    # ------------------------------------------------------------------ operations -----------
+
+    def reserve(self, unit_id: UnitId, meta: Meta = None) -> Reservation | None:
+        ...
+
+    def occupy(self, unit_id: UnitId, meta: Meta = None) -> Placement:
+        ...
+
+    def abort(self, unit_id: UnitId, meta: Meta = None) -> Removal:
+        ...
+
+    def stream(self, meta: Meta = None) -> tuple[BatchUnit, ...]:
+        ...
+
+    def consume(self, meta: Meta = None) -> Batch | None:
+        ...
+
+    def publish(self, meta: Meta = None) -> object:
+        ...
+
+    def release_stuck(self, meta: Meta = None) -> Sequence[UnitId]:
+        ...
+
+    # ------------------------------------------------------------------ the peers' calls ------
+
+    @property
+    def timer(self) -> float:
+        """When the rule's timer is due on the driver's clock (``math.inf``: none)."""
+        ...
+
+    def fire_timer(self) -> None:
+        """The driver's watchdog reached ``timer``."""
+        ...
+
+    def take_dropped(self) -> list[UnitId]:
+        """Finished units the rule dropped since the last call (the driver forgets them)."""
+        ...
+
+    def take_aborted(self) -> list[UnitId]:
+        """In-flight units the rule aborted since the last call (the driver stops them)."""
+        ...
+
+    def take_admission_moved(self) -> bool:
+        """Whether admission may have opened since the last call (a consume that returned a
+        batch, or one that admitted groups or moved the timer): the driver wakes admission."""
+        ...
+
+
+def make_controller(settings: DriverSettings, now: Callable[[], float]) -> Controller:
+    """The controller ``settings.policy`` names: Reserve–Occupy's (``JournaledController``,
+    no event log attached: a durable run's comes from ``RunStore``) or a peer's rule, whose
+    timer reads ``now`` (the driver's clock)."""
+    if settings.policy == REFERENCE:
+        return JournaledController(settings.controller_config())
+    return PeerController(settings.policy, settings.controller_config(), settings.group_size,
+                          now=now, chunk_groups=settings.chunk_groups)

@@ -1,4 +1,0 @@
-from ..cli import script
-from .cli import main
-
-script(main, "python -m runtime.faults")
