@@ -317,11 +317,8 @@ def test_each_rule_simulates_and_keeps_what_it_promises(name, eta):
                     batch_size=4).run()
     counts = check_conservation(sim)
     assert len(sim.ledger.batches) == 10 and counts["trained"] == 10 * 4 * workload.group_size
-    worst = max(s for b in sim.ledger.batches for s in b.staleness)
-    if sim.policy.bounded:
+    if sim.policy.bounded:  # the unbounded ones: test_ready_first_trains_stragglers_...
         assert check_staleness(sim, sim.policy.eta) <= eta
-    else:  # reported, not promised
-        assert worst >= 0
     if name in ("nemo_ready_first", "verl_wait", "window_fifo"):
         assert not sim.ledger.dropped  # the dropless rules
 
