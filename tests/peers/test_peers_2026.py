@@ -483,3 +483,35 @@ def test_no_existing_study_or_bench_runs_the_new_rules_by_default():
     bench = load_bench("peers_compare")
     assert not set(NEW) & set(bench.DEFAULT_POLICIES)
     assert set(bench.DEFAULT_POLICIES) | set(NEW) == set(bench.POLICY_CHOICES)
+
+
+# ------------------------------------------------------------------ streaming ----------------
+
+@pytest.mark.parametrize("name", ["nemo_windowed", "nemo_ready_first"])
+def test_the_new_nemo_samplers_stream_in_the_runtime_and_check(name):
+    # NeMo-RL's _train_pump: each select is a chunk of at least min(chunk_groups, lacking)
+    from tests.runtime.test_peers import _log
+    from tests.runtime.test_peers_streaming import B, STEPS, _nemo
+
+    from runtime.porting.checker import check
+
+    driver, trainer, records = _nemo(True, chunk_groups=2, policy=name)
+    assert len(records) == STEPS and trainer.chunks
+    assert all(len(c) >= 2 for c in trainer.chunks)
+    # every trained group came by stream, and each step trains exactly what it streamed
+    steps = [e for e in driver.controller.events if e.op == "consume"]
+    assert [set(e.batch.streamed) for e in steps] == [set(e.batch.unit_ids) for e in steps]
+    assert [[g.unit_id for g in b.groups] for b in trainer.batches] == [
+        list(e.batch.unit_ids) for e in steps]
+    report = check(_log(driver), peer=name)
+    assert report.ok, report.problem
+    assert sum(report.staleness.values()) == STEPS * B
+
+
+@pytest.mark.parametrize("name", ["verl_wait", "prime_rl", "tinker", "window_fifo"])
+def test_the_whole_batch_rules_refuse_streaming(name):
+    from reserve_occupy import Config
+    from runtime.peers import PeerController, UnsupportedByRuntime
+
+    with pytest.raises(UnsupportedByRuntime, match=f"{name} does not stream"):
+        PeerController(name, Config(max_staleness=1, batch_size=2, streaming=True), 4)
