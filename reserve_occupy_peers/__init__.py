@@ -15,19 +15,32 @@ from .api import INF, Group, Host, Policy, PolicyError, SimulatorHost
 from .areal import Areal
 from .clairvoyant import Clairvoyant
 from .nemo_in_order import NemoInOrder
+from .nemo_ready_first import NemoReadyFirst
 from .nemo_weight_fifo import NemoWeightFifo
+from .nemo_windowed import NemoWindowed
+from .prime_rl import PrimeRl
 from .psrl import PsrlFineGrain
 from .reserve_occupy import ReserveOccupy
 from .roll import Roll
 from .synchronous import Synchronous
+from .tinker import Tinker
 from .trl import Trl
 from .unbounded import Unbounded
 from .verl_drop import VerlDrop
+from .verl_wait import VerlWait
+from .window_fifo import WindowFifo
+
+# The rules as the frameworks ship them in late 2026 (issue 38, item 1), after the others so that
+# every table's order stays. verl V1's ``drop`` strategy is ``verl_drop`` and TRL's
+# ``AsyncGRPOTrainer`` is ``trl`` (the same files at the same commits): not duplicated.
+PEERS_2026: tuple[type[Policy], ...] = (NemoWindowed, NemoReadyFirst, VerlWait, PrimeRl, Tinker,
+                                        WindowFifo)
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (ReserveOccupy, NemoInOrder, NemoWeightFifo, VerlDrop, Trl, Roll, Areal,
                 Synchronous, Unbounded, Clairvoyant, PsrlFineGrain)
+    + PEERS_2026
 }
 
 # The comparison of the source's section 10 (the baselines it measured), in its order.
@@ -60,5 +73,5 @@ def policy_names(text: str) -> list[str]:
     return names
 
 
-__all__ = ["INF", "Group", "Host", "POLICIES", "Policy", "PolicyError", "SOURCE_BASELINES",
+__all__ = ["INF", "Group", "Host", "PEERS_2026", "POLICIES", "Policy", "PolicyError", "SOURCE_BASELINES",
            "SimulatorHost", "UnknownPolicy", "make_policy", "policy_names"]

@@ -82,6 +82,9 @@ class Report:
     over_eta: int = 0
     eta: int | None = None  # the eta a peer's rule enforces (the rule's, never the header's)
     staleness: dict[int, int] = field(default_factory=dict)
+    # a peer's log: units discarded untrained, finished (filter events) and in flight (abort)
+    dropped: int = 0
+    aborted: int = 0
 
     @property
     def ok(self) -> bool:
@@ -312,4 +315,5 @@ def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, boun
     report.live_at_end = sum(tracker.live.values())
     report.over_eta = tracker.over_eta
     report.staleness = dict(sorted(tracker.staleness.items()))
+    report.dropped, report.aborted = tracker.dropped, tracker.aborted
     return report

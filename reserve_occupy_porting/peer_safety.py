@@ -64,6 +64,10 @@ class PeerTracker:
         self.in_flight = 0
         self.over_eta = 0  # units trained staler than eta (unbounded rules only)
         self.staleness: dict[int, int] = {}
+        # what the log discarded untrained: finished units (``filter``: the rule's drops) and
+        # in-flight ones (``abort``: the rule's or the runtime's)
+        self.dropped = 0
+        self.aborted = 0
 
     @property
     def live(self) -> dict[str, int]:
@@ -122,11 +126,14 @@ class PeerTracker:
                                             f"version {self.version}")
             self.units[u] = FINISHED if op == "occupy" else DONE
             self.in_flight -= 1
+            if op == "abort":
+                self.aborted += 1
         elif op == "filter":
             if state != FINISHED:
                 return Violation("lifecycle", f"filter of unit {u!r}, which is "
                                               f"{state or 'unknown'}, not finished")
             self.units[u] = DONE
+            self.dropped += 1
         elif op == "consume":
             return self._consume(e.batch, "batch.streamed" in entry.logged)  # type: ignore
         elif op == "stream" and self.streams and self.config.streaming:

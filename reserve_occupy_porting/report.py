@@ -199,7 +199,8 @@ def _peer_line(report: Report) -> str:
         bound = (f"not bounded by its rule: {report.over_eta} units trained staler than eta "
                  f"{eta} (the rule's own, not a protocol failure)")
     return (f"  policy {report.policy} ({bound}); trained staleness {{staleness: units}}: "
-            f"{{{trained}}}")
+            f"{{{trained}}}; discarded untrained: {report.dropped} finished (filter), "
+            f"{report.aborted} in flight (abort)")
 
 
 def render_json(report: Report, name: str) -> dict[str, Any]:
@@ -211,7 +212,8 @@ def render_json(report: Report, name: str) -> dict[str, Any]:
     }
     if report.policy is not None:  # a peer's log: "ok" is the rule held, not conformance
         out.update(policy=report.policy, bounded=report.bounded, eta=report.eta,
-                   over_eta=report.over_eta,
+                   over_eta=report.over_eta, dropped=report.dropped,
+                   aborted=report.aborted,
                    staleness={str(k): v for k, v in report.staleness.items()})
     if p is not None:
         out["problem"] = {

@@ -116,7 +116,10 @@ from .accounting import STALE  # meta.reason of a finished unit the rule dropped
 REFERENCE = "reserve_occupy"
 # The simulator's policies the runtime can drive, in the order tables use.
 PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "roll", "areal", "synchronous",
-                 "unbounded")
+                 "unbounded",
+                 # issue 38: the rules as shipped in late 2026 (reserve_occupy_peers.PEERS_2026)
+                 "nemo_windowed", "nemo_ready_first", "verl_wait", "prime_rl", "tinker",
+                 "window_fifo")
 POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
 
 
@@ -143,6 +146,12 @@ RULE_SETTINGS: dict[str, frozenset[str]] = {
     "areal": _EVERY_RULE,
     "synchronous": _EVERY_RULE | {"max_concurrency"},
     "unbounded": _EVERY_RULE | {"max_concurrency"},
+    "nemo_windowed": _EVERY_RULE,
+    "nemo_ready_first": _EVERY_RULE,
+    "verl_wait": _EVERY_RULE,
+    "prime_rl": _EVERY_RULE,
+    "tinker": _EVERY_RULE,
+    "window_fifo": _EVERY_RULE,
 }
 # staleness.* settings that are off when None, which a rule that does not honour them refuses
 # (``capacity``: config validation refuses it with every peer, naming it Reserve–Occupy's; the
@@ -210,7 +219,10 @@ def make_rule(name: str, eta: int) -> Policy:
         raise ValueError(f"unknown peer policy {name!r} (choose from {', '.join(PEER_POLICIES)})")
     # verl: parameter_sync_step=1 is verl's colocate_async (the runtime's trainer and engine
     # share the machine); the simulator's default, 4, is separate_async.
-    options = {"parameter_sync_step": 1} if name == "verl_drop" else {}
+    options = {"parameter_sync_step": 1} if name in ("verl_drop", "verl_wait") else {}
+    # tinker: the driver chooses the prompts, so a discarded group's prompt is not requeued
+    if name == "tinker":
+        options = {"requeue": False}
     return make_policy(name, eta, **options)
 
 

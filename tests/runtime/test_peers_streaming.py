@@ -36,7 +36,7 @@ def _nemo(streaming: bool, chunk_groups: int = 1, policy: str = "nemo_in_order",
 
 def test_the_rules_that_stream_are_the_simulators():
     assert [p for p in PEER_POLICIES if peer_streams(p)] == [
-        "nemo_in_order", "nemo_weight_fifo", "unbounded"]
+        "nemo_in_order", "nemo_weight_fifo", "unbounded", "nemo_windowed", "nemo_ready_first"]
     with pytest.raises(UnsupportedByRuntime, match="verl_drop does not stream"):
         PeerController("verl_drop", Config(max_staleness=1, batch_size=2, streaming=True), 4)
 
