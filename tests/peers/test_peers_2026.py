@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from runtime.porting.report import render_text
+from reserve_occupy_porting.report import render_text
 from reserve_occupy_peers import PEERS_2026, POLICIES, Group, make_policy
 
 NEW = [cls.name for cls in PEERS_2026]
@@ -307,10 +307,10 @@ def test_window_fifo_maps_eta_to_torchtitans_bound(eta, P, expected):
 @pytest.mark.parametrize("name", NEW)
 @pytest.mark.parametrize("eta", [1, 2])
 def test_each_rule_simulates_and_keeps_what_it_promises(name, eta):
-    from runtime.sim.model.checks import check_conservation, check_staleness
-    from runtime.sim.model.core import Simulator
-    from runtime.sim.model.cost import preset
-    from runtime.sim.model.workload import MathReasoningShape, generate
+    from reserve_occupy_sim.model.checks import check_conservation, check_staleness
+    from reserve_occupy_sim.model.core import Simulator
+    from reserve_occupy_sim.model.cost import preset
+    from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
     workload = generate(3, MathReasoningShape(groups=96))
     sim = Simulator(make_policy(name, eta), workload, preset("qwen3-8b-h20"), batches=10,
@@ -325,9 +325,9 @@ def test_each_rule_simulates_and_keeps_what_it_promises(name, eta):
 
 def test_ready_first_trains_stragglers_past_eta_in_the_simulator():
     # not vacuous: on the long-tailed workload ready_first trains beyond its W, windowed never
-    from runtime.sim.model.core import Simulator
-    from runtime.sim.model.cost import preset
-    from runtime.sim.model.workload import MathReasoningShape, generate
+    from reserve_occupy_sim.model.core import Simulator
+    from reserve_occupy_sim.model.cost import preset
+    from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
     workload, cost = generate(1, MathReasoningShape(groups=128)), preset("qwen3-8b-h20")
     worst = {}
@@ -341,7 +341,7 @@ def test_ready_first_trains_stragglers_past_eta_in_the_simulator():
 
 def _runtime(name: str, eta: int = 1, steps: int = 6):
     from reserve_occupy.trace import dumps
-    from runtime.porting.checker import check
+    from reserve_occupy_porting.checker import check
     from runtime.rollout.fake import random_script
 
     from tests.runtime.helpers import make, run
@@ -375,7 +375,7 @@ def test_check_trace_fails_a_bounded_rule_over_its_eta_and_only_reports_an_unbou
     # the verl_wait log at eta 0 (it trains at staleness 1: see test_verl_wait_by_hand) is
     # reported under its own name; the same events fail when held to the bound
     from reserve_occupy.trace import dumps, parse_lines
-    from runtime.porting.peer_safety import PeerTracker
+    from reserve_occupy_porting.peer_safety import PeerTracker
 
     driver, _, report = _runtime("verl_wait", eta=0, steps=5)
     assert report.ok and report.over_eta > 0 and max(report.staleness) >= 1
@@ -454,9 +454,9 @@ SIM_FINGERPRINTS_2026 = {
 
 
 def test_the_new_rules_simulate_as_recorded():
-    from runtime.sim.model.core import Simulator
-    from runtime.sim.model.cost import preset
-    from runtime.sim.model.workload import MathReasoningShape, generate
+    from reserve_occupy_sim.model.core import Simulator
+    from reserve_occupy_sim.model.cost import preset
+    from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
     from tests.runtime.test_peers import _fingerprint
 
@@ -473,7 +473,7 @@ def test_the_new_rules_simulate_as_recorded():
 def test_no_existing_study_or_bench_runs_the_new_rules_by_default():
     # the regime map, the streaming table, experiment 2 and make bench-peers keep their lists;
     # issue 38's rules run where named (--policy/--policies), so no published figure moves
-    from runtime.sim.studies import bound, experiments, regimes, scenarios, streaming
+    from reserve_occupy_sim.studies import bound, experiments, regimes, scenarios, streaming
     from tests.runtime.helpers import load_bench
 
     lists = [bound.TABLE_POLICIES, experiments.EXP2_POLICIES, regimes.BASELINES,
@@ -493,7 +493,7 @@ def test_the_new_nemo_samplers_stream_in_the_runtime_and_check(name):
     from tests.runtime.test_peers import _log
     from tests.runtime.test_peers_streaming import B, STEPS, _nemo
 
-    from runtime.porting.checker import check
+    from reserve_occupy_porting.checker import check
 
     driver, trainer, records = _nemo(True, chunk_groups=2, policy=name)
     assert len(records) == STEPS and trainer.chunks
