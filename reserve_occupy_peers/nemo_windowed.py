@@ -7,7 +7,7 @@ Source: NVIDIA-NeMo/RL @ 7ea279abfbeb698b092856d0dab61e7cf39bc909 (2026-08-22),
 843–1221, ``_abort_stale_inflight`` 1478–1511, 1636–1640),
 ``nemo_rl/algorithms/single_controller_utils/config.py`` (defaults: ``max_staleness_versions``
 1, 487–492; ``max_inflight_prompts`` 32, 415; ``max_buffered_rollouts`` 64, 417;
-``min_groups_for_streaming_train`` 32, 413) and ``docs/guides/single-controller.md`` (table,
+``min_groups_for_streaming_train`` 32, 413) and ``NVIDIA-NeMo/RL/docs/guides/single-controller.md`` (table,
 line 73: "aged groups outside the window are evicted (wasted compute)").
 
 * L1: ``admit`` returns at once (no version gate, ``required_buffer_capacity`` None). A prompt is

@@ -5,7 +5,7 @@ Source: verl-project/verl @ 1dda039b9c6311889a9c9a26040677e1254814f9 (2026-08-22
 ``verl/trainer/ppo/v1/replay_buffer.py`` (``ReplayBufferAsync.wait_for_sampleable`` 547–574,
 ``_has_enough_samples`` 524–539, ``_evict_terminal_groups`` 328–364, ``_select_prompt_uids``
 366–375), ``verl/trainer/ppo/v1/trainer_base.py`` (``_submit_batch_to_rollout`` 1386–1395,
-``step`` 509–535), ``docs/advance/v1_async_trainer.md`` (69–70, 93: "wait" is dropless) and
+``step`` 509–535), ``verl-project/verl/docs/advance/v1_async_trainer.md`` (69–70, 93: "wait" is dropless) and
 ``verl/trainer/config/_generated_ppo_trainer.yaml`` 1000–1001 (``max_off_policy_threshold`` 8,
 ``max_off_policy_strategy`` ``drop``: ``wait`` is the non-default strategy).
 

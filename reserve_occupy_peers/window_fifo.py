@@ -9,7 +9,7 @@ window 176–183 and 224–245; ``max_offpolicy_steps`` 247–258),
 ``torchtitan/experiments/rl/components/work_buffer.py`` (``RolloutGroupWorkBuffer`` 54–260:
 ``wait_for_slot``/``add_work`` charge a slot at admission, ``claim_next`` hands the oldest
 WAITING group to a worker, ``take_finalized`` 170–206, ``release_active_groups`` 215–238) and
-``docs/windowed_fifo.md`` (following the MiniMax paper, arXiv 2605.26494 section 6.2.4; the
+``pytorch/torchtitan/docs/windowed_fifo.md`` (following the MiniMax paper, arXiv 2605.26494 section 6.2.4; the
 Forge code itself is not public in the store).
 
 **Issue 38's formula differs from the shipped code**: it gives ``window_size = min(buffer,

@@ -222,9 +222,10 @@ def _generated(text: str) -> str:
 
 
 def _measured() -> tuple[set[tuple[str, str]], set[tuple[str, str, str]]]:
-    """Every interval, and every (median, interval), in the generated blocks of docs/peers.md
-    and docs/calibration.md."""
-    blocks = _generated(_read("docs/peers.md")) + _generated(_read("docs/calibration.md"))
+    """Every interval, and every (median, interval), in the generated blocks of docs/peers.md,
+    docs/calibration.md and docs/learning.md."""
+    blocks = (_generated(_read("docs/peers.md")) + _generated(_read("docs/calibration.md"))
+              + _generated(_read("docs/learning.md")))
     found = INTERVAL.findall(blocks)
     assert len(found) >= 20, "the measurement blocks of peers.md / calibration.md moved"
     return {(lo, hi) for _, lo, hi in found}, {t for t in found if t[0]}
