@@ -225,7 +225,7 @@ class GRPOTrainer:
         ``TokenBudgetError`` here, before the model loads."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ..config import check_precision, resolve_device
+        from ..machine_checks import check_precision, resolve_device
 
         self.packing = bool(getattr(settings, "packing", False))
         self.token_budget = int(getattr(settings, "max_tokens_per_micro_batch", 1 << 62))

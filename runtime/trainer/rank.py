@@ -409,7 +409,7 @@ def cuda_index(rank: int, spec: dict[str, Any]) -> int:
 def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> None:
     """A rank's process: join the group (the driver's store on 127.0.0.1:``port``), build the
     trainer, answer ready, then serve commands until ``close`` or the driver's end closes."""
-    from ..config import resolve_device
+    from ..machine_checks import resolve_device
 
     device = resolve_device(spec["settings"].device)
     if spec.get("master_addr", "127.0.0.1") in ("127.0.0.1", "localhost", "::1"):
