@@ -57,8 +57,9 @@ from torch.distributed.tensor import DTensor
 from .. import atomic_io
 from . import streamed
 from .base import INPUT_ERRORS
+from .checkpoint_io import check_keys, tied_keys
 from .dcp import SHARDED_DIR, checkpoint_error, load_dcp, save_dcp
-from .grpo import GRPOTrainer, check_keys, tied_keys
+from .grpo import GRPOTrainer
 
 # The per-rank metric sums of ``GRPOTrainer._minibatch`` that add up over ranks.
 SUM_KEYS = ("tokens", "loss", "clipped", "ratio", "kl_behaviour", "kl_ref", "onpolicy_err",
@@ -329,7 +330,7 @@ class RankTrainer(GRPOTrainer):
             load_dcp(self.model, self.opt, path)
             self.steps = json.loads((path / STATE_NAME).read_text())["steps"]
             return
-        from .grpo import CHECKPOINT_FILES
+        from .checkpoint_io import CHECKPOINT_FILES
 
         missing = [n for n in CHECKPOINT_FILES if not (path / n).exists()]
         if missing:
