@@ -6,7 +6,7 @@ preset; 40 batches of 16 groups) at eta 1, 2, 3 and prints one row per (eta, fra
 mean over seeds of:
 
 * steady-state effective throughput (``metrics.steady_throughput``);
-* its ratio to NeMo-RL in_order *as NeMo-RL ships it* on the same seed (``REFERENCE``: the
+* its ratio to NeMo-RL in_order *as NeMo-RL ships it* on the same seed (``IN_ORDER_AS_SHIPPED``: the
   streaming trainer, in-flight refit);
 * its fraction of the clairvoyant upper bound for its trainer (``bound.clairvoyant_bound`` on
   the row's cost model: the whole-batch bound for a whole-batch trainer, the restated one for a
@@ -52,6 +52,7 @@ from .streaming_compute import (
     CHUNK_SWEEP,
     FRAMEWORKS,
     PSRL_SHARE,
+    IN_ORDER_AS_SHIPPED,
     REFERENCE,
     TARGET_CEILING,
     TARGET_FULL,
@@ -85,6 +86,7 @@ __all__ = [
     "CHUNK_GROUPS",
     "CHUNK_SWEEP",
     "PSRL_SHARE",
+    "IN_ORDER_AS_SHIPPED",
     "REFERENCE",
     "TARGET_FULL",
     "TARGET_SHIPPED",

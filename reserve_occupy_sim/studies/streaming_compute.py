@@ -23,7 +23,8 @@ from ..model.workload import MathReasoningShape, generate
 CHUNK_GROUPS = 1  # the streaming setting: NeMo-RL's smallest min_groups_for_streaming_train
 CHUNK_SWEEP = (1, 2, 4, 8, 16)
 PSRL_SHARE = 0.2  # recompute scope: the old-log-prob forward, 2N of the preset's 10N FLOP/token
-REFERENCE = "NeMo in_order stream"
+IN_ORDER_AS_SHIPPED = "NeMo in_order stream"  # the row every ratio is to
+REFERENCE = IN_ORDER_AS_SHIPPED  # its old name (not the policy runtime.peers called REFERENCE)
 TARGET_FULL = 1.08  # RO streaming >= 1.08x NeMo in_order full-batch at eta = 1
 TARGET_SHIPPED = 0.99  # ... >= 0.99x NeMo in_order as shipped, every regime-map cell
 TARGET_CEILING = 0.97  # ... >= 0.97x the unbounded ceiling on the same trainer at eta = 2
@@ -44,7 +45,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
     Framework("NeMo in_order full", "nemo_in_order", "full", "in-flight",
               what="NeMo-RL's exemplar config: min_groups_for_streaming_train = "
                    "num_prompts_per_step (the legacy full-batch semantics)"),
-    Framework(REFERENCE, "nemo_in_order", "stream", "in-flight",
+    Framework(IN_ORDER_AS_SHIPPED, "nemo_in_order", "stream", "in-flight",
               what="NeMo-RL streaming: chunks of >= min_groups_for_streaming_train groups"),
     Framework("NeMo weight_fifo full", "nemo_weight_fifo", "full", "in-flight"),
     Framework("NeMo weight_fifo stream", "nemo_weight_fifo", "stream", "in-flight"),
@@ -120,7 +121,7 @@ def run(cost: CostModel | None = None, seeds=(0, 1, 2), etas=(1, 2, 3), batches:
                              **_run(fw, eta, workload, cost, batches, batch_size)})
             if eta == min(etas):
                 for fw in FRAMEWORKS:
-                    if fw.key not in (REFERENCE, "RO stream", "RO stream in-flight"):
+                    if fw.key not in (IN_ORDER_AS_SHIPPED, "RO stream", "RO stream in-flight"):
                         continue
                     for chunk in chunk_sweep:
                         sweep.append({"seed": seed, "eta": eta, "framework": fw.key,
@@ -161,8 +162,8 @@ def rows(payload: dict) -> list[dict]:
         for key, fw in fws.items():
             mine = [by[(s, eta, key)] for s in payload["setting"]["seeds"]]
             ok = [(s, r) for s, r in zip(payload["setting"]["seeds"], mine) if "steady" in r]
-            ratio = [r["steady"] / by[(s, eta, REFERENCE)]["steady"] for s, r in ok
-                     if "steady" in by[(s, eta, REFERENCE)]]
+            ratio = [r["steady"] / by[(s, eta, IN_ORDER_AS_SHIPPED)]["steady"] for s, r in ok
+                     if "steady" in by[(s, eta, IN_ORDER_AS_SHIPPED)]]
             frac = [r["steady"] / _bound_of(payload, s, eta, fw)["upper"] for s, r in ok]
             out.append({"eta": eta, "framework": key, "trainer": fw["trainer"],
                         "engine": fw["engine"], "stalled": len(mine) - len(ok),
@@ -199,9 +200,9 @@ def targets(payload: dict) -> list[dict]:
             _ratio(payload, 1, "RO stream in-flight", "NeMo in_order full"), TARGET_FULL)
     for eta in etas:
         add(f"RO stream ÷ NeMo in_order as shipped, eta {eta}",
-            _ratio(payload, eta, "RO stream", REFERENCE), TARGET_SHIPPED)
+            _ratio(payload, eta, "RO stream", IN_ORDER_AS_SHIPPED), TARGET_SHIPPED)
         add(f"RO stream in-flight ÷ NeMo in_order as shipped, eta {eta}",
-            _ratio(payload, eta, "RO stream in-flight", REFERENCE), TARGET_SHIPPED)
+            _ratio(payload, eta, "RO stream in-flight", IN_ORDER_AS_SHIPPED), TARGET_SHIPPED)
     for ro, ceiling in (("RO stream", "unbounded stream"),
                         ("RO stream in-flight", "unbounded stream in-flight")):
         if 2 in etas:
@@ -222,7 +223,7 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print) -> dict:
     cost = cost or preset("qwen3-8b-h20")
     sweep = sweep or Sweep()
     fws = {fw.key: fw for fw in FRAMEWORKS}
-    keys = (REFERENCE, "RO stream", "RO stream in-flight")
+    keys = (IN_ORDER_AS_SHIPPED, "RO stream", "RO stream in-flight")
     start = time.perf_counter()
     cells, seen = [], set()
     for cell in sweep.cells():
@@ -245,7 +246,7 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print) -> dict:
                     res[k].append(None)
         ratios = {}
         for k in keys[1:]:
-            vals = [a / b for a, b in zip(res[k], res[REFERENCE]) if a and b]
+            vals = [a / b for a, b in zip(res[k], res[IN_ORDER_AS_SHIPPED]) if a and b]
             ratios[k] = {"mean": _mean(vals), "min": float(min(vals)) if vals else float("nan")}
         cells.append({**dataclasses.asdict(cell), "ratios": ratios})
     say(f"regime map: {len(cells)} cells in {time.perf_counter() - start:.0f} s")

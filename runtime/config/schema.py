@@ -24,7 +24,7 @@ from pydantic import (
 from reserve_occupy.config import MAX_STALENESS
 
 from ..machine_checks import check_token_budget
-from ..peers import POLICY_CHOICES, REFERENCE, peer_streams, unhonoured
+from ..peers import POLICY_CHOICES, RESERVE_OCCUPY, peer_streams, unhonoured
 from ..records import DriverSettings
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
@@ -209,7 +209,7 @@ class StalenessConfig(_Section):
     filter_zero_variance: bool = True
     # The staleness rule (docs/runtime.md, "staleness.policy"): Reserve–Occupy, the verified
     # default, or a peer's rule from the simulator (runtime.peers), to be measured against it
-    policy: str = REFERENCE
+    policy: str = RESERVE_OCCUPY
 
     @field_validator("policy")
     @classmethod
@@ -464,7 +464,7 @@ class TrainConfig(_Section):
     def _peer_fits(self) -> TrainConfig:
         """A peer's rule (runtime.peers) runs without what only Reserve–Occupy has."""
         s = self.staleness
-        if s.policy == REFERENCE:
+        if s.policy == RESERVE_OCCUPY:
             return self
         if self.recovery.enabled:
             raise ValueError(f"staleness.policy={s.policy} runs without crash recovery (it "
