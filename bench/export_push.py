@@ -9,7 +9,7 @@ hidden 896, a 151,936-token vocabulary, 494 M parameters; built here, nothing do
 * ``single``: ``GRPOTrainer._export`` (``save_pretrained``) in this process;
 * ``N ranks``: ``ShardedTrainer._export`` with ``--ranks`` rank processes (gloo): rank 0
   gathers one tensor at a time and streams it into ``model.safetensors``
-  (``runtime.trainer.streamed``);
+  (``runtime.trainer.safetensors_writer``);
 * ``N ranks, whole``: the same ranks exporting as the sharded trainer did before the stream
   (``get_model_state_dict(full_state_dict, cpu_offload)`` of the whole model onto rank 0,
   then one ``save_file``), for the memory it costs side by side;

@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.ranks:
-        from runtime.config import check_world_size
+        from runtime.machine_checks import check_world_size
 
         try:  # one GPU per rank (cuda:r), or on CPU one CPU per rank: refused before any work
             check_world_size(max(args.ranks), args.device)

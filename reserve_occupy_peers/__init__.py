@@ -43,6 +43,10 @@ POLICIES: dict[str, type[Policy]] = {
     + PEERS_2026
 }
 
+# Reserve–Occupy's own policy name: the runtime's default staleness.policy and the x_policy of a
+# Reserve–Occupy log (runtime.peers and reserve_occupy_porting.checker, which called it REFERENCE)
+RESERVE_OCCUPY = ReserveOccupy.name
+
 # The comparison of the source's section 10 (the baselines it measured), in its order.
 SOURCE_BASELINES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "trl", "roll")
 
@@ -74,4 +78,4 @@ def policy_names(text: str) -> list[str]:
 
 
 __all__ = ["INF", "Group", "Host", "PEERS_2026", "POLICIES", "Policy", "PolicyError", "SOURCE_BASELINES",
-           "SimulatorHost", "UnknownPolicy", "make_policy", "policy_names"]
+           "RESERVE_OCCUPY", "SimulatorHost", "UnknownPolicy", "make_policy", "policy_names"]

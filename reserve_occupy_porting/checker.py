@@ -34,6 +34,7 @@ from reserve_occupy import (
     replay,
 )
 from reserve_occupy.trace import TraceEntry, TraceFormatError, loads_bounded, parse_lines
+from reserve_occupy_peers import RESERVE_OCCUPY
 
 from .compare import Difference, differences, rule_for
 from .peer_safety import PeerTracker
@@ -41,7 +42,8 @@ from .safety import SafetyTracker, Violation
 
 STRICT, LENIENT = "strict", "lenient"
 PEER = "peer"  # a peer's log, checked by ``peer_safety`` when the caller names its rule
-REFERENCE = "reserve_occupy"  # x_policy of a Reserve–Occupy log (absent: the same)
+# x_policy of a Reserve–Occupy log (absent: the same) is RESERVE_OCCUPY; REFERENCE: its old name
+REFERENCE = RESERVE_OCCUPY
 PROGRESS_EVERY = 100_000
 # A problem report draws the buffers before and after the offending event only up to this many
 # open slots: larger tables are unreadable, and snapshotting a million slots costs ~1 GB.
@@ -234,11 +236,11 @@ def _declared_policy(lines: Iterable[str], peer: str | None
     if not isinstance(h, dict):
         return rest, (len(before), {})  # parse_lines refuses anything but a header
     line = len(before)
-    policy = h.get("x_policy", REFERENCE)
+    policy = h.get("x_policy", RESERVE_OCCUPY)
     if not isinstance(policy, str):
         raise PeerHeaderError(line, "x_policy", f"must be a string, got {policy!r}")
     if peer is None:
-        if policy != REFERENCE:
+        if policy != RESERVE_OCCUPY:
             from runtime.peers import PEER_POLICIES
 
             if policy in PEER_POLICIES:

@@ -1,4 +1,6 @@
-"""Old import names of modules that left ``runtime/`` (issue 35), kept for one release.
+"""Old import names of modules that left ``runtime/`` (issue 35), kept for one release, and of
+one renamed inside it: ``runtime.trainer.streamed``, the safetensors weight writer, is
+``runtime.trainer.safetensors_writer`` (its old name read as unit streaming).
 
 ``runtime/`` is the production path; the peers' rules, the simulator, the porting kit and the
 fault harness moved out of it to top-level packages of their own (``MOVED`` maps each old
@@ -30,6 +32,7 @@ MOVED: dict[str, str] = {
     "runtime.sim": "reserve_occupy_sim",
     "runtime.porting": "reserve_occupy_porting",
     "runtime.faults": "reserve_occupy_faults",
+    "runtime.trainer.streamed": "runtime.trainer.safetensors_writer",
 }
 
 

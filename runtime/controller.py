@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from reserve_occupy import Batch, BufferStatus, Event, Placement, Removal, Reservation, UnitState
 from reserve_occupy.types import BatchUnit, UnitId
 
-from .peers import REFERENCE, PeerController
+from .peers import RESERVE_OCCUPY, PeerController
 from .records import DriverSettings
 from .recovery.journal import JournaledController
 
@@ -120,7 +120,7 @@ def make_controller(settings: DriverSettings, now: Callable[[], float]) -> Contr
     """The controller ``settings.policy`` names: Reserve–Occupy's (``JournaledController``,
     no event log attached: a durable run's comes from ``RunStore``) or a peer's rule, whose
     timer reads ``now`` (the driver's clock)."""
-    if settings.policy == REFERENCE:
+    if settings.policy == RESERVE_OCCUPY:
         return JournaledController(settings.controller_config())
     return PeerController(settings.policy, settings.controller_config(), settings.group_size,
                           now=now, chunk_groups=settings.chunk_groups)

@@ -109,18 +109,18 @@ from reserve_occupy import (
 from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, UnknownUnit
 from reserve_occupy.types import BatchUnit, SlotRef
 
-from reserve_occupy_peers import POLICIES, Group, Policy, make_policy
+from reserve_occupy_peers import POLICIES, RESERVE_OCCUPY, Group, Policy, make_policy
 
 from .accounting import STALE  # meta.reason of a finished unit the rule dropped untrained
 
-REFERENCE = "reserve_occupy"
+REFERENCE = RESERVE_OCCUPY  # the old name of reserve_occupy_peers.RESERVE_OCCUPY here
 # The simulator's policies the runtime can drive, in the order tables use.
 PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "roll", "areal", "synchronous",
                  "unbounded",
                  # issue 38: the rules as shipped in late 2026 (reserve_occupy_peers.PEERS_2026)
                  "nemo_windowed", "nemo_ready_first", "verl_wait", "prime_rl", "tinker",
                  "window_fifo")
-POLICY_CHOICES = (REFERENCE, *PEER_POLICIES)
+POLICY_CHOICES = (RESERVE_OCCUPY, *PEER_POLICIES)
 
 
 # The staleness settings each rule honours (docs/runtime.md, "Peers' rules": the table "what

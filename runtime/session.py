@@ -22,6 +22,7 @@ from .config import TrainConfig
 from .controller import make_controller
 from .driver import Driver
 from .inputs import InputError
+from .machine_checks import check_lengths  # noqa: F401  (moved there; a re-export)
 from .metrics import MetricsSink, plot, summarize
 from .rollout.base import GenerationRequest, Rollout
 from .tasks.base import Prompt, RewardAborted, RewardError, RewardFn, score_group
@@ -80,23 +81,6 @@ async def evaluate(rollout: Rollout, prompts: Sequence[Prompt], reward_fn: Rewar
                                      for k in range(samples)))
     greedy = await asyncio.gather(*(one(i, p, 0, 0.0) for i, p in enumerate(prompts)))
     return {"reward": fmean(sampled), "greedy_reward": fmean(greedy)}
-
-
-def check_lengths(model_path: Path | None, prompts: Sequence[Prompt], max_tokens: int,
-                  max_model_len: int, tokenizer: Any = None) -> None:
-    """Refuse, before the engine starts, a prompt too long for ``max_model_len`` with
-    ``max_tokens`` of answer: the engine would reject each of its requests, forever.
-    ``tokenizer``: use this one instead of loading ``model_path``'s."""
-    if tokenizer is None:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    tok = tokenizer
-    longest = max(prompts, key=lambda p: len(tok.encode(p.text)))
-    n = len(tok.encode(longest.text))
-    if n + max_tokens > max_model_len:
-        raise InputError(f"prompt {longest.index} is {n} tokens; with rollout.max_tokens "
-                         f"{max_tokens} it exceeds rollout.max_model_len {max_model_len}")
 
 
 def build_engine(cfg: TrainConfig, model_path: Path) -> Rollout:

@@ -271,8 +271,13 @@ def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-u
     tokenizer. Returns the model directory (None: the embedded tiny model). Raises
     ``InputError``."""
     from . import inputs
-    from .config import check_engine_args, check_precision, check_world_size, resolve_device
     from .inputs import InputError
+    from .machine_checks import (
+        check_engine_args,
+        check_precision,
+        check_world_size,
+        resolve_device,
+    )
     from .session import check_lengths
 
     try:
@@ -417,8 +422,8 @@ def _check_tiny_cache(cfg) -> None:  # type: ignore[no-untyped-def]
 def _check_budget(cfg, prompts, tokenizer) -> None:  # type: ignore[no-untyped-def]
     """``trainer.max_tokens_per_micro_batch`` holds the longest sample the run can train
     (its longest prompt with ``rollout.max_tokens`` of response); ``InputError`` if not."""
-    from .config import check_token_budget
     from .inputs import InputError
+    from .machine_checks import check_token_budget
 
     longest = max(len(tokenizer.encode(p.text)) for p in prompts)
     try:

@@ -29,7 +29,8 @@ schedule from the step count its checkpoint records.
 
 Checkpoints and exported weights are Hugging Face model directories (``save_pretrained``:
 ``config.json``, ``model.safetensors``, and in checkpoints the tokenizer), so
-``AutoModelForCausalLM.from_pretrained`` and vLLM load them as they are.
+``AutoModelForCausalLM.from_pretrained`` and vLLM load them as they are
+(``runtime.trainer.checkpoint_io``, ``CheckpointIO``: the methods that write and read them).
 
 Micro-batches (``trainer.packing``, ``max_tokens_per_micro_batch``): with packing, a
 micro-batch is one row of several samples' prompt + response tokens, ``position_ids`` restarting
@@ -44,6 +45,7 @@ where a block-diagonal mask over the row would cost the row's square); under ``e
 block-diagonal causal 4D mask; under the others (``flash_attention_2``/``_3``'s
 variable-length path, ``flex_attention``) ``position_ids`` alone, which transformers turns
 into per-sample attention only when the forward has no KV cache, hence ``use_cache=False``.
+The plan and the attention function are in ``runtime.trainer.packing``.
 
 Torch work runs in a worker thread (``asyncio.to_thread``) so generation continues meanwhile.
 
@@ -64,23 +66,30 @@ import contextlib
 import copy
 import json
 import math
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .. import atomic_io
 from .base import GroupSample, NonFiniteStep, TrainBatch
+from .checkpoint_io import (  # noqa: F401  (the checkpoint names re-exported: they lived here)
+    CHECKPOINT_FILES,
+    _ONE_SHARD,
+    CheckpointIO,
+    check_keys,
+    tied_keys,
+    torch_save,
+)
 from .corrections import corrected_loss, loglinear_prox
-from .dcp import SHARDED_DIR
-
-
-# Safetensors has no file-size limit; one file per directory is what the engine's weight
-# reload and the Ray backend's weight transfer read.
-_ONE_SHARD = "100000GB"
-CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "trainer_state.json")
+from .packing import (  # noqa: F401  (the packing names re-exported: they lived here)
+    PER_SAMPLE_SDPA,
+    TokenBudgetError,
+    packed_attention,
+    per_sample_sdpa,
+    plan_micro_batches,
+    use_per_sample_sdpa,
+)
 
 
 def lr_at(step: int, total: int | None, warmup: int = 0, schedule: str = "constant",
@@ -102,117 +111,7 @@ def lr_at(step: int, total: int | None, warmup: int = 0, schedule: str = "consta
     raise ValueError(f"trainer.lr_schedule {schedule!r}: expected constant, linear or cosine")
 
 
-def torch_save(obj: Any, path: Path) -> None:
-    """``torch.save(obj, path)``, a failed write raised as the ``OSError`` it is (torch says
-    ``RuntimeError: ... unexpected pos ...`` for a full disk)."""
-    with open(path, "wb") as f:
-        stream = atomic_io.KeepWriteError(f)
-        try:
-            torch.save(obj, stream)
-        except RuntimeError as exc:
-            if stream.error is not None:
-                raise stream.error from exc
-            raise
-
-
-class TokenBudgetError(ValueError):
-    """A sample longer than ``trainer.max_tokens_per_micro_batch``: it fits no micro-batch."""
-
-
-# The attention implementation a packed row runs under where the model's own is ``sdpa``
-PER_SAMPLE_SDPA = "ro_per_sample_sdpa"
-
-
-def per_sample_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
-                    value: torch.Tensor, attention_mask: torch.Tensor | None,
-                    dropout: float = 0.0, scaling: float | None = None,
-                    packed_segments: Sequence[tuple[int, int]] | None = None,
-                    **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """Attention for a packed row on any device: transformers' own ``sdpa`` attention, causal,
-    on each sample's slice ``[start, end)`` of the row (``packed_segments``), so that a token
-    attends only within its sample and the work is the sum of the samples' squares, not the
-    row's square (a block-diagonal mask over the whole row costs the row's square). Without
-    segments, the row is one sequence. Registered with transformers' ``AttentionInterface``."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    if attention_mask is not None:
-        raise ValueError(f"{PER_SAMPLE_SDPA} attends within packed samples; it takes no mask")
-    segments = packed_segments or ((0, query.shape[2]),)
-    outs = [sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b],
-                                   value[:, :, a:b], None, dropout=dropout, scaling=scaling,
-                                   **kwargs)[0] for a, b in segments]
-    return torch.cat(outs, dim=1), None
-
-
-def packed_attention(implementation: str | None) -> str:
-    """How a packed row keeps attention within each sample under ``implementation`` (the
-    model's ``config._attn_implementation``): ``per-sample`` (``sdpa``, which the trainer
-    replaces by ``per_sample_sdpa``), ``mask`` (``eager``: a block-diagonal causal additive
-    4D mask) or ``position_ids`` (flash-attention's variable-length path, flex_attention:
-    transformers finds the samples where ``position_ids`` restart, without a KV cache)."""
-    if implementation in (None, "sdpa", PER_SAMPLE_SDPA):
-        return "per-sample"
-    if implementation == "eager":
-        return "mask"
-    return "position_ids"
-
-
-def plan_micro_batches(lengths: Sequence[int], budget: int, packed: bool,
-                       max_rows: int | None = None) -> list[list[int]]:
-    """The micro-batches (lists of indices into ``lengths``, each sample's prompt + response
-    tokens), deterministic. Packed: first-fit-decreasing: samples longest first (ties by
-    index), each into the first micro-batch whose tokens stay within ``budget``. Padded: in
-    order, a micro-batch grows while its rows x its longest row stay within ``budget`` and it
-    has at most ``max_rows`` rows. A sample longer than ``budget`` gets a micro-batch of its
-    own (``GRPOTrainer`` refuses such a sample before training; ``score`` takes it)."""
-    if packed:
-        bins: list[list[int]] = []
-        used: list[int] = []
-        for i in sorted(range(len(lengths)), key=lambda k: (-lengths[k], k)):
-            for b, u in enumerate(used):
-                if u + lengths[i] <= budget:
-                    bins[b].append(i)
-                    used[b] += lengths[i]
-                    break
-            else:
-                bins.append([i])
-                used.append(lengths[i])
-        return bins
-    out: list[list[int]] = []
-    cur: list[int] = []
-    width = 0
-    for i, n in enumerate(lengths):
-        w = max(width, n)
-        if cur and (w * (len(cur) + 1) > budget or (max_rows and len(cur) >= max_rows)):
-            out.append(cur)
-            cur, w = [], n
-        cur.append(i)
-        width = w
-    if cur:
-        out.append(cur)
-    return out
-
-
-def tied_keys(model: torch.nn.Module) -> set[str]:
-    """The state-dict keys ``save_pretrained`` leaves out as tied to another weight."""
-    if not getattr(model.config, "tie_word_embeddings", False):
-        return set()
-    keys = getattr(model, "_tied_weights_keys", None) or ()
-    return set(keys.keys() if isinstance(keys, dict) else keys)
-
-
-def check_keys(model: torch.nn.Module, keys: Any, path: Path) -> None:
-    """Raise ``ValueError`` naming the difference unless ``keys`` (a checkpoint's weights) are
-    exactly ``model``'s, a tied weight allowed absent (``save_pretrained`` stores it once)."""
-    expected = set(model.state_dict().keys())
-    absent = sorted(k for k in expected - set(keys) if k not in tied_keys(model))
-    unexpected = sorted(set(keys) - expected)
-    if absent or unexpected:
-        raise ValueError(f"{path}: checkpoint does not match the model (missing "
-                         f"{absent[:3]}, unexpected {unexpected[:3]})")
-
-
-class GRPOTrainer:
+class GRPOTrainer(CheckpointIO):
     def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
                  temperature: float = 1.0, seed: int = 0, keep_weights: int = 2,
                  total_steps: int | None = None, max_sample_tokens: int | None = None) -> None:
@@ -225,7 +124,7 @@ class GRPOTrainer:
         ``TokenBudgetError`` here, before the model loads."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ..config import check_precision, resolve_device
+        from ..machine_checks import check_precision, resolve_device
 
         self.packing = bool(getattr(settings, "packing", False))
         self.token_budget = int(getattr(settings, "max_tokens_per_micro_batch", 1 << 62))
@@ -244,10 +143,7 @@ class GRPOTrainer:
         self.model.to(self.device).train()
         if self.packing and packed_attention(self.model.config._attn_implementation) \
                 == "per-sample":
-            from transformers import AttentionInterface
-
-            AttentionInterface.register(PER_SAMPLE_SDPA, per_sample_sdpa)
-            self.model.set_attn_implementation(PER_SAMPLE_SDPA)
+            use_per_sample_sdpa(self.model)
         if getattr(settings, "gradient_checkpointing", False):
             # Non-reentrant: works with inputs that need no grad and with autocast.
             self.model.gradient_checkpointing_enable(
@@ -732,83 +628,3 @@ class GRPOTrainer:
 
     async def finish_step(self, batch: TrainBatch) -> dict[str, float]:
         return await asyncio.to_thread(self._finish_step, batch)
-
-    # ------------------------------------------------------------------ weights, checkpoints --
-
-    def _state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights on the CPU, a tied weight once (safetensors refuses shared tensors)."""
-        out, seen = {}, set()
-        for k, v in self.model.state_dict().items():
-            if v.data_ptr() in seen:
-                continue
-            seen.add(v.data_ptr())
-            out[k] = v.detach().to("cpu").contiguous()
-        return out
-
-    def _write_model(self, path: Path) -> None:
-        """``path`` as a Hugging Face model directory (config, generation config, one
-        ``model.safetensors``; tied weights stored once, as ``from_pretrained`` expects)."""
-        from transformers.utils import logging as hf_logging
-
-        path.mkdir(parents=True, exist_ok=True)
-        bar = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # a "Writing model shards" bar at every publish
-        try:
-            self.model.save_pretrained(path, safe_serialization=True, max_shard_size=_ONE_SHARD)
-        except Exception as exc:  # safetensors reports a full disk as SafetensorError
-            atomic_io.reraise_os_error(exc, path / "model.safetensors")
-            raise
-        finally:
-            if bar:
-                hf_logging.enable_progress_bar()
-
-    def _export(self, version: int) -> Path:
-        """``weights/vN``, whole or not at all (``atomic_io.atomic_dir``)."""
-        root = self.out_dir / "weights"
-        path = root / f"v{version}"
-        with atomic_io.atomic_dir(path) as tmp:
-            self._write_model(tmp)
-        old = root / f"v{version - self.keep_weights}"
-        if version - self.keep_weights >= 0 and old.exists():
-            shutil.rmtree(old, ignore_errors=True)
-        return path
-
-    async def export_weights(self, version: int) -> Path:
-        return await asyncio.to_thread(self._export, version)
-
-    def _save(self, path: Path) -> None:
-        """A checkpoint directory, whole or not at all (``atomic_io.atomic_dir``)."""
-        with atomic_io.atomic_dir(path) as tmp:
-            self._write_model(tmp)
-            self.tokenizer.save_pretrained(tmp)
-            torch_save(self.opt.state_dict(), tmp / "optimizer.pt")
-            atomic_io.write_text(tmp / "trainer_state.json", json.dumps(
-                {"steps": self.steps, "precision": self.precision}))
-
-    def _load(self, path: Path) -> None:
-        from safetensors.torch import load_file
-
-        if (path / SHARDED_DIR).is_dir() and (path / "trainer_state.json").is_file():
-            from .dcp import load_dcp  # the sharded trainer's checkpoint, in one process
-
-            load_dcp(self.model, self.opt, path)
-            self.steps = json.loads((path / "trainer_state.json").read_text())["steps"]
-            return
-        missing = [n for n in CHECKPOINT_FILES if not (path / n).exists()]
-        if missing:
-            raise FileNotFoundError(f"{path}: not a checkpoint (missing {', '.join(missing)})")
-        state = load_file(str(path / "model.safetensors"), device=str(self.device))
-        dtype = next(self.model.parameters()).dtype
-        state = {k: v.to(dtype) for k, v in state.items()}
-        check_keys(self.model, state.keys(), path)  # before anything is loaded
-        self.model.load_state_dict(state, strict=False)  # a tied weight is stored once
-        if tied_keys(self.model):
-            self.model.tie_weights()
-        self.opt.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device))
-        self.steps = json.loads((path / "trainer_state.json").read_text())["steps"]
-
-    async def save_checkpoint(self, path: Path) -> None:
-        await asyncio.to_thread(self._save, Path(path))
-
-    async def load_checkpoint(self, path: Path) -> None:
-        await asyncio.to_thread(self._load, Path(path))

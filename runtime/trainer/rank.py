@@ -24,9 +24,9 @@ What changes from the single-process trainer, and nothing else (``RankTrainer`` 
 * The proximal log-probabilities of decoupled PPO (``trainer.correction.prox: recompute``): each
   rank scores its share of the rows and the ranks exchange them (``_with_prox``).
 * Weights: ``export`` gathers the weights one tensor at a time (``DTensor.full_tensor``) and
-  rank 0 streams each into ``model.safetensors`` as it arrives (``runtime.trainer.streamed``),
-  so it holds its shards plus one whole tensor, never the whole model; the directory is the
-  one the single-process trainer writes.
+  rank 0 streams each into ``model.safetensors`` as it arrives
+  (``runtime.trainer.safetensors_writer``), so it holds its shards plus one whole tensor, never
+  the whole model; the directory is the one the single-process trainer writes.
 * Checkpoints: model and optimizer as a ``torch.distributed.checkpoint`` directory
   (``sharded/``, each rank writing its shards; loadable at any world size), next to the
   consolidated model (``model.safetensors``, ``config.json``, the tokenizer: a directory
@@ -55,10 +55,11 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from .. import atomic_io
-from . import streamed
+from . import safetensors_writer
 from .base import INPUT_ERRORS
+from .checkpoint_io import check_keys, tied_keys
 from .dcp import SHARDED_DIR, checkpoint_error, load_dcp, save_dcp
-from .grpo import GRPOTrainer, check_keys, tied_keys
+from .grpo import GRPOTrainer
 
 # The per-rank metric sums of ``GRPOTrainer._minibatch`` that add up over ranks.
 SUM_KEYS = ("tokens", "loss", "clipped", "ratio", "kl_behaviour", "kl_ref", "onpolicy_err",
@@ -241,7 +242,7 @@ class RankTrainer(GRPOTrainer):
                                  Callable[[str], torch.Tensor]]:
         """The weights as (entries, fetch): each tensor's (name, dtype, global shape), tied
         weights once as ``save_pretrained`` stores them, and ``fetch(name)``, the whole tensor
-        (a collective for a sharded one: every rank calls it, in ``streamed.plan``'s order).
+        (a collective for a sharded one: every rank calls it, in ``safetensors_writer.plan``'s order).
 
         The seam for another transport: the file (``_write_full``) is one consumer; an NCCL
         broadcast from rank 0 to the engines' workers (docs/ray.md, "Weights to the engines")
@@ -264,18 +265,19 @@ class RankTrainer(GRPOTrainer):
     def _write_full(self, path: Path | None) -> None:
         """The full weights as the Hugging Face directory ``GRPOTrainer._write_model`` writes,
         at ``path`` (rank 0; None on the others); a collective. Gathered one tensor at a time
-        (``_gatherer``) and streamed into ``model.safetensors`` (``runtime.trainer.streamed``):
-        rank 0 holds its shards plus one whole tensor, never the whole model."""
+        (``_gatherer``) and streamed into ``model.safetensors``
+        (``runtime.trainer.safetensors_writer``): rank 0 holds its shards plus one whole tensor,
+        never the whole model."""
         entries, fetch = self._gatherer()
         if path is None:  # the other ranks take part in each gather, in the order of rank 0's
-            for name, _, _ in streamed.plan(entries):
+            for name, _, _ in safetensors_writer.plan(entries):
                 fetch(name)
             return
         # A write that fails (a full disk: OSError) fails rank 0's answer; the driver then
         # stops every rank (runtime.trainer.sharded), so none is left waiting in a gather.
         path.mkdir(parents=True, exist_ok=True)
-        streamed.write_streamed(path / "model.safetensors", entries, fetch,
-                                metadata={"format": "pt"})
+        safetensors_writer.write_streamed(path / "model.safetensors", entries, fetch,
+                                          metadata={"format": "pt"})
         self.model.config.save_pretrained(path)
         gen = getattr(self.model, "generation_config", None)
         if gen is not None:
@@ -329,7 +331,7 @@ class RankTrainer(GRPOTrainer):
             load_dcp(self.model, self.opt, path)
             self.steps = json.loads((path / STATE_NAME).read_text())["steps"]
             return
-        from .grpo import CHECKPOINT_FILES
+        from .checkpoint_io import CHECKPOINT_FILES
 
         missing = [n for n in CHECKPOINT_FILES if not (path / n).exists()]
         if missing:
@@ -409,7 +411,7 @@ def cuda_index(rank: int, spec: dict[str, Any]) -> int:
 def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> None:
     """A rank's process: join the group (the driver's store on 127.0.0.1:``port``), build the
     trainer, answer ready, then serve commands until ``close`` or the driver's end closes."""
-    from ..config import resolve_device
+    from ..machine_checks import resolve_device
 
     device = resolve_device(spec["settings"].device)
     if spec.get("master_addr", "127.0.0.1") in ("127.0.0.1", "localhost", "::1"):

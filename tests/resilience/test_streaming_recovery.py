@@ -5,6 +5,12 @@ The crash is a trainer that dies inside a chunk; the log is the controller's eve
 moment (what the journal holds: the last test writes and reads it back). Recovery's steps run
 on it as ``recover`` runs them after reading the file: in-flight units are settled, finished
 and streamed units get their data back, and the driver continues from the ``ResumePoint``.
+
+The first tests build the log by hand (a controller that streamed two units, then died before
+consume): the journal replays its ``stream`` lines, and recovery's step 4 reloads the streamed
+units so that they train again at consume (docs/recovery.md, "Streaming: units handed to a
+trainer that died"). The rest crash a driver's trainer inside a chunk. (One file since issue 35:
+``test_stream_recovery.py`` held the first tests.)
 """
 
 from __future__ import annotations
@@ -13,16 +19,76 @@ import asyncio
 
 import pytest
 
-from reserve_occupy import UnitState, apply, replay
+from reserve_occupy import Config, UnitState, apply, replay
 from runtime.clock import VirtualClock
 from runtime.controller import make_controller
 from runtime.driver import Driver
 from runtime.recovery.durable import RecoverySettings
 from runtime.recovery.journal import EventLog, JournaledController, read_log, rebuild
-from runtime.recovery.resume import Recovery, RecoveryError
+from runtime.recovery.resume import Recovery, RecoveryError, RecoveryReport
 from runtime.rollout.fake import FakeRollout, FakeTrainer, random_script
 from runtime.records import DriverSettings
 from tests.runtime.helpers import PROMPTS, parity_reward
+
+# ------------------------------------------------------------ the log, built by hand ----
+
+CORE_CONFIG = Config(1, 3, streaming=True)
+
+
+def _crashed_log(tmp_path):
+    """A controller that streamed a and b, then died before consume: its log, read back."""
+    path = tmp_path / "events.jsonl"
+    c = JournaledController(CORE_CONFIG, EventLog.create(path, CORE_CONFIG, fsync=False))
+    for u in "abcd":
+        c.reserve(u)
+    c.occupy("a")
+    c.stream(meta={"chunk": 0})
+    c.occupy("b")
+    c.stream()
+    c.occupy("c")  # finished, not handed yet
+    return c, read_log(path)
+
+
+def test_the_journal_replays_stream_lines(tmp_path) -> None:
+    c, contents = _crashed_log(tmp_path)
+    assert [e.op for e in contents.events].count("stream") == 2
+    again = rebuild(contents, CORE_CONFIG)
+    again.check()
+    assert again.snapshot() == c.snapshot()
+    assert again.unit_state("a") is UnitState.STREAMED and again.metas[5] == {"chunk": 0}
+
+
+class _Step(Recovery):
+    """Only step 4 of recovery, on a replayed controller, with the store's files faked."""
+
+    def __init__(self, controller, on_disk) -> None:  # noqa: D107 -- no run directory needed
+        self.controller, self.on_disk = controller, on_disk
+        self.report, self.groups = RecoveryReport(), {}
+        self.order = [e.unit_id for e in controller.events if e.op == "reserve"]
+
+    def load(self, unit):
+        return object() if unit in self.on_disk else None
+
+
+def test_streamed_units_are_reloaded_to_train_again(tmp_path) -> None:
+    _, contents = _crashed_log(tmp_path)
+    step = _Step(rebuild(contents, CORE_CONFIG), on_disk={"a", "b", "c"})
+    step.reload_finished()
+    assert step.report.restream == ["a", "b"]
+    assert step.report.finished == ["a", "b", "c"]
+    assert "train again" in " ".join(step.report.lines())
+    # the next consume still returns them: the resumed trainer trains the whole batch
+    assert step.controller.consume().unit_ids == ("a", "b", "c")
+
+
+def test_a_streamed_unit_without_its_file_stops_recovery(tmp_path) -> None:
+    _, contents = _crashed_log(tmp_path)
+    step = _Step(rebuild(contents, CORE_CONFIG), on_disk={"b", "c"})
+    with pytest.raises(RecoveryError, match="'a' was handed to the trainer"):
+        step.reload_finished()
+
+
+# ------------------------------------------------------------ a driver's trainer dies ----
 
 SETTINGS = DriverSettings(eta=1, batch_size=4, group_size=4, steps=6, max_tokens=6,
                           check_invariants=True, streaming=True, chunk_groups=1)

@@ -1,4 +1,5 @@
-"""``runtime.trainer.streamed``: the tensor-by-tensor safetensors writer of the sharded export.
+"""``runtime.trainer.safetensors_writer`` (``runtime.trainer.streamed`` before): the
+tensor-by-tensor safetensors writer of the sharded export.
 What it writes is read back by the safetensors library itself and passes the runtime's own file
 check; it holds one fetched tensor at a time; a tensor unlike its announcement is refused."""
 
@@ -13,7 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from runtime.inputs import safetensors_file
-from runtime.trainer import streamed
+from runtime.trainer import safetensors_writer as streamed
 
 
 def _tensors() -> dict[str, torch.Tensor]:

@@ -1,0 +1,334 @@
+"""The regime map's runs: every cell's policies simulated, their ratios, regimes and targets.
+
+What the map is, its slices, references and targets, and how a regime is decided:
+``reserve_occupy_sim.studies.regimes`` (the module that imports both halves); the Markdown
+tables drawn from these results: ``regimes_render``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.core import SimulationStalled
+from ..model.cost import CostModel
+from ..model.filtering import RewardFilter
+from ..model.metrics import SHORT_BIAS, RunResult
+from ..model.runner import RunSpec, simulate
+from ..model.workload import MathReasoningShape, generate
+
+
+TRAINER_IDLE_MAX = 0.10
+REGIMES = ("slot-bound", "engine-bound", "trainer-bound")
+BASELINES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop")
+IN_ORDER_DROP = "nemo_in_order/drop"  # the what-if: filtering routed through the drop path
+CAPACITY_EXTRA = 4  # batch-level oversampling: capacity = batch size + this
+CANDIDATES_EXTRA = 2  # group-level oversampling: candidates = group size + this
+OVERSAMPLING = ("reserve_occupy/capacity+4", "reserve_occupy/candidates+2")
+OVERSAMPLING_LABELS = {"reserve_occupy/capacity+4": "RO C=B+4",
+                       "reserve_occupy/candidates+2": "RO cand=G+2"}
+# References that run at a fixed eta whatever the cell's (cached once per point and seed):
+# label -> that eta. The unbounded ceiling ignores eta; AReaL runs at eta = 1.
+REFERENCES = {"unbounded": 1, "areal/eta1": 1}
+TARGET_IN_ORDER = 1.10  # RO >= 1.10x in_order at eta = 1
+TARGET_UNBOUNDED = 0.95  # ... and >= 0.95x unbounded at eta = 2
+# Two ratios closer than this are a tie (identical schedules give 1 up to float summation
+# order, and the JSON keeps 5 significant digits): "never below" allows a tie, "faster" does not.
+TIE = 5e-4
+
+
+def classify(trainer_idle: float, slot_held: float, engine_full: float) -> str:
+    """The regime of a run from three fractions of its wall time (see the module docstring)."""
+    for name, value in (("trainer_idle", trainer_idle), ("slot_held", slot_held),
+                        ("engine_full", engine_full)):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not 0.0 <= value <= 1.0 + 1e-9):
+            raise ValueError(f"classify: {name} must be a fraction in [0, 1], got {value!r}")
+    if trainer_idle < TRAINER_IDLE_MAX:
+        return "trainer-bound"
+    return "slot-bound" if slot_held >= engine_full else "engine-bound"
+
+
+def classify_run(result: RunResult) -> str:
+    gate = result.admission
+    return classify(result.trainer_idle, gate.get("policy_held", 0.0),
+                    gate.get("engine_full", 0.0))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the map."""
+
+    slice: str
+    eta: int
+    train_mult: float = 1.0
+    concurrency: int = 40
+    truncated: float = 0.03
+    filter_rate: float = 0.0
+
+    def key(self) -> tuple:
+        return (self.eta, self.train_mult, self.concurrency, self.truncated, self.filter_rate)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    etas: tuple[int, ...] = (1, 2, 3, 4)
+    train_mults: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)
+    concurrencies: tuple[int, ...] = (8, 16, 40, 80)
+    truncations: tuple[float, ...] = (0.005, 0.03, 0.10)
+    filter_rates: tuple[float, ...] = (0.0, 0.2, 0.4)
+    seeds: int = 3
+    batches: int = 60
+    groups: int = 1024
+    batch_size: int = 16
+
+    def cells(self) -> list[Cell]:
+        out: list[Cell] = []
+        for eta in self.etas:
+            out += [Cell("hardware", eta, train_mult=m, concurrency=c)
+                    for m in self.train_mults for c in self.concurrencies]
+            out += [Cell("workload", eta, truncated=t, filter_rate=f)
+                    for t in self.truncations for f in self.filter_rates]
+            out += [Cell("filter", eta, train_mult=m, filter_rate=f)
+                    for m in self.train_mults for f in self.filter_rates]
+        return out
+
+
+TINY = Sweep(etas=(1, 3), train_mults=(0.5, 2.0), concurrencies=(8, 40), truncations=(0.03,),
+             filter_rates=(0.0, 0.3), seeds=1, batches=12, groups=128, batch_size=4)
+
+
+def scaled(cost: CostModel, train_mult: float, concurrency: int) -> CostModel:
+    """The cost model with training ``train_mult`` times as slow and the given concurrency (the
+    weight sync is unchanged)."""
+    t = cost.train
+    train = dataclasses.replace(t, fixed_s=t.fixed_s * train_mult,
+                                per_token_s=t.per_token_s * train_mult,
+                                per_token_sq_s=t.per_token_sq_s * train_mult)
+    return dataclasses.replace(cost, train=train, concurrency=concurrency,
+                               name=f"{cost.name} train x{train_mult:g} conc {concurrency}")
+
+
+def _summary(values: list[float]) -> dict:
+    return {"mean": float(np.mean(values)), "min": float(min(values)),
+            "max": float(max(values))} if values else {}
+
+
+def _policies(cell: Cell, sweep: Sweep, group_size: int) -> list[tuple[str, tuple, int | None]]:
+    """(label, policy options, candidates) of every run a cell makes."""
+    out: list[tuple[str, tuple, int | None]] = [("reserve_occupy", (), None)]
+    out += [(b, (), None) for b in BASELINES]
+    if cell.filter_rate > 0:
+        out.append((IN_ORDER_DROP, (("on_no_gradient", "drop"),), None))
+    out.append((OVERSAMPLING[0], (("capacity", sweep.batch_size + CAPACITY_EXTRA),), None))
+    out.append((OVERSAMPLING[1], (), group_size + CANDIDATES_EXTRA))
+    out += [(label, (), None) for label in REFERENCES]
+    return out
+
+
+def _steady_batch_s(r: RunResult) -> float:
+    """Mean publish-to-publish seconds after the warm-up (what batches/s compares)."""
+    tail = r.batch_seconds[r.warmup_batches:] or r.batch_seconds
+    return float(np.mean(tail))
+
+
+def _oversampling(ro: list[dict], rs: list[dict]) -> dict:
+    """What turning an oversampling mode on does, over the seeds (plain RO on the same seed).
+
+    ``length_vs_plain`` is the mode's length ratio ÷ plain Reserve–Occupy's: with reward
+    filtering toward long groups plain RO already trains shorter answers than it admits, and only
+    what the mode adds to that is the mode's bias (without filtering plain RO's ratio is 1)."""
+    pairs = [(a, b) for a, b in zip(ro, rs) if "steady" in b and "steady" in a]
+    gain = _summary([b["steady"] / a["steady"] for a, b in pairs])
+    pace = _summary([a["batch_s"] / b["batch_s"] for a, b in pairs])
+    relative = _summary([b["length_ratio"] / a["length_ratio"] for a, b in pairs])
+    out = {"gain": gain, "pace": pace,
+           "length_ratio": _summary([b["length_ratio"] for _, b in pairs]),
+           "length_vs_plain": relative,
+           "l2": _summary([b["l2"] for _, b in pairs]),
+           "length_ks": _summary([b["length_ks"] for _, b in pairs])}
+    ahead = gain.get("mean", 0.0) > 1.0 or pace.get("mean", 0.0) > 1.0
+    out["short_answers"] = bool(ahead and relative.get("mean", 1.0) < SHORT_BIAS)
+    return out
+
+
+def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
+             cache: dict, step: Callable[[], None] | None = None) -> dict:
+    """Run every policy of one cell over the seeds; ``cache`` shares runs between slices."""
+    c = scaled(cost, cell.train_mult, cell.concurrency)
+    runs: dict[str, list[dict]] = {}
+    for seed in range(sweep.seeds):
+        shape = MathReasoningShape(groups=sweep.groups, truncated=cell.truncated)
+        workload = generate(seed, shape)
+        filt = RewardFilter(cell.filter_rate, seed=seed) if cell.filter_rate > 0 else None
+        for label, options, candidates in _policies(cell, sweep, workload.group_size):
+            eta = cell.eta
+            key = (cell.key(), seed, label)
+            if label in REFERENCES:  # the same run at every eta of this point
+                eta, key = REFERENCES[label], (cell.key()[1:], seed, label)
+            if key not in cache:
+                spec = RunSpec(label.split("/")[0], eta, sweep.batches, sweep.batch_size,
+                               options=options, filtering=filt, candidates=candidates)
+                try:
+                    r, _ = simulate(spec, workload, c)
+                    total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
+                             + r.waste_filtered_tokens)
+                    cache[key] = {"throughput": r.throughput, "steady": r.steady_throughput,
+                                  "batch_s": _steady_batch_s(r),
+                                  "trainer_idle": r.trainer_idle,
+                                  "rollout_idle": r.rollout_idle, "admission": r.admission,
+                                  "regime": classify_run(r),
+                                  "l2": r.waste_l2_tokens / total if total else 0.0,
+                                  "length_ratio": r.length_ratio, "length_ks": r.length_ks,
+                                  "max_staleness": r.max_staleness}
+                except SimulationStalled as exc:
+                    cache[key] = {"stalled": str(exc).split(";")[0]}
+            runs.setdefault(label, []).append(cache[key])
+            if step is not None:
+                step()
+    ro = runs["reserve_occupy"]
+    ratios = {}
+    for label, rs in runs.items():
+        if label == "reserve_occupy":
+            continue
+        vals = [a["steady"] / b["steady"] for a, b in zip(ro, rs) if "steady" in b]
+        ratios[label] = {**_summary(vals), "stalled": sum(1 for b in rs if "stalled" in b)}
+    oversampling = {label: _oversampling(ro, runs[label]) for label in OVERSAMPLING}
+    mean = {k: float(np.mean([r[k] for r in ro])) for k in ("trainer_idle", "rollout_idle")}
+    gate = {k: float(np.mean([r["admission"][k] for r in ro]))
+            for k in ("paused", "engine_full", "policy_held")}
+    regimes = [r["regime"] for r in ro]
+    return {**dataclasses.asdict(cell), "ratios": ratios,
+            "ro_steady": _summary([r["steady"] for r in ro]),
+            "ro_trainer_idle": mean["trainer_idle"], "ro_rollout_idle": mean["rollout_idle"],
+            "ro_admission": gate,
+            "regime": classify(mean["trainer_idle"], gate["policy_held"], gate["engine_full"]),
+            "regime_per_seed": regimes, "oversampling": oversampling,
+            "runs": runs}
+
+
+def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
+              cells: Iterable[Cell] | None = None) -> dict:
+    cells = list(cells if cells is not None else sweep.cells())
+    unique = {c.key() for c in cells}
+    per_cell = sweep.seeds * (len(BASELINES) + 1 + len(OVERSAMPLING) + len(REFERENCES))
+    total = sum(per_cell + (sweep.seeds if k[-1] > 0 else 0) for k in unique)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="run", leave=False, dynamic_ncols=True,
+                   desc="regime map")
+    cache: dict = {}
+    seen: set = set()
+    start = time.perf_counter()
+    out = []
+    try:
+        for cell in cells:
+            first = cell.key() not in seen
+            seen.add(cell.key())
+            out.append(run_cell(cell, cost, sweep, cache,
+                                step=(lambda: bar.update(1)) if bar is not None and first
+                                else None))
+    finally:
+        if bar is not None:
+            bar.close()
+    return {"sweep": dataclasses.asdict(sweep), "cost": cost.name,
+            "definitions": {"trainer_idle_max": TRAINER_IDLE_MAX,
+                            "ratio": "steady-state effective throughput of Reserve–Occupy / "
+                                     "the baseline's, same workload seed",
+                            "oversampling": f"{OVERSAMPLING[0]}: capacity = batch size + "
+                                            f"{CAPACITY_EXTRA}; {OVERSAMPLING[1]}: candidates = "
+                                            f"group size + {CANDIDATES_EXTRA}; gain and pace: "
+                                            "tok/s and batches/s of the mode / plain "
+                                            "Reserve–Occupy's, same seed; length_vs_plain: its "
+                                            "length ratio / plain Reserve–Occupy's; "
+                                            "short_answers: ahead in either with length_vs_plain "
+                                            f"< {SHORT_BIAS}",
+                            "warmup": "first fifth of the batches left out"},
+            "seconds": time.perf_counter() - start, "cells": out}
+
+
+def compact(obj, digits: int = 5):
+    """The result with floats rounded to ``digits`` significant digits (smaller JSON)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: compact(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [compact(v, digits) for v in obj]
+    return obj
+
+
+# --------------------------------------------------------------------------- tables --------
+
+def distinct_cells(result: dict) -> list[dict]:
+    """The cells a sweep ran, each once (slices share cells; tables and counts use these)."""
+    return _unique(result)
+
+
+def _point(c: dict) -> tuple:
+    """A cell's point of the map: every axis but eta (``Cell.key`` without its first field)."""
+    return (c["train_mult"], c["concurrency"], c["truncated"], c["filter_rate"])
+
+
+def _unique(result: dict) -> list[dict]:
+    seen, out = set(), []
+    for c in result["cells"]:
+        key = (c["eta"], *_point(c))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def targets(result: dict) -> list[dict]:
+    """The four targets at every point of the map (a point: every axis but eta), from the
+    cells' seed means. ``None`` where the point lacks the cell a target needs."""
+    by_point: dict[tuple, dict[int, dict]] = {}
+    for c in _unique(result):
+        by_point.setdefault(_point(c), {})[c["eta"]] = c
+    out = []
+    for point, cells in sorted(by_point.items()):
+        def ratio(eta: int, label: str) -> float | None:
+            r = cells.get(eta, {}).get("ratios", {}).get(label, {})
+            return r.get("mean")
+        areal = next((c["runs"].get("areal/eta1") for c in cells.values()
+                      if "areal/eta1" in c["runs"]), None)
+        areal_stale = max((r.get("max_staleness", 0) for r in areal or [] if "steady" in r),
+                          default=None)
+        lowest = [(ratio(eta, b), eta, b) for eta in cells for b in BASELINES
+                  if ratio(eta, b) is not None]
+        low = min(lowest) if lowest else (None, None, None)
+        out.append({"train_mult": point[0], "concurrency": point[1], "truncated": point[2],
+                    "filter_rate": point[3],
+                    "vs_in_order_eta1": ratio(1, "nemo_in_order"),
+                    "vs_unbounded_eta2": ratio(2, "unbounded"),
+                    "areal_eta1_staleness": areal_stale,
+                    "vs_areal_at_its_staleness": (ratio(areal_stale, "areal/eta1")
+                                                  if areal_stale is not None else None),
+                    "lowest_vs_bounded": low[0], "lowest_at": (low[1], low[2])})
+    return out
+
+
+def _ok(value: float, target: float, strict: bool = False) -> bool:
+    """``value`` meets ``target``: at least it (a tie within TIE counts), or with ``strict``
+    above it by more than a tie."""
+    return value > target + TIE if strict else value >= target - TIE
+
+
+def targets_summary(result: dict) -> dict:
+    """How many points meet each target, of how many that have the cells it needs."""
+    ts = targets(result)
+
+    def count(key: str, ok) -> tuple[int, int]:
+        vals = [t[key] for t in ts if t[key] is not None]
+        return sum(1 for v in vals if ok(v)), len(vals)
+    return {"in_order_eta1": count("vs_in_order_eta1", lambda v: _ok(v, TARGET_IN_ORDER)),
+            "unbounded_eta2": count("vs_unbounded_eta2", lambda v: _ok(v, TARGET_UNBOUNDED)),
+            "areal": count("vs_areal_at_its_staleness", lambda v: _ok(v, 1.0, strict=True)),
+            "never_below": count("lowest_vs_bounded", lambda v: _ok(v, 1.0))}

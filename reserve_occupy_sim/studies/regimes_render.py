@@ -1,0 +1,171 @@
+"""The regime map's Markdown tables (docs/sim/regimes.md, the ``exp6_*`` blocks of ``pages``),
+drawn from the results of ``regimes_compute.run_sweep``; nothing here runs the simulator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .regimes_compute import (
+    BASELINES,
+    IN_ORDER_DROP,
+    OVERSAMPLING,
+    OVERSAMPLING_LABELS,
+    REGIMES,
+    TARGET_IN_ORDER,
+    TARGET_UNBOUNDED,
+    TIE,
+    _ok,
+    _unique,
+    targets,
+    targets_summary,
+)
+
+
+def _range(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{np.mean(values):.2f} [{min(values):.2f}, {max(values):.2f}]"
+
+
+def _by_rate_and_regime(cells: list[dict]):
+    """The cells grouped for the summary tables: (no-gradient rate, regime, cells), rates
+    ascending, regimes in REGIMES order, empty groups left out."""
+    for rate in sorted({c["filter_rate"] for c in cells}):
+        for regime in REGIMES:
+            mine = [c for c in cells if c["filter_rate"] == rate and c["regime"] == regime]
+            if mine:
+                yield rate, regime, mine
+
+
+def summary_table(result: dict) -> str:
+    """One row per (filter rate, regime): how many cells, and Reserve–Occupy's ratio to each
+    baseline over them (mean of the cell means [lowest, highest cell mean])."""
+    from .report import markdown
+
+    labels = list(BASELINES) + [IN_ORDER_DROP]
+    rows = []
+    for rate, regime, mine in _by_rate_and_regime(_unique(result)):
+        row = [f"{rate:g}", regime, len(mine)]
+        for label in labels:
+            vals = [c["ratios"][label]["mean"] for c in mine
+                    if "mean" in c["ratios"].get(label, {})]
+            row.append(_range(vals) if label != IN_ORDER_DROP or rate > 0 else "")
+        rows.append(row)
+    return markdown(["no-gradient rate", "regime (of RO's runs)", "cells", "RO ÷ in_order",
+                     "RO ÷ weight_fifo", "RO ÷ verl drop", "RO ÷ in_order, drop path"], rows)
+
+
+def _over(c: dict, label: str) -> str:
+    """One cell's oversampling entry: tok/s ÷ RO / batches/s ÷ RO / length ratio."""
+    o = c.get("oversampling", {}).get(label, {})
+    if "mean" not in o.get("gain", {}):
+        return "stalled" if c["ratios"].get(label, {}).get("stalled") else ""
+    text = (f"{o['gain']['mean']:.2f} / {o['pace']['mean']:.2f} / "
+            f"{o['length_vs_plain']['mean']:.2f}")
+    return text + (" short" if o["short_answers"] else "")
+
+
+def oversampling_table(result: dict) -> str:
+    """One row per (filter rate, regime): what each oversampling mode does to Reserve–Occupy
+    (mean of the cell means [lowest, highest]), its L2 waste and length ratio, and in how many
+    cells it is ahead in tok/s or batches/s only by training shorter answers."""
+    from .report import markdown
+
+    cells = [c for c in _unique(result) if "oversampling" in c]
+    rows = []
+    for rate, regime, mine in _by_rate_and_regime(cells):
+        row = [f"{rate:g}", regime, len(mine)]
+        for label in OVERSAMPLING:
+            os_ = [c["oversampling"][label] for c in mine
+                   if "mean" in c["oversampling"][label]["gain"]]
+            row += [_range([o["gain"]["mean"] for o in os_]),
+                    _range([o["pace"]["mean"] for o in os_]),
+                    f"{np.mean([o['l2']['mean'] for o in os_]):.0%}" if os_ else "-",
+                    _range([o["length_vs_plain"]["mean"] for o in os_]),
+                    sum(o["short_answers"] for o in os_)]
+        rows.append(row)
+    headers = ["no-gradient rate", "regime (of RO's runs)", "cells"]
+    for label in OVERSAMPLING:
+        name = OVERSAMPLING_LABELS[label]
+        headers += [f"{name}: tok/s ÷ RO", "batches/s ÷ RO", "L2 waste", "length ratio ÷ RO's",
+                    "cells short answers"]
+    return markdown(headers, rows)
+
+
+def cell_table(result: dict) -> str:
+    """Every distinct cell: its parameters, regime, the fractions it was classified from, and
+    the ratios (mean over seeds)."""
+    from .report import markdown
+
+    rows = []
+    for c in sorted(_unique(result), key=lambda c: (c["filter_rate"], c["truncated"], c["eta"],
+                                                     c["train_mult"], c["concurrency"])):
+        def ratio(label: str, c: dict = c) -> str:
+            r = c["ratios"].get(label, {})
+            if "mean" not in r:
+                return "stalled" if r.get("stalled") else ""
+            return f"{r['mean']:.2f}"
+        gate = c["ro_admission"]
+        rows.append([c["eta"], f"{c['train_mult']:g}", c["concurrency"], f"{c['truncated']:g}",
+                     f"{c['filter_rate']:g}", c["regime"], f"{c['ro_trainer_idle']:.2f}",
+                     f"{gate['policy_held']:.2f}", f"{gate['engine_full']:.2f}",
+                     round(c["ro_steady"]["mean"]), ratio("nemo_in_order"),
+                     ratio("nemo_weight_fifo"), ratio("verl_drop"), ratio(IN_ORDER_DROP),
+                     ratio("unbounded"), ratio("areal/eta1"),
+                     _over(c, OVERSAMPLING[0]), _over(c, OVERSAMPLING[1])])
+    over = "tok/s ÷ RO / batches/s ÷ RO / length ratio ÷ RO's"
+    return markdown(["η", "train ×", "conc.", "at cap", "no-grad", "regime", "trainer idle",
+                     "slot-held", "engines full", "RO tok/s", "÷ in_order", "÷ weight_fifo",
+                     "÷ verl", "÷ in_order drop", "÷ unbounded", "÷ AReaL η = 1",
+                     f"{OVERSAMPLING_LABELS[OVERSAMPLING[0]]}: {over}",
+                     f"{OVERSAMPLING_LABELS[OVERSAMPLING[1]]}: {over}"], rows)
+
+
+def _met(value: float | None, target: float, strict: bool = False) -> str:
+    """The value to three decimals, ✗ when it misses the target."""
+    if value is None:
+        return "–"
+    return f"{value:.3f}{'' if _ok(value, target, strict) else ' ✗'}"
+
+
+def targets_table(result: dict) -> str:
+    """One row per point: the four targets (✗: missed)."""
+    from .report import markdown
+
+    rows = []
+    for t in targets(result):
+        at = t["lowest_at"]
+        rows.append([f"{t['train_mult']:g}", t["concurrency"], f"{t['truncated']:g}",
+                     f"{t['filter_rate']:g}",
+                     _met(t["vs_in_order_eta1"], TARGET_IN_ORDER),
+                     _met(t["vs_unbounded_eta2"], TARGET_UNBOUNDED),
+                     t["areal_eta1_staleness"] if t["areal_eta1_staleness"] is not None
+                     else "–",
+                     _met(t["vs_areal_at_its_staleness"], 1.0, strict=True),
+                     (_met(t["lowest_vs_bounded"], 1.0) + f" (η = {at[0]}, {at[1]})")
+                     if t["lowest_vs_bounded"] is not None else "–"])
+    return markdown(["train ×", "conc.", "at cap", "no-grad",
+                     f"RO ÷ in_order, η = 1 (≥ {TARGET_IN_ORDER:g})",
+                     f"RO ÷ unbounded, η = 2 (≥ {TARGET_UNBOUNDED:g})",
+                     "AReaL η = 1: max staleness s", "RO at η = s ÷ AReaL η = 1 (> 1)",
+                     "lowest RO ÷ bounded baseline (≥ 1)"], rows) + (
+        f"\n\nA ratio within {TIE:g} of 1 is a tie: it meets \"never below\", not \"faster\".")
+
+
+_TARGETS = (("in_order_eta1", "≥ 1.10× in_order at η = 1"),
+            ("unbounded_eta2", "≥ 0.95× unbounded at η = 2"),
+            ("areal", "faster than AReaL at AReaL's achieved maximum staleness s "
+                      "(RO at η = s ÷ AReaL at η = 1)"),
+            ("never_below", "never below a bounded baseline (in_order, weight_fifo, verl drop, "
+                            "at any η)"))
+
+
+def targets_count_table(payload: dict) -> str:
+    """How many points of the regime map meet each of the four targets (``targets_summary``): the
+    ``exp6_targets`` block of docs/ (``pages``)."""
+    from .report import markdown
+
+    got = targets_summary(payload)
+    return markdown(["target", "points met", "points"],
+                    [[what, got[key][0], got[key][1]] for key, what in _TARGETS])

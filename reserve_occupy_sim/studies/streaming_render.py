@@ -1,0 +1,147 @@
+"""The streaming study's output: its Markdown tables (the ``streaming-*`` blocks of
+docs/sim/streaming.md, ``BLOCKS``), the page's generated blocks rewritten (``write_page``) and
+its figure, drawn from the payload ``streaming_compute.run`` returns; nothing here simulates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime import atomic_io
+
+from .streaming_compute import TARGET_SHIPPED, _mean
+
+
+PAGE = Path("docs/sim/streaming.md")
+
+
+# --------------------------------------------------------------------------- tables ---------
+
+def _f(x: float, fmt: str = ".3f") -> str:
+    return "—" if x != x else format(x, fmt)
+
+
+def table(payload: dict) -> str:
+    lines = ["| η | framework | trainer | engine | tok/s | ÷ NeMo in_order as shipped "
+             "| ÷ bound | max staleness | length ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in payload["rows"]:
+        stalled = f" ({r['stalled']} stalled)" if r["stalled"] else ""
+        lines.append(f"| {r['eta']} | {r['framework']}{stalled} | {r['trainer']} | "
+                     f"{r['engine']} | {_f(r['steady'], '.0f')} | {_f(r['vs_reference'])} | "
+                     f"{_f(r['of_bound'])} | {r['max_staleness']} | "
+                     f"{_f(r['length_ratio'])} |")
+    return "\n".join(lines)
+
+
+def bound_table(payload: dict) -> str:
+    lines = ["| η | trainer | engine | upper bound tok/s | binding terms | best schedule tok/s "
+             "(÷ bound) | schedules that won |", "|---|---|---|---|---|---|---|"]
+    keys = sorted({(b["eta"], b["trainer"], b["engine"]) for b in payload["bounds"]})
+    for eta, trainer, engine in keys:
+        bs = [b for b in payload["bounds"]
+              if (b["eta"], b["trainer"], b["engine"]) == (eta, trainer, engine)]
+        binding = sorted({b["notes"].split(" ", 2)[1] for b in bs})
+        winners = sorted({b["schedule_policy"] for b in bs})
+        up, sched = _mean(b["upper"] for b in bs), _mean(b["schedule"] for b in bs)
+        frac = _mean(b["schedule"] / b["upper"] for b in bs)
+        lines.append(f"| {eta} | {trainer} | {engine} | {up:.0f} | {'/'.join(binding)} | "
+                     f"{sched:.0f} ({frac:.3f}) | {'; '.join(winners)} |")
+    return "\n".join(lines)
+
+
+def sweep_table(payload: dict) -> str:
+    keys = sorted({r["framework"] for r in payload["sweep"]})
+    chunks = sorted({r["chunk_groups"] for r in payload["sweep"]})
+    lines = ["| chunk groups | " + " | ".join(f"{k} tok/s" for k in keys) + " |",
+             "|---|" + "---|" * len(keys)]
+    for c in chunks:
+        cells = []
+        for k in keys:
+            vals = [r["steady"] for r in payload["sweep"]
+                    if r["framework"] == k and r["chunk_groups"] == c and "steady" in r]
+            cells.append(_f(_mean(vals), ".0f"))
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def targets_table(payload: dict) -> str:
+    lines = ["| target | mean | min over seeds | goal | met |", "|---|---|---|---|---|"]
+    for t in payload["targets"]:
+        goal = "—" if t["goal"] is None else f"≥ {t['goal']:.2f}"
+        met = "—" if t["met"] is None else ("yes" if t["met"] else "no")
+        lines.append(f"| {t['target']} | {_f(t['mean'])} | {_f(t['min'])} | {goal} | {met} |")
+    return "\n".join(lines)
+
+
+BLOCKS = {"streaming-table": table, "streaming-bound": bound_table,
+          "streaming-sweep": sweep_table, "streaming-targets": targets_table}
+
+
+def regimes_block(payload: dict) -> str:
+    """The regime-map table of a payload that has one (``--regimes``)."""
+    return regimes_table(payload["regimes"])
+
+
+def regimes_table(reg: dict) -> str:
+    lines = ["| cells | RO stream ÷ in_order as shipped: min (mean) | cells ≥ 0.99 "
+             "| RO stream in-flight ÷ in_order as shipped: min (mean) | cells ≥ 0.99 |",
+             "|---|---|---|---|---|"]
+    for eta in sorted({c["eta"] for c in reg["cells"]}):
+        cs = [c for c in reg["cells"] if c["eta"] == eta]
+        out = [f"η = {eta}: {len(cs)}"]
+        for k in ("RO stream", "RO stream in-flight"):
+            mins = [c["ratios"][k]["min"] for c in cs]
+            means = [c["ratios"][k]["mean"] for c in cs]
+            ok = sum(1 for m in mins if m >= TARGET_SHIPPED)
+            out += [f"{min(mins):.3f} ({_mean(means):.3f})", f"{ok} of {len(cs)}"]
+        lines.append("| " + " | ".join(out) + " |")
+    worst = sorted(reg["cells"], key=lambda c: c["ratios"]["RO stream in-flight"]["min"])[:5]
+    lines += ["", "| worst cells (in-flight) | η | train × | concurrency | truncated | filter "
+              "| RO stream in-flight ÷ in_order (min) |", "|---|---|---|---|---|---|---|"]
+    for c in worst:
+        lines.append(f"| {c['slice']} | {c['eta']} | {c['train_mult']:g} | {c['concurrency']} | "
+                     f"{c['truncated']:g} | {c['filter_rate']:g} | "
+                     f"{c['ratios']['RO stream in-flight']['min']:.3f} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- output ---------
+
+def write_page(page: Path, blocks: dict[str, str]) -> None:
+    """Replace each ``<!-- BEGIN generated:NAME -->`` .. ``END`` block of ``page``."""
+    text = page.read_text()
+    for name, body in blocks.items():
+        begin, end = f"<!-- BEGIN generated:{name} -->", f"<!-- END generated:{name} -->"
+        i, j = text.find(begin), text.find(end)
+        if i < 0 or j < i:
+            raise ValueError(f"{page}: no generated block {name!r}")
+        text = text[: i + len(begin)] + "\n" + body + "\n" + text[j:]
+    atomic_io.write_text(page, text)
+
+
+def figure(payload: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows_ = [r for r in payload["rows"]]
+    keys = [fw["key"] for fw in payload["frameworks"]]
+    etas = payload["setting"]["etas"]
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    width = 0.8 / len(keys)
+    for i, k in enumerate(keys):
+        vals = [next(r["steady"] for r in rows_ if r["eta"] == e and r["framework"] == k)
+                for e in etas]
+        ax.bar([e + (i - len(keys) / 2) * width for e in etas], vals, width, label=k)
+    for e in etas:
+        ups = [b["upper"] for b in payload["bounds"] if b["eta"] == e and b["trainer"] == "stream"]
+        ax.hlines(_mean(ups), e - 0.42, e + 0.42, colors="k", linestyles="dashed")
+    ax.set_xticks(etas, [f"η = {e}" for e in etas])
+    ax.set_ylabel("steady-state effective tok/s")
+    ax.set_title("Frameworks as shipped; dashed: clairvoyant upper bound, streaming trainer")
+    ax.legend(fontsize=7, ncol=4, loc="lower right")
+    fig.tight_layout()
+    atomic_io.savefig(fig, path, dpi=110)
+    plt.close(fig)
