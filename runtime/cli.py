@@ -423,20 +423,28 @@ def _dispatch(argv: list[str] | None) -> int:
         return missing_extra(f"{PROG} {name}", exc)
 
 
-# top-level module -> the extra that installs it (pyproject.toml)
-EXTRAS = {"torch": "runtime", "vllm": "runtime", "transformers": "runtime",
-          "tokenizers": "runtime", "safetensors": "runtime", "yaml": "runtime",
-          "pydantic": "runtime", "pyarrow": "runtime", "numpy": "sim", "matplotlib": "sim",
-          "tqdm": "sim", "ray": "ray", "tensorboard": "tensorboard", "z3": "proofs",
-          "hypothesis": "proofs", "trl": "trl", "areal": "areal", "verl": "verl"}
+# top-level module -> the extras that install it (pyproject.toml), the first the one named when
+# the command's own extra is not among them
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "torch": ("runtime",), "vllm": ("runtime",), "transformers": ("runtime",),
+    "tokenizers": ("runtime",), "safetensors": ("runtime",), "yaml": ("runtime",),
+    "pydantic": ("runtime",), "pyarrow": ("runtime",), "numpy": ("sim", "runtime"),
+    "matplotlib": ("sim", "runtime"), "tqdm": ("sim", "runtime"), "ray": ("ray",),
+    "tensorboard": ("tensorboard",), "z3": ("proofs",), "hypothesis": ("proofs",),
+    "trl": ("trl",), "areal": ("areal",), "verl": ("verl",)}
+# the extra each command needs beyond the core (a module several extras install is named by
+# the command's: ``train`` lacking numpy needs ``runtime``, not ``sim``, which lacks torch)
+COMMAND_EXTRAS = {"train": "runtime", "simulate": "sim"}
 
 
 def missing_extra(prog: str, exc: ModuleNotFoundError) -> int:
     """One line naming the extra that installs the missing module; exit status 2."""
     top = (exc.name or "").split(".")[0]
-    extra = EXTRAS.get(top)
-    if extra is None and (top == "runtime" or top.startswith("reserve_occupy")):
+    extras = EXTRAS.get(top)
+    if extras is None and (top == "runtime" or top.startswith("reserve_occupy")):
         raise exc  # this project's own module is missing: a broken install, not an extra
+    command = COMMAND_EXTRAS.get(prog.split()[-1])
+    extra = None if extras is None else command if command in extras else extras[0]
     how = f"pip install 'reserve-occupy[{extra}]'" if extra else \
         "pip install 'reserve-occupy[all]'"
     print(f"{prog}: needs the module {top!r}, which this install lacks; install it with "

@@ -370,12 +370,14 @@ def test_ctrl_c_is_the_driver_s_the_ranks_ignore_it_and_train_on(tiny_model, tmp
     # the test would then pass without the fix.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        # (checked while the terminal's disposition is in place: after the restore below this
+        # process has whatever it was started with, SIGINT ignored under a background job)
+        assert not _ignores(os.getpid(), signal.SIGINT)
         tr = ShardedTrainer(tiny_model, TrainerConfig(**SETTINGS), tmp_path / "run", seed=0,
                             world_size=2)
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
-        assert not _ignores(os.getpid(), signal.SIGINT)
         assert all(_ignores(pid, signal.SIGINT) for pid in tr.pids)
         for pid in tr.pids:  # the terminal's Ctrl-C, as the ranks receive it
             os.kill(pid, signal.SIGINT)
