@@ -505,15 +505,16 @@ TERM_NAMES = {"step_s": ("decode step", 1e3, "ms"), "per_request_s": ("decode pe
 
 def _halves_lines(results: dict[str, Any]) -> list[str]:
     """The fitted terms of the model as it was, on the whole grid and on each half of its
-    seeds (``fit_halves``), and how far the halves differ (|even / odd - 1|)."""
+    seeds (``fit_halves``), and how far the halves differ (|A / B - 1|)."""
     halves = results.get("fit_halves")
     if not halves:
         return []
     even, odd = halves
     seeds = sorted({r["seed"] for r in results["runs"]})
-    lines = ["", f"The same fit on each half of the grid (seeds {', '.join(map(str, seeds[0::2]))}"
-                 f" and {', '.join(map(str, seeds[1::2]))}): two grids of half the size.", "",
-             "| term | whole grid | even seeds | odd seeds | halves differ by |",
+    lines = ["", f"The same fit on each half of the grid (half A: seeds "
+                 f"{', '.join(map(str, seeds[0::2]))}; half B: seeds "
+                 f"{', '.join(map(str, seeds[1::2]))}): two grids of half the size.", "",
+             "| term | whole grid | half A | half B | halves differ by |",
              "|---|---|---|---|---|"]
     for section, key in FIT_TERMS:
         name, scale, unit = TERM_NAMES[key]
@@ -677,8 +678,8 @@ FIT_TERMS = (("decode", "step_s"), ("decode", "per_request_s"),
 
 def fit_halves(runs: list[dict[str, Any]], measured: list[dict[str, Any]]
                ) -> list[dict[str, Any]] | None:
-    """The fit again on each half of the grid (the runs of the even-indexed seeds, then of the
-    odd ones): two independent grids of half the size, whose difference is the spread of each
+    """The fit again on each half of the grid (the runs of the seeds at even places of the
+    sorted list, then at odd places): two independent grids of half the size, whose difference is the spread of each
     fitted term. None when a half cannot be fitted (one seed)."""
     seeds = sorted({r["seed"] for r in runs})
     halves = [set(seeds[0::2]), set(seeds[1::2])]

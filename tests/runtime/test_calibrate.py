@@ -106,7 +106,7 @@ def test_the_fit_on_each_half_of_the_grid_gives_each_term_its_spread():
     assert bench.fit_halves(runs[:1], measured[:1]) is None  # one seed: no second half
     lines = bench._halves_lines({"fit": bench.fit_costs(measured), "fit_halves": [even, odd],
                                  "runs": runs})
-    assert "seeds 0, 2 and 1, 3" in lines[1]
+    assert "half A: seeds 0, 2; half B: seeds 1, 3" in lines[1]
     (step,) = [x for x in lines if "`step_s`" in x]
     assert step.endswith("| 5 ms | 6 ms | 17% |")  # |5 / 6 - 1| = 16.7 %
     assert not [x for x in lines if "chunk_overhead_s" in x]  # not measured: not printed
