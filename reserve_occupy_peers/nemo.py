@@ -31,6 +31,7 @@ behaviour; see the subclasses).
 from __future__ import annotations
 
 from .api import Group, Policy
+from .base import chunk_of, members
 
 
 class GatedNemoSampler(Policy):
@@ -87,6 +88,30 @@ class GatedNemoSampler(Policy):
         gone = {g.gid for g in groups}
         self.slots = [g for g in self.slots if g.gid not in gone]
         self.buffered -= len(groups)
+
+    def _take_chunk(self, candidates: list[Group], least: int, most: int):
+        """``select`` of a chunk: at least ``least`` and at most ``most`` of ``candidates`` (in
+        their order), which leave the buffer at once; None when fewer than ``least``."""
+        chosen = chunk_of(candidates, least, most)
+        if chosen is None:
+            return None
+        self._release(chosen)
+        return members(chosen)
+
+    def _fill_step(self, candidates: list[Group]):
+        """Whole-batch ``select`` of a sampler that mixes versions (one with ``step_groups`` and
+        ``min_groups``: ready_first, windowed): add a chunk of
+        ``candidates`` (at least ``min(min_groups, lacking)``, at most the groups the step
+        lacks) to ``step_groups``, and hand the step out once it holds ``batch_size``."""
+        lacking = self.batch_size - len(self.step_groups)
+        chosen = chunk_of(candidates, min(self.min_groups, lacking), lacking)
+        if chosen:
+            self._release(chosen)
+            self.step_groups += chosen
+        if len(self.step_groups) < self.batch_size:
+            return None
+        batch, self.step_groups = self.step_groups, []
+        return members(batch)
 
     def settings(self) -> dict:
         return {"eta": self.eta, "W": self.window, "max_inflight_prompts": self.max_inflight,

@@ -31,7 +31,7 @@ rates studied, so the what-if allows unlimited attempts and every step keeps its
 from __future__ import annotations
 
 from .api import Group
-from .base import chunk_of, members
+from .base import members
 from .nemo import GatedNemoSampler
 
 
@@ -97,11 +97,7 @@ class NemoInOrder(GatedNemoSampler):
         setting): the ready groups stamped for this step, at least ``least``, at most
         ``most``; they leave the buffer at once."""
         step = self.sim.version
-        chosen = chunk_of([g for g in self.slots if g.tag == step and g.done], least, most)
-        if chosen is None:
-            return None
-        self._release(chosen)
-        return members(chosen)
+        return self._take_chunk([g for g in self.slots if g.tag == step and g.done], least, most)
 
     def settings(self) -> dict:
         out = super().settings()

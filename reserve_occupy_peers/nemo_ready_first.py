@@ -32,7 +32,6 @@ simulator has none of (documented, not modelled). No-gradient groups are trained
 from __future__ import annotations
 
 from .api import Group
-from .base import chunk_of, members
 from .nemo import GatedNemoSampler
 
 
@@ -64,22 +63,10 @@ class NemoReadyFirst(GatedNemoSampler):
         return [g for g in self.slots if g.done and g.v_tag <= version]
 
     def take_batch(self):
-        lacking = self.batch_size - len(self.step_groups)
-        chosen = chunk_of(self._ready(), min(self.min_groups, lacking), lacking)
-        if chosen:
-            self._release(chosen)
-            self.step_groups += chosen
-        if len(self.step_groups) < self.batch_size:
-            return None
-        batch, self.step_groups = self.step_groups, []
-        return members(batch)
+        return self._fill_step(self._ready())
 
     def take_chunk(self, least: int, most: int):
-        chosen = chunk_of(self._ready(), least, most)
-        if chosen is None:
-            return None
-        self._release(chosen)
-        return members(chosen)
+        return self._take_chunk(self._ready(), least, most)
 
     def settings(self) -> dict:
         out = super().settings()

@@ -34,7 +34,7 @@ re-dispatched, and the gated admission goes on as usual.
 from __future__ import annotations
 
 from .api import Group
-from .base import chunk_of, members
+from .base import members
 from .nemo import GatedNemoSampler
 
 
@@ -85,11 +85,8 @@ class NemoWeightFifo(GatedNemoSampler):
         if not in_window:
             return None
         oldest = min(in_window)
-        chosen = chunk_of([g for g in self.slots if g.v_tag == oldest and g.done], least, most)
-        if chosen is None:
-            return None
-        self._release(chosen)
-        return members(chosen)
+        return self._take_chunk([g for g in self.slots if g.v_tag == oldest and g.done], least,
+                                most)
 
     def _evict(self, version: int) -> int:
         """``evict``: drop the finished groups older than the window; returns its lowest version."""

@@ -41,7 +41,7 @@ too.
 from __future__ import annotations
 
 from .api import Group
-from .base import chunk_of, members
+from .base import members
 from .nemo import GatedNemoSampler
 
 
@@ -105,24 +105,12 @@ class NemoWindowed(GatedNemoSampler):
     def take_batch(self):
         """Whole-batch trainer: ``_train_pump``'s evict + select until the step is whole."""
         self._evict()
-        lacking = self.batch_size - len(self.step_groups)
-        chosen = chunk_of(self._eligible(), min(self.min_groups, lacking), lacking)
-        if chosen:
-            self._release(chosen)
-            self.step_groups += chosen
-        if len(self.step_groups) < self.batch_size:
-            return None
-        batch, self.step_groups = self.step_groups, []
-        return members(batch)
+        return self._fill_step(self._eligible())
 
     def take_chunk(self, least: int, most: int):
         """Streaming: one ``evict`` + ``select`` of ``_train_pump``."""
         self._evict()
-        chosen = chunk_of(self._eligible(), least, most)
-        if chosen is None:
-            return None
-        self._release(chosen)
-        return members(chosen)
+        return self._take_chunk(self._eligible(), least, most)
 
     def on_publish(self, version: int) -> None:
         """``_abort_stale_inflight``: cancel in-flight groups older than the new window (after
