@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers bench-learning calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers bench-peers-ranking bench-learning calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -93,6 +93,13 @@ bench-precision: $(STAMP)
 ## --workload bench for the first workload); --help for the rest.
 bench-peers: $(STAMP)
 	$(PY) bench/peers_compare.py --workload separating --headline --seeds 0,1,2,3,4,5,6,7 --steps 16 --write
+
+## The ranking (issue 37): Reserve-Occupy (streaming, keep) against every rule at its best
+## settings at eta 1 and 2, with its own levers at eta 1, on the headline grid's workload and
+## instrument (19 comparisons x 6 pairs, 16 steps a run, about 20 min on a quiet host); writes
+## docs/results/peers_ranking.json and the ranking's table in docs/peers.md.
+bench-peers-ranking: $(STAMP)
+	$(PY) bench/peers_compare.py --workload separating --ranking --seeds 0,1,2,3,4,5 --steps 16 --write
 
 ## Learning at a staleness bound (issue 39): the demo's task at eta 0, 1, 2, 4 and unbounded,
 ## 3 seeds side by side, each run's checkpoints scored on the 100 prompts (greedy and 32

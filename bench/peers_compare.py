@@ -99,6 +99,16 @@ QUANTILES = (0.5, 0.9, 0.99)
 DOC = ROOT / "docs" / "peers.md"
 RESULTS = ROOT / "docs" / "results" / "peers_compare.json"
 BEGIN, END = "<!-- begin: peers-compare (generated) -->", "<!-- end: peers-compare -->"
+# ``--ranking``'s results and its table's markers in docs/peers.md ("The ranking")
+RANKING_RESULTS = ROOT / "docs" / "results" / "peers_ranking.json"
+RANKING_BEGIN = "<!-- begin: peers-ranking (generated) -->"
+RANKING_END = "<!-- end: peers-ranking -->"
+# The ranking's rules (issue 37, item 3), each at its best settings on this engine: the ones
+# that stream with the trainer streaming (NeMo-RL's ``_train_pump``; ``unbounded``), the others
+# whole batch; every one ``refit: keep`` (in-flight refit; the rules' decisions do not change
+# with it, and abort only loses work: the ranking's keep-against-abort row measures it)
+RANKED = (("nemo_in_order", False), ("nemo_in_order", True), ("nemo_weight_fifo", True),
+          ("verl_drop", False), ("areal", False), ("synchronous", False), ("unbounded", True))
 
 
 def ones_fraction(prompt: Any, completion: str) -> float:
@@ -279,17 +289,19 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def doc_block(text: str) -> str:
-    """What stands between the markers of the doc."""
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[start:end].strip("\n")
+def doc_block(text: str, begin: str = BEGIN, end: str = END) -> str:
+    """What stands between the markers of the doc (the headline grid's, or ``--ranking``'s:
+    ``RANKING_BEGIN``, ``RANKING_END``)."""
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return text[start:stop].strip("\n")
 
 
-def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC) -> None:
+def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC,
+          begin: str = BEGIN, end: str = END) -> None:
     results_path.write_text(json.dumps(results, indent=1) + "\n")
     text = doc.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    doc.write_text(text[:start] + "\n" + render(results) + "\n" + text[end:])
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    doc.write_text(text[:start] + "\n" + render(results) + "\n" + text[stop:])
 
 
 async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, streaming: bool,
@@ -374,9 +386,39 @@ def headline() -> list[dict[str, Any]]:
             {"a": (REFERENCE, False, "keep", 1), "b": ref1, "against": "ref", "aa": False}]
 
 
+def ranking(etas: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
+    """The ranking (issue 37, item 3), in the order run and printed: per eta of ``etas``, the
+    A/A comparison (the reference against itself), then Reserve-Occupy as it ships (streaming,
+    keep) against each rule of ``RANKED`` at its best settings; then, at the first eta,
+    Reserve-Occupy's own levers: keep against abort, streaming against whole batch, and the
+    eta against eta 0."""
+    ro = (REFERENCE, True, "keep")
+    out: list[dict[str, Any]] = []
+    for eta in etas:
+        ref = (*REF, eta)
+        out.append({"a": ref, "b": ref, "against": "ref", "aa": True})
+        out += [{"a": (*ro, eta), "b": (policy, streaming, "keep", eta),
+                 "against": policy + (" stream" if streaming else " whole"), "aa": False}
+                for policy, streaming in RANKED]
+    eta = etas[0]
+    # (``lever``: the same rule on both sides, so the same decisions are expected and the ratio
+    # is printed anyway: it is the lever's cost or gain, not the rules')
+    out += [{"a": (*ro, eta), "b": (REFERENCE, True, "abort", eta), "against": "itself, abort",
+             "aa": False, "lever": True},
+            {"a": (*ro, eta), "b": (REFERENCE, False, "keep", eta),
+             "against": "itself, whole batch", "aa": False, "lever": True},
+            {"a": (*ro, eta), "b": (*ro, 0), "against": "itself at eta 0", "aa": False}]
+    return out
+
+
+def comps_grid(comps: list[dict[str, Any]]) -> list[Config]:
+    """Every configuration ``comps`` run, in first-seen order."""
+    return list(dict.fromkeys(x for c in comps for x in (c["a"], c["b"])))
+
+
 def headline_grid() -> list[Config]:
     """Every configuration the headline comparisons run, in first-seen order."""
-    return list(dict.fromkeys(x for c in headline() for x in (c["a"], c["b"])))
+    return comps_grid(headline())
 
 
 def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], method: str,
@@ -395,6 +437,7 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
             "seeds": [p["seed"] for p in mine], "first": [p["first"] for p in mine],
             "diff": [p["diff"] for p in mine],
             "same_decisions": bool(mine) and all(p["diff"] == 0 for p in mine),
+            "lever": bool(c.get("lever")),
             "trained": instrument.summarize([p["ratio"] for p in mine if p["ratio"] is not None],
                                             method, level, seed),
             "gen": instrument.summarize(gen, method, level, seed),
@@ -543,13 +586,15 @@ def render_compared(results: dict[str, Any]) -> str:
     rows = sorted(results["comparisons"], key=lambda c: (c["eta"], not c["aa"]))
     for c in rows:
         t = c["trained"]
-        same = c["same_decisions"] and not c["aa"]
+        same = c["same_decisions"] and not c["aa"] and not c.get("lever")
         if same:
             ratio, verdict, gen = "same decisions", "-", "same decisions"
         else:
             ratio, gen = _cell(t), _cell(c["gen"])
             verdict = "resolved" if t["resolved"] else "not resolved"
         name = ("A/A: " if c["aa"] else "") + c["policy"]
+        if c.get("lever") and c["same_decisions"]:
+            verdict += " (same decisions)"
         lines.append(
             f"| {c['eta']} | {name} | {'on' if c['streaming'] else 'off'} | {c['refit']} | "
             f"{'itself' if c['aa'] else c['against']} | {t['pairs']} | {ratio} | {verdict} | "
@@ -762,23 +807,37 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
 
 def apply_workload(args: argparse.Namespace, raw: list[str], bad: Any) -> None:
     """The workload's median, sigma and steps where not given, ``args.shape``; with
-    ``--headline``, its etas and ``args.grid`` (after ``check_grid``), each of its
-    configurations checked as the runtime would (``bad``: one line, exit 2). ``raw``: the
-    command line (to tell a given option from its default)."""
+    ``--headline`` (or peers_compare's ``--ranking``), its etas, ``args.comps`` and
+    ``args.grid`` (after ``check_grid``), each of its configurations checked as the runtime
+    would (``bad``: one line, exit 2). ``raw``: the command line (to tell a given option from
+    its default)."""
     w = WORKLOADS[args.workload]
     for key in ("median", "sigma", "steps"):
         if getattr(args, key) is None:
             setattr(args, key, w[key])
     args.shape = (w["batch_size"], w["group_size"])
-    if args.headline:
-        given = [o for o in ("--policies", "--etas", "--refits", "--streaming")
-                 if any(x == o or x.startswith(o + "=") for x in raw)]
+    ranked = getattr(args, "ranking", False)
+    if args.headline and ranked:
+        bad("--headline and --ranking are two grids: name one")
+    args.comps = None
+    if args.headline or ranked:
+        mode = "--headline" if args.headline else "--ranking"
+        own = ("--policies", "--refits", "--streaming") + (("--etas",) if args.headline else ())
+        given = [o for o in own if any(x == o or x.startswith(o + "=") for x in raw)]
         if given:
-            bad(f"--headline runs its own comparisons: {given[0]} is not taken with it")
-        args.etas = ",".join(str(e) for e in dict.fromkeys(c[3] for c in headline_grid()))
+            bad(f"{mode} runs its own comparisons: {given[0]} is not taken with it")
+        if args.headline:
+            args.etas = ",".join(str(e) for e in dict.fromkeys(c[3] for c in headline_grid()))
     check_grid(args, bad)
-    if args.headline:
-        args.grid = headline_grid()
+    if ranked:
+        if 0 in args.eta_list:
+            bad("--ranking compares each eta against eta 0 itself: --etas takes etas >= 1 "
+                f"(got {args.etas!r})")
+        args.comps = ranking(tuple(args.eta_list))
+    elif args.headline:
+        args.comps = headline()
+    if args.comps is not None:
+        args.grid = comps_grid(args.comps)
         for policy, streaming, refit, eta in args.grid:
             for seed in (min(args.seed_list), max(args.seed_list)):
                 _check_config(bad, policy, streaming, refit, eta, seed, args.steps, args.shape)
@@ -792,9 +851,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--write", action="store_true",
                         help=f"write {RESULTS.relative_to(ROOT)} and the table of "
                              f"{DOC.relative_to(ROOT)}")
+    parser.add_argument("--ranking", action="store_true",
+                        help="run the ranking (docs/peers.md, \"The ranking\"): per eta of "
+                             "--etas (default 1,2) an A/A comparison and Reserve-Occupy "
+                             "(streaming, keep) against every rule at its best settings; at the "
+                             "first eta, keep against abort, streaming against whole batch, and "
+                             "eta 0; --write writes docs/results/peers_ranking.json and its "
+                             "table")
     parser.add_argument("--rows", type=Path, default=None,
                         help="append each run's row to this JSONL file as it ends")
-    parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    parser.add_argument("--results", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -804,9 +870,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         raise SystemExit(2)
 
     apply_workload(args, raw, bad)
+    if args.results is None:
+        args.results = RANKING_RESULTS if args.ranking else RESULTS
+    args.begin, args.end = (RANKING_BEGIN, RANKING_END) if args.ranking else (BEGIN, END)
     if args.rows is not None:
         _writable(args.rows, "--rows", bad)
-    check_write(args, bad, BEGIN, END)
+    check_write(args, bad, args.begin, args.end)
     return args
 
 
@@ -820,16 +889,16 @@ if __name__ == "__main__":
                                args.rows, warmup_steps=args.warmup_steps, order=args.order,
                                order_seed=args.order_seed, method=args.interval,
                                level=args.level, pin=args.pin,
-                               comps=headline() if args.headline else None,
+                               comps=args.comps,
                                shape=args.shape))
     results = {"settings": {**SETTINGS, "staleness.batch_size": args.shape[0],
                             "staleness.group_size": args.shape[1]},
                "steps": args.steps, "seeds": args.seed_list, "workload": workload,
-               "headline": args.headline,
+               "headline": args.headline, "ranking": args.ranking,
                "etas": args.eta_list, "lognormal": {"median": args.median, "sigma": args.sigma},
                "reference": dict(zip(("policy", "streaming", "refit"), REF)),
                "shipped": dict(zip(("policy", "streaming", "refit"), SHIPPED)),
                "grid_wall_s": round(time.perf_counter() - t0, 1), **results}
     print(render(results))
     if args.write:
-        write(results, args.results, args.doc)
+        write(results, args.results, args.doc, args.begin, args.end)
