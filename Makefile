@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers bench-peers-ranking bench-learning calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers bench-peers-ranking bench-learning bench-learning-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -105,7 +105,13 @@ bench-peers-ranking: $(STAMP)
 ## 3 seeds side by side, each run's checkpoints scored on the 100 prompts (greedy and 32
 ## samples); writes docs/results/learning.json and the table of docs/learning.md.
 bench-learning: $(STAMP)
-	$(PY) bench/learning.py --seeds 0,1,2 --write
+	$(PY) bench/learning.py --seeds 0,1,2 --objectives plain,tis,decoupled --write
+
+## The peers' learning (issue 39 item 3): Reserve-Occupy, NeMo-RL as shipped, verl drop, AReaL
+## and synchronous at eta 1, plain and token TIS, 3 seeds side by side (about 20 min); writes
+## docs/results/learning_peers.json and the peers' table of docs/learning.md.
+bench-learning-peers: $(STAMP)
+	$(PY) bench/learning.py --peers reserve_occupy,nemo_shipped,verl_drop,areal,synchronous --etas 1 --objectives plain,tis --seeds 0,1,2 --write
 
 ## The simulator held to the engine: the headline comparisons of bench-peers on the separating
 ## workload, each pair run in both orders (crossover: 4 runs a pair, 8 pairs, 16 steps a run,

@@ -23,6 +23,13 @@ Design
   after the run, each saved checkpoint is loaded into the engine and scored on the eval set.
   Its wall-clock time is the run's own (``time_s`` of that step's ``metrics.jsonl`` row): the
   evaluation costs the run nothing, so the reward-against-time curve is the training's.
+* **The peers** (``--peers``, issue 39 item 3): the rules of ``PEER_ROWS`` instead of
+  Reserve–Occupy's etas, each as it ships on this runtime (Reserve–Occupy and NeMo-RL's
+  ``nemo_in_order`` with the trainer streaming; ``verl_drop``, ``areal`` and ``synchronous``
+  whole batch; all with in-flight refit), at every eta of ``--etas`` with every objective;
+  the first row is the one the others are paired against, and a table says what each row
+  trained (staleness, units dropped, tokens): a rule that trains staler or less data shows it.
+  Written to ``docs/results/learning_peers.json`` and its own block of docs/learning.md.
 * **The eval set**: the demo's 100 prompts (the ones trained on: the task has no others),
   greedy and ``--samples`` seeded samples each at the run's temperature. With 32 samples the
   sampled reward's standard error given the prompts, ``sqrt(sum_i p_i (1 - p_i) / S) / N``, is
@@ -82,21 +89,51 @@ OBJECTIVES: dict[str, dict[str, Any]] = {
                             "trainer.correction.prox": "loglinear"},
 }
 UNBOUNDED = "unbounded"
+# The rules ``--peers`` compares (issue 39, item 3), each as it ships on this runtime: the
+# settings each row sets over the demo's. Reserve-Occupy and NeMo-RL (``nemo_in_order``) with
+# the trainer streaming and in-flight refit (``refit: keep``), the others whole batch (they do
+# not stream), every one ``refit: keep`` so that the rules, not the refit, differ.
+PEER_ROWS: dict[str, dict[str, Any]] = {
+    "reserve_occupy": {"staleness.policy": "reserve_occupy", "trainer.streaming": True,
+                       "rollout.refit": "keep"},
+    "nemo_shipped": {"staleness.policy": "nemo_in_order", "trainer.streaming": True,
+                     "rollout.refit": "keep"},
+    "verl_drop": {"staleness.policy": "verl_drop", "rollout.refit": "keep"},
+    "areal": {"staleness.policy": "areal", "rollout.refit": "keep"},
+    "synchronous": {"staleness.policy": "synchronous", "rollout.refit": "keep"},
+}
+# ``--peers``' results and its table's markers in docs/learning.md ("The peers")
+PEERS_RESULTS = ROOT / "docs" / "results" / "learning_peers.json"
+PEERS_BEGIN = "<!-- begin: learning-peers (generated) -->"
+PEERS_END = "<!-- end: learning-peers -->"
+
+# A row: (eta, objective) for Reserve-Occupy with the demo's settings (eta None: the unbounded
+# peer), or (peer, eta, objective) for a rule of ``PEER_ROWS``
+Row = tuple[Any, ...]
 
 
-def row_name(eta: int | None, objective: str) -> str:
-    return f"{'unbounded' if eta is None else f'eta {eta}'} {objective}"
+def row_name(eta: int | None, objective: str, peer: str | None = None) -> str:
+    return (f"{peer} " if peer else "") + f"{'unbounded' if eta is None else f'eta {eta}'} " \
+        f"{objective}"
+
+
+def _row_parts(row: Row) -> tuple[str | None, int | None, str]:
+    """(peer or None, eta, objective) of a row in either form."""
+    return (row[0], row[1], row[2]) if len(row) == 3 else (None, row[0], row[1])
 
 
 def settings(eta: int | None, objective: str, seed: int, steps: int, every: int, lr: float,
-             out: Path) -> dict[str, Any]:
-    """The ``--set`` settings of one run: the demo's, with this bench's overrides."""
+             out: Path, peer: str | None = None) -> dict[str, Any]:
+    """The ``--set`` settings of one run: the demo's, with this bench's overrides (``peer``: a
+    rule of ``PEER_ROWS`` with its settings)."""
     s: dict[str, Any] = {
         "run.steps": steps, "run.seed": seed, "run.output_dir": str(out),
         "run.save_model_every": every, "run.eval_prompts": 0, "run.plot": False,
         "run.progress": False, "run.tensorboard": False, "recovery.enabled": False,
         "trainer.lr": lr, "staleness.policy": "reserve_occupy" if eta is not None
         else UNBOUNDED, "staleness.max_staleness": 1 if eta is None else eta}
+    if peer is not None:
+        s.update(PEER_ROWS[peer])
     s.update(OBJECTIVES[objective])
     return s
 
@@ -215,7 +252,9 @@ def render(results: dict[str, Any]) -> str:
         f"the earliest end of its runs ("
         + ", ".join(f"seed {k}: {v:.0f} s" for k, v in summ["t_fixed_s"].items())
         + f"). Target: sampled reward {summ['target']:.3f}"
-        + (" (the plain eta-0 row's final, less 0.02)" if results["target"] is None else "")
+        + ((" (the plain eta-0 row's final, less 0.02)" if summ["base"] == row_name(0, "plain")
+            else f" (the `{summ['base']}` row's final, less 0.02)")
+           if results["target"] is None else "")
         + f". Differences are paired per seed against `{summ['base']}`; **resolved** when "
           f"the interval excludes 0.", "",
         "| row | sampled reward, last step | greedy, last step | sampled at the fixed time "
@@ -238,6 +277,26 @@ def render(results: dict[str, Any]) -> str:
             x = r[k]
             cells.append(_mi(x, sign=True) + (" resolved" if x.get("resolved") else ""))
         lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
+    if any("peer" in r for r in results["runs"]):  # what each rule trained
+        lines += ["", "What each row trained (mean over the seeds): staleness mean / max, units "
+                      "dropped, tokens trained:", "",
+                  "| row | staleness mean / max | units dropped | tokens trained |",
+                  "|---|---|---|---|"]
+        for n in dict.fromkeys(r["row"] for r in results["runs"]):
+            rs = [r for r in results["runs"] if r["row"] == n]
+
+            def mean_of(key: str) -> float | None:
+                xs = [r.get(key) for r in rs if r.get(key) is not None]
+                return fmean(xs) if xs else None
+
+            sm, dr, tt = mean_of("staleness_mean"), mean_of("units_dropped"), \
+                mean_of("tokens_trained")
+            mx = max((r["staleness_max"] for r in rs if r.get("staleness_max") is not None),
+                     default=None)
+            lines.append(f"| {n} | {'n/a' if sm is None else f'{sm:.2f}'} / "
+                         f"{'n/a' if mx is None else mx} | "
+                         f"{'n/a' if dr is None else f'{dr:.1f}'} | "
+                         f"{'n/a' if tt is None else f'{tt:.0f}'} |")
     lines += ["", "The curves (sampled reward at each checkpoint, mean over the seeds; step: "
                   "reward @ mean time):", ""]
     for n in dict.fromkeys(r["row"] for r in results["runs"]):
@@ -251,13 +310,14 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC) -> None:
+def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC,
+          begin: str = BEGIN, end: str = END) -> None:
     results_path.write_text(json.dumps(results, indent=1) + "\n")
-    splice(doc, BEGIN, END, render(results))
+    splice(doc, begin, end, render(results))
 
 
-def doc_block(text: str) -> str:
-    return between(text, BEGIN, END)
+def doc_block(text: str, begin: str = BEGIN, end: str = END) -> str:
+    return between(text, begin, end)
 
 
 # -------------------------------------------------------------------------------- the runs ---
@@ -282,7 +342,7 @@ async def curve_of(engine: Any, out: Path, prompts: list[Any], reward_fn: Any, b
     return points
 
 
-async def main(rows: list[tuple[int | None, str]], seeds: list[int], steps: int, every: int,
+async def main(rows: list[Row], seeds: list[int], steps: int, every: int,
                lr: float, samples: int, target: float | None = None, engine: Any = None,
                log: Any = print) -> dict[str, Any]:
     """Every row for every seed (the rows rotated per seed), each run's curve: the results."""
@@ -293,6 +353,8 @@ async def main(rows: list[tuple[int | None, str]], seeds: list[int], steps: int,
     from runtime.rollout.vllm_engine import VLLMRollout
     from runtime.session import evaluate, run_training
     from runtime.tasks.base import load_reward
+
+    from bench.peers_compare import trained_data
 
     t_start = time.perf_counter()
     cfg0 = load_config(None, {})
@@ -314,22 +376,22 @@ async def main(rows: list[tuple[int | None, str]], seeds: list[int], steps: int,
                 base = await evaluate(engine, eval_prompts, reward_fn, max_tokens, temperature,
                                       samples, seed, tag="curve0")
                 for k in range(len(rows)):
-                    eta, objective = rows[(i + k) % len(rows)]
+                    peer, eta, objective = _row_parts(rows[(i + k) % len(rows)])
+                    name = row_name(eta, objective, peer)
                     count += 1
                     out = Path(tmp) / f"run-{count}"
                     cfg = load_config(None, settings(eta, objective, seed, steps, every, lr,
-                                                     out))
+                                                     out, peer))
                     result = await run_training(cfg, model, prompts, reward_fn, out,
                                                 rollout=engine, log=lambda _: None)
                     c = await curve_of(engine, out, eval_prompts, reward_fn, base, max_tokens,
                                        temperature, samples, seed)
-                    summary = result.summary
-                    runs.append({"row": row_name(eta, objective), "eta": eta,
-                                 "objective": objective, "seed": seed, "curve": c,
-                                 "staleness_mean": summary.get("staleness_mean"),
+                    runs.append({"row": name, "eta": eta, "objective": objective,
+                                 **({"peer": peer} if peer else {}), "seed": seed, "curve": c,
+                                 **trained_data(result.summary),
                                  "tokens_trained": result.rows[-1].get("tokens_trained")})
                     log(f"[{count}/{total} {time.perf_counter() - t_start:.0f}s] seed {seed} "
-                        f"{row_name(eta, objective)}: reward {c[0]['reward']:.3f} -> "
+                        f"{name}: reward {c[0]['reward']:.3f} -> "
                         f"{c[-1]['reward']:.3f} (greedy {c[0]['greedy_reward']:.3f} -> "
                         f"{c[-1]['greedy_reward']:.3f}) in {c[-1]['time_s']:.1f} s")
     finally:
@@ -352,6 +414,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Reserve-Occupy's max staleness values (default 0,1,2,4)")
     parser.add_argument("--no-unbounded", action="store_true",
                         help="leave out the unbounded peer's row (the ceiling of staleness)")
+    parser.add_argument("--peers", default=None,
+                        help=f"compare these rules instead (comma-separated, of: "
+                             f"{', '.join(PEER_ROWS)}; each at every eta of --etas with every "
+                             f"objective; docs/learning.md \"The peers\"): --write writes "
+                             f"docs/results/learning_peers.json and that table; the first row "
+                             f"is the one the others are paired against")
     parser.add_argument("--objectives", default="plain",
                         help=f"comma-separated trainer objectives, of: {', '.join(OBJECTIVES)}")
     parser.add_argument("--steps", type=int_in(1, 100_000), default=60,
@@ -368,7 +436,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--write", action="store_true",
                         help=f"write {RESULTS.relative_to(ROOT)} and the table of "
                              f"{DOC.relative_to(ROOT)}")
-    parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    parser.add_argument("--results", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
@@ -380,13 +448,28 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--seeds names a seed twice ({args.seeds})")
     if args.every > args.steps:
         parser.error(f"--every {args.every} is more than --steps {args.steps}: no checkpoint")
-    args.rows = [(e, o) for o in objectives for e in dict.fromkeys(args.etas)]
-    if not args.no_unbounded:
-        args.rows += [(None, o) for o in objectives]
+    args.peer_list = None
+    if args.peers is not None:
+        args.peer_list = [x.strip() for x in args.peers.split(",") if x.strip()]
+        bad = [x for x in args.peer_list if x not in PEER_ROWS]
+        if not args.peer_list or bad:
+            parser.error(f"--peers: unknown {bad[0]!r}; of {', '.join(PEER_ROWS)}" if bad
+                         else "--peers: name at least one")
+        if len(set(args.peer_list)) != len(args.peer_list):
+            parser.error(f"--peers names a rule twice ({args.peers})")
+        args.rows = [(p, e, o) for p in args.peer_list for o in objectives
+                     for e in dict.fromkeys(args.etas)]
+    else:
+        args.rows = [(e, o) for o in objectives for e in dict.fromkeys(args.etas)]
+        if not args.no_unbounded:
+            args.rows += [(None, o) for o in objectives]
+    if args.results is None:
+        args.results = RESULTS if args.peer_list is None else PEERS_RESULTS
+    args.begin, args.end = (BEGIN, END) if args.peer_list is None else (PEERS_BEGIN, PEERS_END)
     if args.write:
         from bench.peers_compare import check_write
 
-        check_write(args, lambda m: parser.error(m), BEGIN, END)
+        check_write(args, lambda m: parser.error(m), args.begin, args.end)
     return args
 
 
@@ -396,4 +479,4 @@ if __name__ == "__main__":
                                args.samples, args.target))
     print(render(results))
     if args.write:
-        write(results, args.results, args.doc)
+        write(results, args.results, args.doc, args.begin, args.end)

@@ -195,26 +195,33 @@ def grid(policies: list[str], etas: list[int], refits: list[str],
             for r in refits]
 
 
+def trained_data(s: dict[str, Any]) -> dict[str, Any]:
+    """What a run trained, from its summary (``RunResult.summary``): the staleness max and
+    mean over its trained samples (the ``staleness`` histogram) and the units it dropped
+    (filtered, or aborted for a reason of the rule's: not a shutdown or a crash)."""
+    hist = {int(k): v for k, v in s["staleness"].items()}
+    n = sum(hist.values())
+    by_reason = s.get("aborted_by_reason", {})
+    return {"staleness_max": max(hist, default=0),
+            "staleness_mean": sum(k * v for k, v in hist.items()) / n if n else 0.0,
+            "units_dropped": s["filtered"] + sum(v for k, v in by_reason.items()
+                                                 if k not in ("shutdown", "lost_in_crash",
+                                                              "recovered",
+                                                              "trajectory_missing"))}
+
+
 def _row(result: Any, policy: str, streaming: bool, refit: str, eta: int, seed: int
          ) -> dict[str, Any]:
     s = result.summary
-    hist = {int(k): v for k, v in s["staleness"].items()}
-    n = sum(hist.values())
     fates = s.get("length_by_fate") or {}
     lost = {f: v for f, v in fates.items() if f != "trained" and not f.startswith("unsettled")}
     wall = s["wall_s"]
     before, after = result.eval_before["reward"], result.eval_after["reward"]
-    by_reason = s.get("aborted_by_reason", {})
     return {
         "policy": policy, "streaming": streaming, "refit": refit, "eta": eta, "seed": seed,
         "steps": s["steps"], "wall_s": wall,
         "gen_tok_s": s["tokens_per_s"], "trained_tok_s": s["tokens_trained"] / wall,
-        "steps_per_s": s["steps_per_s"],
-        "staleness_max": max(hist, default=0),
-        "staleness_mean": sum(k * v for k, v in hist.items()) / n if n else 0.0,
-        "units_dropped": s["filtered"] + sum(v for k, v in by_reason.items()
-                                             if k not in ("shutdown", "lost_in_crash",
-                                                          "recovered", "trajectory_missing")),
+        "steps_per_s": s["steps_per_s"], **trained_data(s),
         "wasted_tokens": round(sum(v["samples"] * v["mean"] for v in lost.values())),
         "tokens_generated": s["tokens_generated"], "tokens_trained": s["tokens_trained"],
         "length_ratio": s.get("length_ratio"), "trainer_idle": s["trainer_idle"],
