@@ -278,10 +278,14 @@ def render(results: dict[str, Any]) -> str:
             cells.append(_mi(x, sign=True) + (" resolved" if x.get("resolved") else ""))
         lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
     if any("peer" in r for r in results["runs"]):  # what each rule trained
+        split = all(r.get("units_filtered") is not None for r in results["runs"])
         lines += ["", "What each row trained (mean over the seeds): staleness mean / max, units "
-                      "dropped, tokens trained:", "",
-                  "| row | staleness mean / max | units dropped | tokens trained |",
-                  "|---|---|---|---|"]
+                      + ("filtered (zero reward variance) / dropped by the rule"
+                         if split else "filtered (zero reward variance) or dropped by the rule")
+                      + ", tokens trained:", "",
+                  "| row | staleness mean / max | "
+                  + ("units filtered / dropped" if split else "units filtered or dropped")
+                  + " | tokens trained |", "|---|---|---|---|"]
         for n in dict.fromkeys(r["row"] for r in results["runs"]):
             rs = [r for r in results["runs"] if r["row"] == n]
 
@@ -293,9 +297,12 @@ def render(results: dict[str, Any]) -> str:
                 mean_of("tokens_trained")
             mx = max((r["staleness_max"] for r in rs if r.get("staleness_max") is not None),
                      default=None)
+            lost = "n/a" if dr is None else f"{dr:.1f}"
+            if split and dr is not None:
+                fi = mean_of("units_filtered") or 0.0
+                lost = f"{fi:.1f} / {dr - fi:.1f}"
             lines.append(f"| {n} | {'n/a' if sm is None else f'{sm:.2f}'} / "
-                         f"{'n/a' if mx is None else mx} | "
-                         f"{'n/a' if dr is None else f'{dr:.1f}'} | "
+                         f"{'n/a' if mx is None else mx} | {lost} | "
                          f"{'n/a' if tt is None else f'{tt:.0f}'} |")
     lines += ["", "The curves (sampled reward at each checkpoint, mean over the seeds; step: "
                   "reward @ mean time):", ""]

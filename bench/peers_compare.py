@@ -197,13 +197,15 @@ def grid(policies: list[str], etas: list[int], refits: list[str],
 
 def trained_data(s: dict[str, Any]) -> dict[str, Any]:
     """What a run trained, from its summary (``RunResult.summary``): the staleness max and
-    mean over its trained samples (the ``staleness`` histogram) and the units it dropped
-    (filtered, or aborted for a reason of the rule's: not a shutdown or a crash)."""
+    mean over its trained samples (the ``staleness`` histogram), the units it dropped
+    (``units_dropped``: filtered, or aborted for a reason of the rule's: not a shutdown or a
+    crash) and, of those, the ones filtered for zero reward variance (``units_filtered``)."""
     hist = {int(k): v for k, v in s["staleness"].items()}
     n = sum(hist.values())
     by_reason = s.get("aborted_by_reason", {})
     return {"staleness_max": max(hist, default=0),
             "staleness_mean": sum(k * v for k, v in hist.items()) / n if n else 0.0,
+            "units_filtered": s["filtered"],
             "units_dropped": s["filtered"] + sum(v for k, v in by_reason.items()
                                                  if k not in ("shutdown", "lost_in_crash",
                                                               "recovered",

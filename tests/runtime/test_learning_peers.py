@@ -57,7 +57,7 @@ def test_peers_rows_are_named_and_paired_against_the_first():
     runs = [{"row": b.row_name(1, "plain", p), "peer": p, "seed": s,
              "curve": [{**c, "reward": c["reward"] + d * (c["step"] > 0)} for c in curve],
              "staleness_mean": 0.5, "staleness_max": 1, "units_dropped": u,
-             "tokens_trained": 100} for s in (0, 1, 2)
+             "units_filtered": min(u, 1), "tokens_trained": 100} for s in (0, 1, 2)
             for p, d, u in (("reserve_occupy", 0.0, 0), ("verl_drop", -0.05 - 0.01 * s, 3))]
     summ = b.summarize(runs)
     assert summ["base"] == "reserve_occupy eta 1 plain"
@@ -67,7 +67,8 @@ def test_peers_rows_are_named_and_paired_against_the_first():
                                "eval_prompts": 100}, "seeds": [0, 1, 2], "target": None,
                      "wall_s": 60, "runs": runs, "summary": summ})
     assert "(the `reserve_occupy eta 1 plain` row's final, less 0.02)" in page
-    assert "| verl_drop eta 1 plain | 0.50 / 1 | 3.0 | 100 |" in page
+    assert "| verl_drop eta 1 plain | 0.50 / 1 | 1.0 / 2.0 | 100 |" in page
+    assert "| reserve_occupy eta 1 plain | 0.50 / 1 | 0.0 / 0.0 | 100 |" in page
 
 
 @pytest.mark.parametrize("args, says", [
