@@ -404,15 +404,15 @@ TABLE_POLICIES = ("reserve_occupy", "nemo_in_order", "nemo_weight_fifo", "verl_d
                   "roll", "areal", "synchronous", "unbounded")
 
 
-def table(seeds: list[int], etas: list[int], *, cost: CostModel, batches: int,
-          batch_size: int) -> list[str]:
-    """Markdown lines: per eta, the bound and every policy as a fraction of it, mean over seeds
-    (each policy's steady-state throughput divided by its own seed's bound)."""
+def table_rows(seeds: list[int], etas: list[int], *, cost: CostModel, batches: int,
+               batch_size: int) -> list[dict]:
+    """The table's numbers, one dict per eta: the bound (``upper``), its binding terms, the
+    best schedule as a fraction of the bound (``schedule``), and per policy of
+    ``TABLE_POLICIES`` its steady-state throughput as a fraction of its own seed's bound
+    (``frac``: one per seed) and the largest staleness it trained (``stale``)."""
     from ..model.runner import RunSpec, simulate
 
-    lines = ["| η | upper bound tok/s | binding term | best schedule tok/s (÷ bound) | "
-             + " | ".join(TABLE_POLICIES) + " |",
-             "|---|---|---|---|" + "---|" * len(TABLE_POLICIES)]
+    out = []
     for eta in etas:
         ups, scheds, frac = [], [], {p: [] for p in TABLE_POLICIES}
         stale = {p: 0 for p in TABLE_POLICIES}
@@ -427,12 +427,36 @@ def table(seeds: list[int], etas: list[int], *, cost: CostModel, batches: int,
                 res, _ = simulate(RunSpec(p, eta, batches, batch_size=batch_size), wl, cost)
                 frac[p].append(res.steady_throughput / b.upper_tok_s)
                 stale[p] = max(stale[p], res.max_staleness)
-        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-        cells = [f"{mean(frac[p]):.2f} ({stale[p]})" for p in TABLE_POLICIES]
-        lines.append(f"| {eta} | {mean(ups):.0f} | {'/'.join(sorted(binding))} | "
+        out.append({"eta": eta, "upper": ups, "binding": sorted(binding), "schedule": scheds,
+                    "frac": frac, "stale": stale})
+    return out
+
+
+def render_table(rows: list[dict]) -> list[str]:
+    """Markdown lines of ``table_rows``: per eta, the bound and every policy as a fraction of
+    it, mean over seeds, the largest staleness trained in parentheses."""
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    lines = ["| η | upper bound tok/s | binding term | best schedule tok/s (÷ bound) | "
+             + " | ".join(TABLE_POLICIES) + " |",
+             "|---|---|---|---|" + "---|" * len(TABLE_POLICIES)]
+    for r in rows:
+        ups, scheds = r["upper"], r["schedule"]
+        cells = [f"{mean(r['frac'][p]):.2f} ({r['stale'][p]})" for p in TABLE_POLICIES]
+        lines.append(f"| {r['eta']} | {mean(ups):.0f} | {'/'.join(r['binding'])} | "
                      f"{mean(scheds) * mean(ups):.0f} ({mean(scheds):.2f}) | "
                      + " | ".join(cells) + " |")
     return lines
+
+
+def table(seeds: list[int], etas: list[int], *, cost: CostModel, batches: int,
+          batch_size: int) -> list[str]:
+    """Markdown lines: per eta, the bound and every policy as a fraction of it, mean over seeds
+    (each policy's steady-state throughput divided by its own seed's bound): ``table_rows``
+    computed, ``render_table`` written."""
+    return render_table(table_rows(seeds, etas, cost=cost, batches=batches,
+                                   batch_size=batch_size))
 
 
 def main(argv: list[str] | None = None) -> int:
