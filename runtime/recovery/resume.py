@@ -50,6 +50,7 @@ from .journal import (
     read_log,
     rebuild,
 )
+from .rundir import remove_interrupted
 
 
 class RecoveryError(RuntimeError):
@@ -188,6 +189,7 @@ class Recovery:
                                     self.guard)
         self.controller.log = store.log
         report.deleted += store.trajectories.remove_partial() + store.checkpoints.remove_partial()
+        report.deleted += len(remove_interrupted(self.run_dir))  # weights/, saved models
         self.batches = [e.batch for e in contents.events if e.op == "consume"]  # type: ignore
 
     async def restore_trainer(self) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from reserve_occupy import Config
 from reserve_occupy.trace import loads_bounded
 
-from ..atomic_io import is_temp
+from ..atomic_io import TEMP_MARK, is_temp
 from .durable import LOG_NAME
 from .journal import EmptyLog, LogCorrupt, read_log, rebuild
 from .store import Checkpoints, unit_filename, unit_from_filename
@@ -191,6 +191,37 @@ def discard_unstarted(path: Path) -> list[str]:
         else:
             target.unlink(missing_ok=True)
         removed.append(name)
+    return removed
+
+
+# the folders of a run directory whose files are written through ``atomic_io`` (the run's own
+# files are in the directory itself): the exported weights (``weights/vN``) and the saved
+# models (``checkpoint-N``) are written beside their final name as ``.NAME.tmp-PID``
+TEMP_FOLDERS = (".", "weights")
+
+
+def remove_interrupted(path: Path) -> list[str]:
+    """Remove what writes an earlier process of this run left half-done in ``path`` (a kill
+    -9, a machine crash): the temporary files and directories of ``atomic_io``
+    (``.NAME.tmp-PID``) in the run directory and in ``weights/`` (``.vN.tmp-PID``, an
+    exported version; ``.checkpoint-N.tmp-PID``, a saved model), each as large as the model.
+    Only for a process that holds ``path``'s lock (a resume): no other process writes there,
+    so every such name is a dead writer's; this process's own (its PID) are left. Returns
+    the names removed, relative to ``path``."""
+    mine = f"{TEMP_MARK}{os.getpid()}"
+    removed = []
+    for folder in TEMP_FOLDERS:
+        where = path / folder
+        if not where.is_dir() or where.is_symlink():
+            continue
+        for p in sorted(where.glob(".*")):
+            if not is_temp(p.name) or p.name.endswith(mine):
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(str(p.relative_to(path)))
     return removed
 
 
