@@ -98,7 +98,8 @@ def test_the_workload_s_options():
     cfg = load_config(None, bench.config_settings("nemo_in_order", True, "keep", 1, 0, 2, "out",
                                                   args.shape, bench.filters("nemo_in_order",
                                                                             0.4)))
-    assert cfg.staleness.filter_zero_variance is False and cfg.staleness.batch_size == 12
+    assert cfg.staleness.filter_zero_variance is False
+    assert cfg.staleness.batch_size == w["batch_size"]
 
 
 @pytest.mark.parametrize("script, args, says", [
