@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers bench-peers-ranking bench-learning bench-learning-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers bench-peers-ranking bench-peers-filtering bench-learning bench-learning-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -100,6 +100,14 @@ bench-peers: $(STAMP)
 ## docs/results/peers_ranking.json and the ranking's table in docs/peers.md.
 bench-peers-ranking: $(STAMP)
 	$(PY) bench/peers_compare.py --workload separating --ranking --seeds 0,1,2,3,4,5 --steps 16 --write
+
+## The filtering workload (issue 37): Reserve-Occupy against NeMo-RL as shipped (which trains
+## the groups without gradient), nemo_in_order whole batch and verl_drop at eta 1, a seeded 20 %
+## of the prompts without gradient (16 groups of 4 a step), ratios of useful trained tok/s
+## (4 comparisons x 16 pairs, 16 steps a run, about 14 min on a quiet host); writes
+## docs/results/peers_filtering.json and its table in docs/peers.md.
+bench-peers-filtering: $(STAMP)
+	$(PY) bench/peers_compare.py --workload filtering --headline --seeds 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 --steps 16 --write
 
 ## Learning at a staleness bound (issue 39): the demo's task at eta 0, 1, 2, 4 and unbounded,
 ## 3 seeds side by side, each run's checkpoints scored on the 100 prompts (greedy and 32

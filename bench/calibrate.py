@@ -770,6 +770,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             _bad("--raw and --from-raw: one or the other (--from-raw runs nothing)")
         args.dump = read_raw(args.from_raw, _bad)
         return args
+    if args.workload == "filtering":  # (its simulation has no reward filtering here yet)
+        _bad("--workload filtering is peers_compare.py's: calibrate fits and simulates the "
+             "workloads without groups without gradient (bench, separating)")
     peers.apply_workload(args, raw, _bad)  # the grid's checks are peers_compare's (exit 2)
     if args.raw is not None:
         peers._writable(args.raw, "--raw", _bad)

@@ -25,6 +25,17 @@ The results file and the table carry the workload and its per-seed answer-length
 straggler (``straggler_wait``). ``--headline`` runs only the headline comparisons
 (``headline()``): ``make bench-peers``.
 
+The filtering workload (``--workload filtering``, docs/peers.md "The filtering workload"):
+DAPO-style dynamic sampling. A seeded share (``--no-gradient``) of the prompts scores every
+answer 0.0 (``NoGradientReward``), so their groups carry no gradient; the rules handle such a
+group as their source does: Reserve-Occupy and verl filter it (the runtime's
+``staleness.filter_zero_variance``: the driver drops it before ``occupy``; a peer's admitted
+group is re-armed for the next unit, verl's 1:1 refill), NeMo-RL as shipped trains it with zero
+advantage (``TRAINS_NO_GRADIENT``: its runs have the filter off). Every ratio is of *useful*
+trained tok/s (the tokens of the trained groups that carry a gradient). ``--headline`` runs its
+comparisons (``filtering_headline()``); ``--write`` writes docs/results/peers_filtering.json and
+its own table: ``make bench-peers-filtering``.
+
 Task. The shipped arithmetic prompts on the tiny model; the reward is the fraction of the digit
 1 in the answer (length-free, so it does not itself pay a long or a short answer, and it varies
 inside every group, so every step moves the weights). Held-out evaluation: the last
@@ -65,7 +76,7 @@ from refit_compare import SETTINGS as REFIT_SETTINGS  # noqa: E402  (configures 
 from refit_compare import _g  # noqa: E402
 
 import instrument  # noqa: E402
-from bench.cli import Parser, int_in  # noqa: E402
+from bench.cli import Parser, float_in, int_in  # noqa: E402
 
 from runtime.peers import POLICY_CHOICES, REFERENCE, peer_streams  # noqa: E402
 from reserve_occupy_peers import PEERS_2026  # noqa: E402
@@ -92,6 +103,12 @@ WORKLOADS = {
     "bench": {"batch_size": 4, "group_size": 4, "median": MEDIAN, "sigma": SIGMA, "steps": 6},
     "separating": {"batch_size": 12, "group_size": 4, "median": 8.0, "sigma": 1.5,
                    "steps": 8},
+    # "filtering": DAPO-style reward filtering (docs/peers.md, "The filtering workload"): a
+    # seeded share ``no_gradient`` of the prompts gets one reward for every answer, so its
+    # groups carry no gradient (``NoGradientReward``); the shape, lognormal and share are the
+    # ones bench/workload_predict.py --filtering predicts separate the filtering comparisons
+    "filtering": {"batch_size": 16, "group_size": 4, "median": 8.0, "sigma": 1.5,
+                  "steps": 6, "no_gradient": 0.2},
 }
 SHAPE = (SETTINGS["staleness.batch_size"], SETTINGS["staleness.group_size"])
 QUANTILES = (0.5, 0.9, 0.99)
@@ -109,10 +126,115 @@ RANKING_END = "<!-- end: peers-ranking -->"
 # with it, and abort only loses work: the ranking's keep-against-abort row measures it)
 RANKED = (("nemo_in_order", False), ("nemo_in_order", True), ("nemo_weight_fifo", True),
           ("verl_drop", False), ("areal", False), ("synchronous", False), ("unbounded", True))
+# The filtering workload's results and its table's markers in docs/peers.md ("The filtering
+# workload")
+FILTERING_RESULTS = ROOT / "docs" / "results" / "peers_filtering.json"
+FILTERING_BEGIN = "<!-- begin: peers-filtering (generated) -->"
+FILTERING_END = "<!-- end: peers-filtering -->"
+# The rules whose source trains a group without gradient rather than filtering it
+# (docs/sim/filtering.md, "What each framework does"): NeMo-RL's asynchronous GRPO
+# (``async_grpo_train``, ``_advantage_stage``) trains every selected group. On the filtering
+# workload they run as shipped, with ``staleness.filter_zero_variance`` false; every other rule
+# with the runtime's filter (Reserve-Occupy's ``filter``, verl's evict-and-refill 1:1, ...)
+TRAINS_NO_GRADIENT = frozenset({"nemo_in_order", "nemo_weight_fifo"})
 
 
 def ones_fraction(prompt: Any, completion: str) -> float:
     return completion.count("1") / max(1, len(completion))
+
+
+class NoGradientReward:
+    """The filtering workload's reward: a seeded share ``rate`` of the prompts carries no
+    gradient, and every answer to one of them is scored 0.0 (all wrong: the hard prompts of
+    DAPO's dynamic sampling), so its group's rewards are all equal; every other answer is scored
+    ``ones_fraction``. Whether a prompt is one of them is a Bernoulli(``rate``) draw seeded by
+    (``seed``, the prompt's position in its data file, ``Prompt.index``): the same for every run
+    of a seed, whatever the rule, and since every rule draws the same prompt for the same unit
+    (``draw_positions``), a pair's two runs see the same groups without gradient. Per prompt,
+    not per unit: a prompt's difficulty is the prompt's, so a prompt drawn again in a later
+    epoch is again without gradient (84 training prompts; a 16-step run draws about four
+    epochs)."""
+
+    def __init__(self, seed: int, rate: float) -> None:
+        if isinstance(rate, bool) or not (isinstance(rate, (int, float))
+                                          and math.isfinite(rate) and 0.0 <= rate < 1.0):
+            raise ValueError(f"the no-gradient share must be a number in [0, 1) (got {rate!r})")
+        self.seed, self.rate = seed, float(rate)
+
+    def no_gradient(self, prompt: Any) -> bool:
+        return random.Random(f"{self.seed}:no-gradient:{prompt.index}").random() < self.rate
+
+    def __call__(self, prompt: Any, completion: str) -> float:
+        return 0.0 if self.no_gradient(prompt) else ones_fraction(prompt, completion)
+
+
+def train_prompts() -> list[Any]:
+    """The prompts the bench's runs train on: the shipped arithmetic prompts less the last
+    ``run.eval_prompts`` (``run.eval_holdout``), as ``run_training`` splits them."""
+    from runtime.data import load_prompts
+    from runtime.session import split_prompts
+
+    return split_prompts(load_prompts(), SETTINGS["run.eval_prompts"],
+                         SETTINGS["run.eval_holdout"])[0]
+
+
+def draw_positions(seed: int, size: int, n: int) -> list[int]:
+    """The positions, in a run's ``size`` training prompts, of the prompts of a fresh run's
+    first ``n`` units (``g0``, ``g1``, ...: unit ``g{k}`` is draw ``k``), as the driver draws
+    them (``Driver._next_prompt``: each epoch of ``size`` draws is a shuffle of the positions
+    seeded by ``seed * 7919 + epoch``, taken from its end). The same for every rule; the
+    simulator's prediction of the filtering workload uses it to give each group the outcome of
+    its unit's prompt. tests/runtime/test_peers_filtering.py checks it against a real run's
+    ``reserve`` records."""
+    out: list[int] = []
+    order: list[int] = []
+    for k in range(n):
+        epoch, i = divmod(k, size)
+        if i == 0:
+            order = list(range(size))
+            random.Random(seed * 7919 + epoch).shuffle(order)
+        out.append(order[size - 1 - i])
+    return out
+
+
+def no_gradient_share(seed: int, rate: float, prompts: list[Any]) -> float:
+    """The share of ``prompts`` whose groups carry no gradient in a run of ``seed``."""
+    reward = NoGradientReward(seed, rate)
+    return sum(reward.no_gradient(p) for p in prompts) / len(prompts) if prompts else 0.0
+
+
+def filters(policy: str, rate: float) -> bool:
+    """``staleness.filter_zero_variance`` of a run of ``policy``: the runtime's filter (on), but
+    on a workload with groups without gradient (``rate`` > 0) off for the rules whose source
+    trains them (``TRAINS_NO_GRADIENT``: NeMo-RL as shipped)."""
+    return not (rate > 0 and policy in TRAINS_NO_GRADIENT)
+
+
+def useful_rows(metrics: list[dict[str, Any]], events: list[dict[str, Any]],
+                lengths: dict[Any, dict[str, Any]], no_grad: set[str]
+                ) -> tuple[list[dict[str, Any]], int]:
+    """A run's ``metrics.jsonl`` rows (in step order), each with ``tokens_useful``: its
+    cumulative ``tokens_trained`` less the committed tokens (``lengths.jsonl``) of the units of
+    ``no_grad`` (the groups without gradient) consumed up to its step (the k-th ``consume`` of
+    ``events.jsonl`` is the k-th step); and how many such units were trained. A run that
+    filters them trains none: its ``tokens_useful`` is its ``tokens_trained``."""
+    rows = sorted(metrics, key=lambda r: r["step"])
+    batches = [[str(u["unit"]) for u in r["batch"]["units"]] for r in events
+               if r.get("op") == "consume"]
+    if len(batches) != len(rows):
+        raise ValueError(f"{len(batches)} consume records for {len(rows)} metrics rows")
+    tokens = {str(u): sum(n for n, role in zip(r["lengths"], r["roles"]) if role == "committed")
+              for u, r in lengths.items()}
+    out, lost, trained = [], 0, 0
+    for m, units in zip(rows, batches):
+        for u in units:
+            if u in no_grad:
+                if u not in tokens:
+                    raise ValueError(f"unit {u} was trained but has no lengths record")
+                lost += tokens[u]
+                trained += 1
+        out.append({**m, "tokens_useful": m["tokens_trained"] - lost})
+    return out, trained
 
 
 class LongTail:
@@ -316,20 +438,28 @@ def write(results: dict[str, Any], results_path: Path = RESULTS, doc: Path = DOC
 async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, streaming: bool,
                refit: str, eta: int, seed: int, steps: int, out: Path, median: float,
                sigma: float, warmup_steps: int = 0, tail_class: Any = None,
-               shape: tuple[int, int] = SHAPE) -> dict[str, Any]:
+               shape: tuple[int, int] = SHAPE, no_gradient: float = 0.0) -> dict[str, Any]:
     """One run: its row, with the instrument's steady-state rates (``steady_trained_tok_s``,
     ``steady_gen_tok_s``: the steps after ``warmup_steps``) and ``placements`` (each trained
     unit's step, from its ``events.jsonl``), the trainer's wait over the same steps and its
     part attributable to a straggler (``wait_s``, ``straggler_s``: ``straggler_wait``).
     ``tail_class``: the engine wrapper (``LongTail``, or calibrate's timing one; its instance is
-    the row's ``_tail``); ``shape``: (groups per step, samples per group)."""
+    the row's ``_tail``); ``shape``: (groups per step, samples per group). ``no_gradient`` > 0:
+    the filtering workload: the reward is ``NoGradientReward`` (that share of the prompts
+    without gradient), the rule filters as it ships (``filters``), and the row has
+    ``steady_useful_tok_s`` (the tokens of groups with a gradient, per second of the same
+    window), ``no_gradient_trained`` (groups without gradient it trained) and
+    ``filtered_other`` (groups it filtered whose prompt is not one of the share: rewards equal
+    by chance)."""
+    from runtime.accounting import LENGTHS_NAME, LengthLog
     from runtime.config import load_config
-    from runtime.session import run_training
+    from runtime.session import run_training, split_prompts
 
     cfg = load_config(None, config_settings(policy, streaming, refit, eta, seed, steps, out,
-                                            shape))
+                                            shape, filters(policy, no_gradient)))
     tail = (tail_class or LongTail)(engine, cfg.rollout.max_tokens, seed, median, sigma)
-    result = await run_training(cfg, model, prompts, ones_fraction, out, rollout=tail,
+    reward = NoGradientReward(seed, no_gradient) if no_gradient > 0 else ones_fraction
+    result = await run_training(cfg, model, prompts, reward, out, rollout=tail,
                                 log=lambda _: None)
     row = _row(result, policy, streaming, refit, eta, seed)
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
@@ -339,6 +469,22 @@ async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, stream
     row["steady_gen_tok_s"] = instrument.steady_rate(metrics, warmup_steps, "tokens_generated")
     events = instrument.read_events(out / "events.jsonl")
     row["placements"] = instrument.placements(events)
+    if no_gradient > 0:
+        train = split_prompts(prompts, cfg.run.eval_prompts, cfg.run.eval_holdout)[0]
+        units = {str(r["unit"]): r["meta"]["prompt"] for r in events
+                 if r.get("op") == "reserve" and "prompt" in (r.get("meta") or {})}
+        no_grad = {u for u, pos in units.items() if reward.no_gradient(train[pos])}
+        useful, row["no_gradient_trained"] = useful_rows(
+            metrics, events, LengthLog.read(out / LENGTHS_NAME).records, no_grad)
+        row["steady_useful_tok_s"] = instrument.steady_rate(useful, warmup_steps,
+                                                            "tokens_useful")
+        row["tokens_useful"] = useful[-1]["tokens_useful"]
+        row["filtered"] = result.summary["filtered"]
+        row["no_gradient_admitted"] = len(no_grad)
+        row["filter_zero_variance"] = cfg.staleness.filter_zero_variance
+        filtered = {str(r["unit"]) for r in events if r.get("op") in ("abort", "filter")
+                    and (r.get("meta") or {}).get("reason") == "no_gradient"}
+        row["filtered_other"] = len(filtered - no_grad)
     notes = [json.loads(x) for x in (out / "driver_notes.jsonl").read_text().splitlines()
              if x.strip()]
     row.update(straggler_wait(metrics, notes, events, warmup_steps))
@@ -347,12 +493,15 @@ async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, stream
 
 
 def config_settings(policy: str, streaming: bool, refit: str, eta: int, seed: int, steps: int,
-                    out: Path | str, shape: tuple[int, int] = SHAPE) -> dict[str, Any]:
+                    out: Path | str, shape: tuple[int, int] = SHAPE,
+                    filter_zero_variance: bool = True) -> dict[str, Any]:
     """The ``--set`` settings of one run of the grid (``shape``: groups per step, samples per
-    group)."""
+    group; ``filter_zero_variance``: the runtime's filter of groups without gradient, off only
+    for NeMo-RL as shipped on the filtering workload: ``filters``)."""
     return {**SETTINGS, "run.steps": steps, "run.seed": seed, "run.output_dir": str(out),
             "staleness.batch_size": shape[0], "staleness.group_size": shape[1],
             "staleness.policy": policy, "staleness.max_staleness": eta,
+            "staleness.filter_zero_variance": filter_zero_variance,
             "trainer.streaming": streaming, "rollout.refit": refit}
 
 
@@ -420,6 +569,22 @@ def ranking(etas: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
     return out
 
 
+def filtering_headline() -> list[dict[str, Any]]:
+    """The filtering workload's comparisons (issue 37: "against the same rules on a filtering
+    workload"), in the order run and printed: the A/A one (the reference, ``nemo_in_order``
+    whole batch as shipped: it trains the groups without gradient, against itself at eta 1),
+    then Reserve-Occupy as it ships (streaming, keep, the runtime's filter) against NeMo-RL as
+    shipped (streaming, keep, no filter), ``nemo_in_order`` whole batch (no filter) and
+    ``verl_drop`` (its filter: evict and refill 1:1), all at eta 1."""
+    ro = (REFERENCE, True, "keep", 1)
+    ref1 = (*REF, 1)
+    return [{"a": ref1, "b": ref1, "against": "ref", "aa": True},
+            {"a": ro, "b": (*SHIPPED, 1), "against": "shipped", "aa": False},
+            {"a": ro, "b": ref1, "against": "ref", "aa": False},
+            {"a": ro, "b": ("verl_drop", False, "keep", 1), "against": "verl_drop",
+             "aa": False}]
+
+
 def comps_grid(comps: list[dict[str, Any]]) -> list[Config]:
     """Every configuration ``comps`` run, in first-seen order."""
     return list(dict.fromkeys(x for c in comps for x in (c["a"], c["b"])))
@@ -431,10 +596,13 @@ def headline_grid() -> list[Config]:
 
 
 def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], method: str,
-                    level: float, seed: int = 0) -> dict[str, Any]:
+                    level: float, seed: int = 0,
+                    rate_key: str = "steady_trained_tok_s") -> dict[str, Any]:
     """Each comparison's pairs summarized by the instrument (trained and generated tok/s over
     the steady-state window), and the A/A false-positive rates of both interval methods from
-    the grid's A/A pairs (at the grid's number of pairs and at the sign interval's minimum)."""
+    the grid's A/A pairs (at the grid's number of pairs and at the sign interval's minimum).
+    ``rate_key``: the runs' figure the pairs' ratios are of (the filtering workload's:
+    ``steady_useful_tok_s``), whose means per pair the rows' ``trained_tok_s`` hold."""
     rows = []
     for j, c in enumerate(comps):
         mine = [p for p in pairs if p["comparison"] == j]
@@ -450,11 +618,15 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
             "trained": instrument.summarize([p["ratio"] for p in mine if p["ratio"] is not None],
                                             method, level, seed),
             "gen": instrument.summarize(gen, method, level, seed),
-            "trained_tok_s": [_mean([p[x]["steady_trained_tok_s"] for x in ("a", "a2")
+            "trained_tok_s": [_mean([p[x][rate_key] for x in ("a", "a2")
                                      if x in p]) for p in mine],
             "staleness_max": max((p["a"]["staleness_max"] for p in mine), default=0),
             "staleness_mean": _mean([p["a"]["staleness_mean"] for p in mine]),
             "units_dropped": _mean([p["a"]["units_dropped"] for p in mine]),
+            **({"no_gradient_trained": [[p[x]["no_gradient_trained"] for x in "ab"]
+                                        for p in mine],
+                "filtered_other": [[p[x]["filtered_other"] for x in "ab"] for p in mine]}
+               if mine and "no_gradient_trained" in mine[0]["a"] else {}),
             "wait_s": [[p[x].get("wait_s") for x in "ab"] for p in mine],
             "straggler_s": [[p[x].get("straggler_s") for x in "ab"] for p in mine],
         })
@@ -475,8 +647,8 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
                warmup_steps: int = 1, order: str = "alternate", order_seed: int = 0,
                method: str = "sign", level: float = instrument.LEVEL, pin: bool = False,
                tail_class: Any = None, on_row: Any = None,
-               comps: list[dict[str, Any]] | None = None, shape: tuple[int, int] = SHAPE
-               ) -> dict[str, Any]:
+               comps: list[dict[str, Any]] | None = None, shape: tuple[int, int] = SHAPE,
+               no_gradient: float = 0.0) -> dict[str, Any]:
     """The grid as the instrument runs it (``bench/instrument.py``): per seed, each
     comparison's two runs one after the other in alternating (or seeded random) order, on one
     warm engine (``engine``, or a new one closed at the end), after one discarded warm-up run
@@ -486,7 +658,8 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
     timing engine wrapper, and a call with each kept run's row (with ``_tail``, the wrapper,
     and ``_out``, the run's directory, while it still exists). ``comps``: the comparisons to
     run (``headline()``; default: ``comparisons(runs_grid)``); ``shape``: (groups per step,
-    samples per group)."""
+    samples per group); ``no_gradient`` > 0: the filtering workload (``_one``): the pairs'
+    ratios are of useful trained tok/s (``steady_useful_tok_s``)."""
     from runtime.data import load_prompts
     from runtime.models.tiny import ensure_tiny_model
     from runtime.rollout.vllm_engine import VLLMRollout
@@ -497,6 +670,7 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
     if owned:
         engine = VLLMRollout(model, max_model_len=128, max_num_seqs=64, seed=0)
     comps = comparisons(runs_grid) if comps is None else comps
+    rate_key = "steady_useful_tok_s" if no_gradient > 0 else "steady_trained_tok_s"
     runs: list[dict[str, Any]] = []
     total = 1 + (4 if order == "crossover" else 2) * len(comps) * len(seeds)
     t0 = time.perf_counter()
@@ -512,13 +686,15 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
                 policy, streaming, refit, eta = config
                 out = Path(tmp) / f"run-{count[0]}"
                 row = await _one(engine, model, prompts, policy, streaming, refit, eta, seed,
-                                 steps, out, median, sigma, warmup_steps, tail_class, shape)
-                row["run"], row["rate"] = count[0], row["steady_trained_tok_s"]
+                                 steps, out, median, sigma, warmup_steps, tail_class, shape,
+                                 no_gradient)
+                row["run"], row["rate"] = count[0], row[rate_key]
                 if on_row is not None and count[0] > 1:  # not the discarded warm-up
                     on_row(row)
                 print(f"[{count[0]}/{total} {time.perf_counter() - t0:.0f}s] {policy} "
                       f"streaming={'on' if streaming else 'off'} refit={refit} eta={eta} "
-                      f"seed={seed}: {row['steady_trained_tok_s']:.0f} trained tok/s (steps "
+                      f"seed={seed}: {row[rate_key]:.0f} "
+                      f"{'useful ' if no_gradient > 0 else ''}trained tok/s (steps "
                       f"after {warmup_steps}), staleness max {row['staleness_max']}, dropped "
                       f"{row['units_dropped']}, {row['wall_s']:.1f} s"
                       + (" (warm-up, discarded)" if count[0] == 1 else ""), flush=True)
@@ -541,17 +717,20 @@ async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: fl
     for p in pairs:
         for which in ("a", "b", "a2", "b2"):  # (a2, b2: a crossover pair's second half)
             if which in p:
-                p[which] = {k: p[which][k] for k in PAIR_KEYS}
-    summary = summarize_pairs(comps, pairs, method, level, order_seed)
+                p[which] = {k: p[which][k] for k in PAIR_KEYS if k in p[which]}
+    summary = summarize_pairs(comps, pairs, method, level, order_seed, rate_key)
     return {"instrument": {"order": order, "order_seed": order_seed, "interval": method,
                            "level": level, "warmup_steps": warmup_steps, "pin": placed,
-                           "warmup_run": 1},
+                           "warmup_run": 1, "rate": rate_key},
             "runs": runs, "pairs": pairs, "comparisons": summary["rows"],
             "false_positive": summary["false_positive"]}
 
 
 PAIR_KEYS = ("run", "rate", "steady_trained_tok_s", "steady_gen_tok_s", "staleness_max",
-             "staleness_mean", "units_dropped", "wait_s", "straggler_s")
+             "staleness_mean", "units_dropped", "wait_s", "straggler_s",
+             # the filtering workload's (``_one``)
+             "steady_useful_tok_s", "no_gradient_trained", "no_gradient_admitted",
+             "filtered_other")
 
 
 def _cell(s: dict[str, Any]) -> str:
@@ -587,11 +766,22 @@ def render_compared(results: dict[str, Any]) -> str:
                     f"{fp['bootstrap']:.1%} with the percentile bootstrap (nominal "
                     f"{fp['nominal']:.0%}; the sign interval needs {fp['min_pairs']} pairs).")
     head += workload_lines(results.get("workload"))
+    useful = ins.get("rate") == "steady_useful_tok_s"  # the filtering workload
+    if useful:
+        head.append("Useful trained tok/s: the tokens of the trained groups that carry a "
+                    "gradient, per second of the window (a rule that filters trains only "
+                    "those); the rules marked \"no filter\" train the groups without gradient "
+                    "(NeMo-RL's asynchronous GRPO, as shipped), the others filter them "
+                    "(staleness.filter_zero_variance). Units dropped: the row's run, filtered "
+                    "groups included.")
+    what = "useful trained tok/s" if useful else "trained tok/s"
     lines = head + ["", "| eta | policy | streaming | refit | against | pairs "
-                    "| trained tok/s ratio [interval] | resolved | gen tok/s ratio [interval] "
-                    "| units in another step (per pair) | trained tok/s | staleness max / mean "
-                    "| units dropped | trainer wait, s: row / baseline (straggler's part) |",
-                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                    f"| {what} ratio [interval] | resolved | gen tok/s ratio [interval] "
+                    f"| units in another step (per pair) | {what} | staleness max / mean "
+                    "| units dropped | trainer wait, s: row / baseline (straggler's part) |"
+                    + (" groups without gradient trained: row / baseline |" if useful else ""),
+                    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+                    + ("---|" if useful else "")]
     rows = sorted(results["comparisons"], key=lambda c: (c["eta"], not c["aa"]))
     for c in rows:
         t = c["trained"]
@@ -601,7 +791,8 @@ def render_compared(results: dict[str, Any]) -> str:
         else:
             ratio, gen = _cell(t), _cell(c["gen"])
             verdict = "resolved" if t["resolved"] else "not resolved"
-        name = ("A/A: " if c["aa"] else "") + c["policy"]
+        name = ("A/A: " if c["aa"] else "") + c["policy"] + (
+            " (no filter)" if useful and c["policy"] in TRAINS_NO_GRADIENT else "")
         if c.get("lever") and c["same_decisions"]:
             verdict += " (same decisions)"
         lines.append(
@@ -610,8 +801,19 @@ def render_compared(results: dict[str, Any]) -> str:
             f"{gen} | {', '.join(map(str, c['diff']))} | "
             f"{_g(_mean(c['trained_tok_s']), '.0f')} | {c['staleness_max']} / "
             f"{_g(c['staleness_mean'], '.2f')} | {_g(c['units_dropped'], '.1f')} | "
-            f"{_waits(c)} |")
+            f"{_waits(c)} |" + (f" {_no_grad(c)} |" if useful else ""))
     return "\n".join(lines)
+
+
+def _no_grad(c: dict[str, Any]) -> str:
+    """The groups without gradient the row's run and its baseline's trained (means over the
+    pairs), and the groups filtered whose rewards were equal by chance, if any."""
+    ng, other = c.get("no_gradient_trained"), c.get("filtered_other")
+    if not ng:
+        return "n/a"
+    cell = f"{_mean([p[0] for p in ng]):.1f} / {_mean([p[1] for p in ng]):.1f}"
+    chance = sum(x for p in other or [] for x in p)
+    return cell + (f" ({chance} filtered by chance)" if chance else "")
 
 
 def _waits(c: dict[str, Any]) -> str:
@@ -633,22 +835,36 @@ def workload_lines(w: dict[str, Any] | None) -> list[str]:
     qs = "; ".join(f"seed {seed}: " + " / ".join(f"{q[k]:g}" for k in (*(
         f"p{round(x * 100)}" for x in QUANTILES), "max")) + f", mean {q['mean']:.1f}"
         for seed, q in w["length_quantiles"].items())
-    return [f"Workload {w['name']!r}: {w['batch_size']} groups of {w['group_size']} per step, "
+    line = (f"Workload {w['name']!r}: {w['batch_size']} groups of {w['group_size']} per step, "
             f"answer lengths lognormal (median {w['median']:g}, sigma {w['sigma']:g}, at most "
             f"{w['max_tokens']} tokens); per seed, over the answers of its first "
-            f"{w['units']} units, p50 / p90 / p99 / max tokens: {qs}."]
+            f"{w['units']} units, p50 / p90 / p99 / max tokens: {qs}.")
+    if w.get("no_gradient"):
+        shares = ", ".join(f"seed {seed}: {x:.2f}" for seed, x in w["no_gradient_share"].items())
+        line += (f" Groups without gradient: each training prompt is one with probability "
+                 f"{w['no_gradient']:g} (every answer scored 0.0); the share of the "
+                 f"{w['prompts']} training prompts that are, per seed: {shares}.")
+    return [line]
 
 
 def workload_record(name: str, shape: tuple[int, int], median: float, sigma: float,
-                    steps: int, seeds: list[int]) -> dict[str, Any]:
+                    steps: int, seeds: list[int], no_gradient: float = 0.0) -> dict[str, Any]:
     """The results file's ``workload``: what ``workload_lines`` prints. The quantiles are
-    over the units of a run's steps (``steps`` x groups per step)."""
+    over the units of a run's steps (``steps`` x groups per step); with ``no_gradient`` (the
+    filtering workload), per seed the share of the training prompts without gradient."""
     units = steps * shape[0]
     mt = SETTINGS["rollout.max_tokens"]
-    return {"name": name, "batch_size": shape[0], "group_size": shape[1], "median": median,
-            "sigma": sigma, "max_tokens": mt, "units": units,
-            "length_quantiles": {str(seed): length_quantiles(seed, median, sigma, mt, units,
-                                                             shape[1]) for seed in seeds}}
+    out = {"name": name, "batch_size": shape[0], "group_size": shape[1], "median": median,
+           "sigma": sigma, "max_tokens": mt, "units": units,
+           "length_quantiles": {str(seed): length_quantiles(seed, median, sigma, mt, units,
+                                                            shape[1]) for seed in seeds}}
+    if no_gradient > 0:
+        prompts = train_prompts()
+        out.update({"no_gradient": no_gradient, "prompts": len(prompts),
+                    "no_gradient_share": {str(seed): no_gradient_share(seed, no_gradient,
+                                                                       prompts)
+                                          for seed in seeds}})
+    return out
 
 
 def _ints(text: str) -> list[int]:
@@ -779,21 +995,32 @@ def check_grid(args: argparse.Namespace, bad: Any) -> None:
     for policy, streaming, refit, eta in [*args.grid, *((*REF, e) for e in args.eta_list)]:
         for seed in (min(args.seed_list), max(args.seed_list)):
             _check_config(bad, policy, streaming, refit, eta, seed, args.steps,
-                          getattr(args, "shape", SHAPE))
+                          getattr(args, "shape", SHAPE), getattr(args, "no_gradient", 0.0))
 
 
 def _check_config(bad: Any, policy: str, streaming: bool, refit: str, eta: int, seed: int,
-                  steps: int, shape: tuple[int, int]) -> None:
+                  steps: int, shape: tuple[int, int], no_gradient: float = 0.0) -> None:
     """One run's config validated as the runtime will (``load_config``); ``bad`` if not."""
     from runtime.config import load_config
 
     try:
         load_config(None, config_settings(policy, streaming, refit, eta, seed, steps, "out",
-                                          shape))
+                                          shape, filters(policy, no_gradient)))
     except ValueError as e:  # ConfigFileError: the settings' problems, a line each
         why = "; ".join(x.strip() for x in str(e).splitlines()[1:]) or str(e)
         bad(f"{policy} streaming={'on' if streaming else 'off'} refit={refit} "
             f"eta={eta} seed={seed}: {why}")
+
+
+def _filtering_help() -> str:
+    w = WORKLOADS["filtering"]
+    return (f"{w['batch_size']} groups of {w['group_size']}, median {w['median']:g}, sigma "
+            f"{w['sigma']:g}, {w['steps']} steps, a share {w['no_gradient']:g} of the prompts "
+            f"without gradient")
+
+
+MAX_NO_GRADIENT = 0.8  # a larger share leaves a seed's 84 training prompts all without
+# gradient too often (0.8^84 ~ 7e-9 per seed; a seed with no prompt to train is refused)
 
 
 def add_workload_options(parser: argparse.ArgumentParser) -> None:
@@ -804,13 +1031,16 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                              "lognormal's median and sigma, steps (docs/peers.md, \"The "
                              "workload\"); --median, --sigma, --steps override its own. bench "
                              "(default): 4 groups of 4, median 12, sigma 1, 6 steps; separating: "
-                             "12 groups of 4, median 8, sigma 1.5, 8 steps")
+                             "12 groups of 4, median 8, sigma 1.5, 8 steps; filtering: "
+                             + _filtering_help() + " (peers_compare.py only)")
     parser.add_argument("--headline", action="store_true",
                         help="run the headline comparisons only (A/A; Reserve-Occupy against "
                              "NeMo-RL as shipped at eta 1 and 2, nemo_in_order whole batch, "
                              "verl_drop, eta 0; Reserve-Occupy whole batch against "
-                             "nemo_in_order): --policies, --etas, --refits, --streaming "
-                             "are not taken with it")
+                             "nemo_in_order; with --workload filtering its own: A/A, "
+                             "Reserve-Occupy against NeMo-RL as shipped, nemo_in_order whole "
+                             "batch and verl_drop at eta 1): --policies, --etas, --refits, "
+                             "--streaming are not taken with it")
     parser.set_defaults(median=None, sigma=None, steps=None)  # the workload's, unless given
 
 
@@ -828,6 +1058,16 @@ def apply_workload(args: argparse.Namespace, raw: list[str], bad: Any) -> None:
     ranked = getattr(args, "ranking", False)
     if args.headline and ranked:
         bad("--headline and --ranking are two grids: name one")
+    given_rate = getattr(args, "no_gradient", None)
+    filtering = "no_gradient" in w
+    if given_rate is not None and not filtering:
+        bad(f"--no-gradient is the filtering workload's: name --workload filtering (got "
+            f"--workload {args.workload})")
+    if filtering and ranked:
+        bad("--ranking runs on a workload without groups without gradient: the filtering "
+            "workload's comparisons are --headline's (--workload filtering --headline)")
+    args.no_gradient = (w["no_gradient"] if given_rate is None else given_rate) if filtering \
+        else 0.0
     args.comps = None
     if args.headline or ranked:
         mode = "--headline" if args.headline else "--ranking"
@@ -836,20 +1076,28 @@ def apply_workload(args: argparse.Namespace, raw: list[str], bad: Any) -> None:
         if given:
             bad(f"{mode} runs its own comparisons: {given[0]} is not taken with it")
         if args.headline:
-            args.etas = ",".join(str(e) for e in dict.fromkeys(c[3] for c in headline_grid()))
+            own_grid = comps_grid(filtering_headline()) if filtering else headline_grid()
+            args.etas = ",".join(str(e) for e in dict.fromkeys(c[3] for c in own_grid))
     check_grid(args, bad)
+    if filtering:
+        prompts = train_prompts()
+        for seed in args.seed_list:
+            if no_gradient_share(seed, args.no_gradient, prompts) == 1.0:
+                bad(f"seed {seed}: every one of the {len(prompts)} training prompts is without "
+                    f"gradient at --no-gradient {args.no_gradient:g}: no group could train")
     if ranked:
         if 0 in args.eta_list:
             bad("--ranking compares each eta against eta 0 itself: --etas takes etas >= 1 "
                 f"(got {args.etas!r})")
         args.comps = ranking(tuple(args.eta_list))
     elif args.headline:
-        args.comps = headline()
+        args.comps = filtering_headline() if filtering else headline()
     if args.comps is not None:
         args.grid = comps_grid(args.comps)
         for policy, streaming, refit, eta in args.grid:
             for seed in (min(args.seed_list), max(args.seed_list)):
-                _check_config(bad, policy, streaming, refit, eta, seed, args.steps, args.shape)
+                _check_config(bad, policy, streaming, refit, eta, seed, args.steps, args.shape,
+                              args.no_gradient)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -859,7 +1107,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add_workload_options(parser)
     parser.add_argument("--write", action="store_true",
                         help=f"write {RESULTS.relative_to(ROOT)} and the table of "
-                             f"{DOC.relative_to(ROOT)}")
+                             f"{DOC.relative_to(ROOT)} (--workload filtering: "
+                             f"{FILTERING_RESULTS.relative_to(ROOT)} and its table)")
     parser.add_argument("--ranking", action="store_true",
                         help="run the ranking (docs/peers.md, \"The ranking\"): per eta of "
                              "--etas (default 1,2) an A/A comparison and Reserve-Occupy "
@@ -867,6 +1116,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              "first eta, keep against abort, streaming against whole batch, and "
                              "eta 0; --write writes docs/results/peers_ranking.json and its "
                              "table")
+    parser.add_argument("--no-gradient", type=float_in(0.0, MAX_NO_GRADIENT, lo_open=True),
+                        default=None, metavar="SHARE",
+                        help=f"the filtering workload's share of prompts without gradient, in "
+                             f"(0, {MAX_NO_GRADIENT:g}] (default "
+                             f"{WORKLOADS['filtering']['no_gradient']:g}); only with "
+                             f"--workload filtering")
     parser.add_argument("--rows", type=Path, default=None,
                         help="append each run's row to this JSONL file as it ends")
     parser.add_argument("--results", type=Path, default=None, help=argparse.SUPPRESS)
@@ -880,8 +1135,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
     apply_workload(args, raw, bad)
     if args.results is None:
-        args.results = RANKING_RESULTS if args.ranking else RESULTS
-    args.begin, args.end = (RANKING_BEGIN, RANKING_END) if args.ranking else (BEGIN, END)
+        args.results = (RANKING_RESULTS if args.ranking else
+                        FILTERING_RESULTS if args.no_gradient > 0 else RESULTS)
+    args.begin, args.end = ((RANKING_BEGIN, RANKING_END) if args.ranking else
+                            (FILTERING_BEGIN, FILTERING_END) if args.no_gradient > 0 else
+                            (BEGIN, END))
     if args.rows is not None:
         _writable(args.rows, "--rows", bad)
     check_write(args, bad, args.begin, args.end)
@@ -892,18 +1150,19 @@ if __name__ == "__main__":
     args = parse()
     t0 = time.perf_counter()
     workload = workload_record(args.workload, args.shape, args.median, args.sigma, args.steps,
-                               args.seed_list)
+                               args.seed_list, args.no_gradient)
     print("\n".join(workload_lines(workload)), flush=True)
     results = asyncio.run(main(args.grid, args.seed_list, args.steps, args.median, args.sigma,
                                args.rows, warmup_steps=args.warmup_steps, order=args.order,
                                order_seed=args.order_seed, method=args.interval,
                                level=args.level, pin=args.pin,
                                comps=args.comps,
-                               shape=args.shape))
+                               shape=args.shape, no_gradient=args.no_gradient))
     results = {"settings": {**SETTINGS, "staleness.batch_size": args.shape[0],
                             "staleness.group_size": args.shape[1]},
                "steps": args.steps, "seeds": args.seed_list, "workload": workload,
                "headline": args.headline, "ranking": args.ranking,
+               "no_gradient": args.no_gradient,
                "etas": args.eta_list, "lognormal": {"median": args.median, "sigma": args.sigma},
                "reference": dict(zip(("policy", "streaming", "refit"), REF)),
                "shipped": dict(zip(("policy", "streaming", "refit"), SHIPPED)),
