@@ -482,16 +482,17 @@ class TrainConfig(_Section):
         return self
 
     def driver_settings(self) -> DriverSettings:
+        """The driver's settings, each under its config name (a timeout that is off, null
+        here, is ``math.inf`` there)."""
         s, r, t = self.staleness, self.rollout, self.timeouts
         return DriverSettings(
-            eta=s.max_staleness, batch_size=s.batch_size, group_size=s.group_size,
+            max_staleness=s.max_staleness, batch_size=s.batch_size, group_size=s.group_size,
             candidates=s.candidates, capacity=s.capacity, max_concurrency=s.max_concurrency,
             steps=self.run.steps,
             max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
             partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
             refit=r.refit,
-            unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
+            unit_s=t.unit_s or math.inf, stuck_s=t.stuck_s or math.inf,
             seed=self.run.seed, check_invariants=self.run.check_invariants,
             streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups,
             policy=s.policy)
-
