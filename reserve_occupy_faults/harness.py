@@ -119,9 +119,10 @@ class Run:
         self.s, self.root, self.variant = schedule, root, variant
         self.outcome = Outcome(schedule)
         self.settings = DriverSettings(
-            eta=schedule.eta, batch_size=schedule.batch_size, group_size=schedule.group_size,
-            candidates=schedule.candidates, capacity=schedule.capacity, steps=schedule.steps,
-            max_tokens=6, unit_timeout_s=2.0, stuck_timeout_s=1.0, seed=schedule.seed,
+            max_staleness=schedule.eta, batch_size=schedule.batch_size,
+            group_size=schedule.group_size, candidates=schedule.candidates,
+            capacity=schedule.capacity, steps=schedule.steps,
+            max_tokens=6, unit_s=2.0, stuck_s=1.0, seed=schedule.seed,
             check_invariants=True)
         self.recovery = RecoverySettings(commit_every=schedule.commit_every,
                                          keep_checkpoints=2, fsync=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reserve_occupy.trace import loads_bounded
 
@@ -18,6 +18,9 @@ from .clock import Clock
 from .inputs import TRACE_LINE_BYTES, FileInputError, file_lines, json_reason
 from .lengthbias import length_bias
 from .records import StepRecord, TrainBatch
+
+if TYPE_CHECKING:  # runtime.controller imports the peers, which import this module
+    from .controller import Controller
 
 
 class Accounting:
@@ -169,14 +172,14 @@ class LogCounts:
                 "staleness": {str(k): v for k, v in sorted(self.staleness.items())}}
 
 
-def counts_at_publishes(controller: Any) -> dict[int, dict[str, int]]:
+def counts_at_publishes(controller: Controller) -> dict[int, dict[str, int]]:
     """Step ``k`` -> ``LogCounts.counts`` as the controller's log stood right after its
     ``k + 1``-th ``publish`` (step ``k`` trained and published): the counts of a metrics row
     that recovery writes for a step the crash cut short (``MetricsSink.recovered``)."""
     from reserve_occupy.trace import event_to_record
 
     log, out = LogCounts(), {}
-    metas = getattr(controller, "metas", {})
+    metas = controller.metas
     for event in controller.events:
         record = event_to_record(event)
         if event.seq in metas:
@@ -188,10 +191,11 @@ def counts_at_publishes(controller: Any) -> dict[int, dict[str, int]]:
 
 
 class ControllerCounts:
-    """``LogCounts`` kept up to date from a live ``JournaledController``'s in-memory events
-    (the same events, in the same trace format, that its log file receives)."""
+    """``LogCounts`` kept up to date from a live controller's in-memory events and their
+    metas (``runtime.controller.Controller``: the same events, in the same trace format, that
+    its log file receives)."""
 
-    def __init__(self, controller: Any) -> None:
+    def __init__(self, controller: Controller) -> None:
         self.controller = controller
         self.log = LogCounts()
         self._seen = 0
@@ -205,7 +209,7 @@ class ControllerCounts:
         from reserve_occupy.trace import event_to_record
 
         new = self.controller.events_since(self._seen)  # once per step: not the whole log
-        metas = getattr(self.controller, "metas", {})
+        metas = self.controller.metas
         for event in new:
             record = event_to_record(event)
             if event.seq in metas:

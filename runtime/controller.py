@@ -12,7 +12,9 @@ abort units of its own choice at a ``consume`` or ``publish`` (``take_dropped``,
 the answer of the operation that aborted it (``Removal.aborted``, ``release_stuck``), it admits
 only when asked (``reserve``), and its one clock, the STUCK timeout, is the driver's
 (``reserve_occupy.stuck``). So the driver calls every member on every controller and asks
-nothing of a controller's type.
+nothing of a controller's type; nor do the run's counts and its written log
+(``runtime.accounting``, ``runtime.session``), which read ``events``, ``metas`` and
+``trace_records``.
 
 ``snapshot`` is not here: only the STUCK rule (``reserve_occupy.stuck.StuckTimeouts``) reads
 it, and only while the head buffer is STUCK, which a peer's head never is (a peer has no STUCK
@@ -21,7 +23,7 @@ state). tests/runtime/test_controller_interface.py checks both classes against t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from reserve_occupy import Batch, BufferStatus, Event, Placement, Removal, Reservation, UnitState
@@ -59,6 +61,17 @@ class Controller(Protocol):
         ...
 
     def events_since(self, seq: int) -> Sequence[Event]:
+        ...
+
+    @property
+    def metas(self) -> dict[int, dict[str, Any]]:
+        """The meta each operation was called with (why a unit was aborted, which prompt a
+        reservation drew), by its event's ``seq``, for the events that had one."""
+        ...
+
+    def trace_records(self, producer: str | None = None) -> Iterator[dict[str, Any]]:
+        """The log in the trace format (``reserve_occupy.trace``): the header (a peer's with
+        its ``x_policy``), then every event, each with its meta."""
         ...
 
     def unit_state(self, unit_id: UnitId) -> UnitState:

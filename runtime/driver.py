@@ -434,7 +434,7 @@ class Driver:
                                                             key=lambda kv: -kv[1]))
             hint = ""
             if self._dropped_reasons.get("timeout"):
-                hint = (f" Groups time out after timeouts.unit_s = {self.s.unit_timeout_s:g} s:"
+                hint = (f" Groups time out after timeouts.unit_s = {self.s.unit_s:g} s:"
                         f" is it shorter than a group's generation?")
             self._fail(RuntimeError(
                 f"{self._dropped_in_a_row} groups in a row were dropped without training "
@@ -656,17 +656,17 @@ class Driver:
         (``reserve_occupy.stuck``)."""
         rule = self.__dict__.get("_stuck_rule")
         if rule is None:
-            rule = self.__dict__["_stuck_rule"] = StuckTimeouts(self.s.stuck_timeout_s)
+            rule = self.__dict__["_stuck_rule"] = StuckTimeouts(self.s.stuck_s)
         return rule
 
     def _next_deadline(self) -> float:
         deadline = self.controller.timer  # a peer's rule's timer (Reserve–Occupy: inf)
         if self._stuck_since is not None:
             deadline = min(deadline, self._stuck_since + self.stuck_rule.timeout)
-        if self.s.unit_timeout_s < math.inf:
+        if self.s.unit_s < math.inf:
             for g in self.groups.values():
                 if not g.closed:  # admission order = deadline order: the first open one
-                    deadline = min(deadline, g.admitted_at + self.s.unit_timeout_s)
+                    deadline = min(deadline, g.admitted_at + self.s.unit_s)
                     break
         return deadline
 
@@ -678,7 +678,7 @@ class Driver:
         for g in list(self.groups.values()):
             # Compared as in _next_deadline (a sum, not a difference): with floats,
             # now - t0 >= d can be false at now == t0 + d, and the watchdog would spin.
-            if not g.closed and now >= g.admitted_at + self.s.unit_timeout_s:
+            if not g.closed and now >= g.admitted_at + self.s.unit_s:
                 self._abort_group(g, "timeout")
         if self._stuck_since is not None and now >= self._stuck_since + self.stuck_rule.timeout:
             released = self.controller.release_stuck(meta={"reason": "stuck_timeout"})
@@ -705,7 +705,7 @@ class Driver:
             self._stuck_since = None
         elif self._stuck_since is None:
             self._stuck_since = self.clock.now()
-            if self.s.stuck_timeout_s < math.inf:
+            if self.s.stuck_s < math.inf:
                 self.stuck_rule.refresh(self.controller)
 
     # ------------------------------------------------------------------ bookkeeping ----------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,10 +25,14 @@ from .tasks.base import Prompt
 
 @dataclass(frozen=True)
 class DriverSettings:
-    """Everything the driver decides with. ``eta``/``batch_size``/``capacity``/
-    ``max_concurrency`` go to the controller verbatim; the rest is the runtime's own."""
+    """Everything the driver decides with, built from the config by
+    ``TrainConfig.driver_settings`` under the config's own names (``staleness.max_staleness``,
+    ``timeouts.unit_s``, ``timeouts.stuck_s``, ...; a timeout that is off, null in the config,
+    is ``math.inf`` here). ``max_staleness``/``batch_size``/``capacity``/``max_concurrency``/
+    ``streaming`` go to the controller (``reserve_occupy.Config``) under the same names; the
+    rest is the runtime's own."""
 
-    eta: int = 1
+    max_staleness: int = 1  # staleness.max_staleness (eta): versions a trajectory may lag
     batch_size: int = 8  # groups per training step
     group_size: int = 8  # samples per group that train
     candidates: int | None = None  # > group_size: group-level oversampling (spec §6.5)
@@ -42,8 +47,8 @@ class DriverSettings:
     # in-flight refit, they continue on their KV cache under the new weights
     refit: str = "abort"
     filter_zero_variance: bool = True  # occupied filtering of groups whose rewards are all equal
-    unit_timeout_s: float = math.inf  # abort a group still generating after this long
-    stuck_timeout_s: float = math.inf  # release_stuck after the trainer waited this long
+    unit_s: float = math.inf  # timeouts.unit_s: abort a group still generating this long
+    stuck_s: float = math.inf  # timeouts.stuck_s: release_stuck after the trainer waited this
     seed: int = 0
     check_invariants: bool = False  # controller.check() after every operation (tests)
     # Stop the run when this many groups in a row were dropped (filtered, failed, or their
@@ -63,13 +68,38 @@ class DriverSettings:
         check_refit_mode(self.refit)
 
     def controller_config(self) -> Config:
-        return Config(max_staleness=self.eta, batch_size=self.batch_size,
+        return Config(max_staleness=self.max_staleness, batch_size=self.batch_size,
                       capacity=self.capacity, max_concurrency=self.max_concurrency,
                       streaming=self.streaming)
 
     @property
     def n_candidates(self) -> int:
         return self.candidates if self.candidates is not None else self.group_size
+
+    # The names these settings had before they took the config's (issue 35): read-only, for
+    # code that read them, with a DeprecationWarning.
+    @property
+    def eta(self) -> int:
+        """Deprecated: ``max_staleness``."""
+        _renamed("eta", "max_staleness")
+        return self.max_staleness
+
+    @property
+    def unit_timeout_s(self) -> float:
+        """Deprecated: ``unit_s``."""
+        _renamed("unit_timeout_s", "unit_s")
+        return self.unit_s
+
+    @property
+    def stuck_timeout_s(self) -> float:
+        """Deprecated: ``stuck_s``."""
+        _renamed("stuck_timeout_s", "stuck_s")
+        return self.stuck_s
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(f"DriverSettings.{old} is now DriverSettings.{new} (the config's name)",
+                  DeprecationWarning, stacklevel=3)
 
 
 @dataclass

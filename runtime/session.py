@@ -532,19 +532,15 @@ def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bo
     if not cfg.run.trace:
         return
     if not streamed:
-        from reserve_occupy.trace import dumps, trace_records
+        from reserve_occupy.trace import dumps
 
         from .recovery.durable import LOG_NAME
         from .recovery.journal import PRODUCER
 
-        ctl = driver.controller
-        metas = getattr(ctl, "metas", {})
-        records = (ctl.trace_records(PRODUCER) if hasattr(ctl, "trace_records")  # a peer's rule
-                   else trace_records(ctl.config, ctl.events, producer=PRODUCER))
+        # each event with its meta (why a unit was aborted), as when streamed; a peer's
+        # header names its rule
         with atomic_io.atomic(out_dir / LOG_NAME) as f:
-            for record in records:
-                if record.get("seq") in metas:  # why a unit was aborted, as when streamed
-                    record["meta"] = metas[record["seq"]]
+            for record in driver.controller.trace_records(PRODUCER):
                 f.write(dumps(record) + "\n")
     notes = out_dir / "driver_notes.jsonl"
     with atomic_io.atomic(notes) as f:

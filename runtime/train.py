@@ -21,13 +21,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .rollout.env import configure
 
+if TYPE_CHECKING:  # each imported where it is used: --help and --check stay quick
+    from .config.schema import TrainConfig
+    from .recovery.rundir import RunDirLock
+    from .tasks.base import Prompt, RewardFn
+
 PROG = "reserve-occupy train"
-# Files a Hugging Face tokenizer is loaded from (fast, sentencepiece, or BPE vocabularies).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json",
-                   "vocab.txt")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         del _LOCKS[held:]
 
 
-_LOCKS: list = []  # the run directory locks _run took
+_LOCKS: list[RunDirLock] = []  # the run directory locks _run took
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -139,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         lock_run_dir,
         run_files,
     )
+    from .machine_checks import check_all
     from .session import is_run_dir, split_prompts
     from .tasks.base import check_answers
     from .tasks.isolated import open_reward
@@ -175,19 +179,20 @@ def _run(args: argparse.Namespace) -> int:
             config_path = str(resume / "config.json")
     try:
         overrides = _overrides(args)
-        recorded = _recorded_settings(resume) if continuing else None
-        if recorded is not None:
-            check_recoverable_settings(resume, recorded)  # type: ignore[arg-type]
+        run_dir = resume if continuing else None  # the run continued in place
+        recorded = _recorded_settings(run_dir)
+        if run_dir is not None and recorded is not None:
+            check_recoverable_settings(run_dir, recorded)
             try:
                 cfg = load_config(config_path, overrides)
             except ConfigFileError:  # name a setting the resume may not change, if one is
-                check_overrides_keep_run(resume, recorded, overrides)  # type: ignore[arg-type]
+                check_overrides_keep_run(run_dir, recorded, overrides)
                 raise
-            check_same_run(resume, recorded, cfg.model_dump(mode="json"))  # type: ignore
+            check_same_run(run_dir, recorded, cfg.model_dump(mode="json"))
         else:
             cfg = load_config(config_path, overrides)
-        if continuing:
-            check_recoverable_settings(resume, cfg.model_dump(mode="json"))  # type: ignore
+        if run_dir is not None:
+            check_recoverable_settings(run_dir, cfg.model_dump(mode="json"))
         cfg.driver_settings().controller_config()  # the core's own limits, before any work
         prompts = load_prompts(cfg.data.path, cfg.data.prompt_field, cfg.data.answer_field,
                                cfg.data.limit)
@@ -198,7 +203,7 @@ def _run(args: argparse.Namespace) -> int:
         check_output_dir(out_dir)
         if not args.overwrite:  # --overwrite moves them aside with the directory
             own_entries(out_dir, "run.output_dir", *run_entries())
-        model_path = _preflight(cfg, prompts, None if continuing else resume)
+        model_path = check_all(cfg, prompts, None if continuing else resume, warn=_warn)
         # One owner per run directory: the lock is taken before the directory is looked at
         # (so two runs started at once cannot both find it free) and held until this process
         # ends; --check only looks whether another process holds it.
@@ -206,7 +211,7 @@ def _run(args: argparse.Namespace) -> int:
             check_not_in_use(out_dir)
         else:
             _LOCKS.append(lock_run_dir(out_dir))
-        aside = None
+        aside: list[str] | None = None  # what --overwrite moves aside
         if continuing:
             found = check_resumable(out_dir, cfg.driver_settings().controller_config(),
                                     len(train_prompts))
@@ -249,7 +254,11 @@ def _run(args: argparse.Namespace) -> int:
     return _train(cfg, model_path, prompts, reward, resume)
 
 
-def _recorded_settings(run_dir: Path | None) -> dict | None:
+def _warn(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr)
+
+
+def _recorded_settings(run_dir: Path | None) -> dict[str, Any] | None:
     """The settings the run in ``run_dir`` began with (its ``config.json``, validated as a
     config; ``model_dump`` form), or None: no config.json, or one that is not a valid config
     (nothing can be compared; without --config the resume loads it and says why)."""
@@ -263,177 +272,10 @@ def _recorded_settings(run_dir: Path | None) -> dict | None:
         return None
 
 
-def _preflight(cfg, prompts, checkpoint: Path | None = None  # type: ignore[no-untyped-def]
-               ) -> Path | None:
-    """What the run loads before its engine, loaded now: the trainer device on this machine,
-    vLLM's engine arguments, the local Ray cluster's size, the checkpoint to start from, the
-    model directory's config, weights and tokenizer, and every prompt's length with that
-    tokenizer. Returns the model directory (None: the embedded tiny model). Raises
-    ``InputError``."""
-    from . import inputs
-    from .inputs import InputError
-    from .machine_checks import (
-        check_engine_args,
-        check_precision,
-        check_world_size,
-        resolve_device,
-    )
-    from .session import check_lengths
-
-    try:
-        device = resolve_device(cfg.trainer.device)
-        check_precision(cfg.trainer.precision, device.split(":")[0])
-        if cfg.run.backend == "local":  # on Ray: the cluster's resources (preflight)
-            check_world_size(cfg.trainer.world_size, device)
-        if cfg.rollout.backend == "vllm":
-            check_engine_args(cfg.rollout.engine_args)
-        if cfg.run.backend == "ray" and cfg.ray.address is None:
-            from .ray_backend.preflight import check_local
-
-            check_local(cfg)
-    except ValueError as exc:  # each names the setting
-        raise InputError(str(exc)) from None
-    if cfg.rollout.backend == "vllm":
-        from .rollout.env import cpu_build
-
-        if cpu_build():
-            from .rollout.vllm_engine import check_cpu_engine_args
-
-            check_cpu_engine_args(cfg.rollout.engine_args)
-    from .recovery.rundir import check_checkpoint, check_checkpoint_model
-
-    if checkpoint is not None:  # complete files, every shard the sharded layout names
-        check_checkpoint(checkpoint, "--resume")
-    from .prompts import render_prompts
-
-    if cfg.model.path is None:  # the tiny model's tokenizer is built, not loaded
-        from .models.tiny import build_tokenizer
-
-        tokenizer = build_tokenizer(chat=cfg.model.tiny.chat)
-        if checkpoint is not None:
-            t = cfg.model.tiny
-            check_checkpoint_model(checkpoint, {
-                "model_type": "qwen2", "vocab_size": len(tokenizer),
-                "hidden_size": t.hidden_size, "intermediate_size": 4 * t.hidden_size,
-                "num_hidden_layers": t.layers, "num_attention_heads": t.heads,
-                "num_key_value_heads": t.heads}, "the tiny model (model.tiny)", "--resume")
-        prompts = render_prompts(prompts, tokenizer, cfg.data.chat_template, "the tiny model")
-        _check_encodes(cfg, prompts, tokenizer, "the tiny model")
-        check_lengths(None, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
-                      tokenizer=tokenizer)
-        _check_budget(cfg, prompts, tokenizer)
-        _check_tiny_cache(cfg)
-        return None
-    model_path = Path(cfg.model.path)
-    where = f"model.path {cfg.model.path}"
-    if not (model_path / "config.json").is_file():
-        raise InputError(f"{where}: not a local Hugging Face model directory (no config.json)")
-    try:
-        config = inputs.json_file(model_path / "config.json", "model.path")
-    except inputs.FileInputError as exc:
-        raise InputError(f"{where}: config.json is not readable JSON ({exc.reason})") from None
-    if not isinstance(config, dict) or "model_type" not in config:
-        raise InputError(f"{where}: config.json has no model_type, so no library can load it")
-    inputs.model_weights(model_path, "model.path")
-    if checkpoint is not None:
-        check_checkpoint_model(checkpoint, config, where, "--resume")
-    # transformers "loads" a directory without tokenizer files as an empty tokenizer (one
-    # token, every text encodes to nothing): look for the files first
-    if not any((model_path / name).is_file() for name in TOKENIZER_FILES):
-        raise InputError(f"{where}: cannot load its tokenizer (none of "
-                         f"{', '.join(TOKENIZER_FILES)} is there)")
-    try:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    except Exception as exc:  # transformers raises many types for a broken tokenizer
-        detail = " ".join(str(exc).split())[:300]
-        raise InputError(f"{where}: cannot load its tokenizer ({type(exc).__name__}: "
-                         f"{detail})") from None
-    prompts = render_prompts(prompts, tokenizer, cfg.data.chat_template, where)
-    _check_encodes(cfg, prompts, tokenizer, where)
-    check_lengths(model_path, prompts, cfg.rollout.max_tokens, cfg.rollout.max_model_len,
-                  tokenizer=tokenizer)
-    _check_budget(cfg, prompts, tokenizer)
-    return model_path
-
-
-def _check_encodes(cfg, prompts, tokenizer, where: str) -> None:  # type: ignore[no-untyped-def]
-    """Every prompt, as the run renders it, encodes to tokens with the model's tokenizer, and
-    with ``rollout.backend=fake`` with the fake engine's own tokenizer (digits, ``+`` and
-    ``=``: before, another character passed ``--check`` and the run stopped with exit 70,
-    ``ValueError: substring not found``). ``InputError`` naming the prompts."""
-    from .inputs import InputError
-
-    empty = [p.index for p in prompts if not tokenizer.encode(p.text)][:3]
-    if empty:
-        raise InputError(f"{where}: its tokenizer encodes prompt(s) {empty} to no tokens")
-    if cfg.rollout.backend == "fake":
-        from .rollout.fake import CharTokenizer
-
-        alphabet = set(CharTokenizer._chars)
-        bad = [(p.index, ch) for p in prompts
-               for ch in [next((c for c in p.text if c not in alphabet), None)] if ch][:3]
-        if bad:
-            shown = ", ".join(f"{i} ({ch!r})" for i, ch in bad)
-            raise InputError(f"rollout.backend=fake: its engine reads only the characters "
-                             f"{CharTokenizer._chars!r} (the arithmetic task's), and prompt(s) "
-                             f"{shown} hold others (as the run renders them, a chat template "
-                             f"included): use rollout.backend=vllm for this model and data")
-        if not all(p.text for p in prompts):
-            raise InputError("rollout.backend=fake: a prompt renders to no characters")
-
-
-def _tiny_spec(cfg):  # type: ignore[no-untyped-def]
-    from .models.tiny import TinySpec
-
-    t = cfg.model.tiny
-    return TinySpec(hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
-                    max_positions=cfg.rollout.max_model_len, seed=t.seed,
-                    warmup_steps=t.warmup_steps, warmup_lr=t.warmup_lr,
-                    max_operand=t.max_operand, chat=t.chat)
-
-
-def _check_tiny_cache(cfg) -> None:  # type: ignore[no-untyped-def]
-    """The tiny model's cache directory: a cached model that cannot load is rebuilt at the
-    run's start (``ensure_tiny_model``; said here), and where the model must be built the
-    cache must be writable (``InputError`` naming it and the variables that move it; before:
-    the run failed at its start with a traceback). Creates nothing (a probe is removed)."""
-    from .inputs import InputError
-    from .models.tiny import cache_damage, tiny_model_dir
-    from .recovery.rundir import RunDirError, check_output_dir
-
-    target = tiny_model_dir(_tiny_spec(cfg))
-    if (target / "model.safetensors").exists():
-        damaged = cache_damage(target)
-        if damaged is None:
-            return
-        print(f"{PROG}: the cached tiny model in {target} is damaged ({damaged}); the run "
-              f"rebuilds it", file=sys.stderr)
-    try:
-        check_output_dir(target.parent)
-    except RunDirError as exc:
-        why = str(exc).partition(": ")[2] or str(exc)
-        raise InputError(f"the tiny model's cache {target.parent}: {why}; the tiny model is "
-                         f"built there on first use: set RESERVE_OCCUPY_CACHE (or "
-                         f"XDG_CACHE_HOME) to a writable directory") from None
-
-
-def _check_budget(cfg, prompts, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    """``trainer.max_tokens_per_micro_batch`` holds the longest sample the run can train
-    (its longest prompt with ``rollout.max_tokens`` of response); ``InputError`` if not."""
-    from .inputs import InputError
-    from .machine_checks import check_token_budget
-
-    longest = max(len(tokenizer.encode(p.text)) for p in prompts)
-    try:
-        check_token_budget(cfg.trainer.max_tokens_per_micro_batch, longest,
-                           cfg.rollout.max_tokens)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-
-
-def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-untyped-def]
+def _train(cfg: TrainConfig, model_path: Path | None, prompts: list[Prompt], reward: RewardFn,
+           resume: Path | None) -> int:
+    """Train (``runtime.session.run_training``) and report: the summary table, or one line
+    and the exit status for a run that was interrupted, failed or could not resume."""
     from transformers.utils import logging as hf_logging
 
     from .metrics import summary_table
@@ -447,7 +289,7 @@ def _train(cfg, model_path, prompts, reward, resume) -> int:  # type: ignore[no-
     hf_logging.disable_progress_bar()  # per-load bars would interleave with the run's own
 
     if model_path is None:
-        model_path = ensure_tiny_model(_tiny_spec(cfg))
+        model_path = ensure_tiny_model(cfg.tiny_spec())
     out_dir = Path(cfg.run.output_dir)
     print(f"{PROG}: model {model_path}, {len(prompts)} prompts, "
           f"eta={cfg.staleness.max_staleness}, {cfg.staleness.batch_size} groups x "

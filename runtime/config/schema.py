@@ -10,7 +10,7 @@ can answer (device, precision, world size, vLLM's engine arguments, prompt lengt
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,9 @@ from reserve_occupy.config import MAX_STALENESS
 from ..machine_checks import check_token_budget
 from ..peers import POLICY_CHOICES, RESERVE_OCCUPY, peer_streams, unhonoured
 from ..records import DriverSettings
+
+if TYPE_CHECKING:
+    from ..models.tiny import TinySpec
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
 # refused here, naming the config key, rather than later by reserve_occupy.Config.
@@ -482,16 +485,28 @@ class TrainConfig(_Section):
         return self
 
     def driver_settings(self) -> DriverSettings:
+        """The driver's settings, each under its config name (a timeout that is off, null
+        here, is ``math.inf`` there)."""
         s, r, t = self.staleness, self.rollout, self.timeouts
         return DriverSettings(
-            eta=s.max_staleness, batch_size=s.batch_size, group_size=s.group_size,
+            max_staleness=s.max_staleness, batch_size=s.batch_size, group_size=s.group_size,
             candidates=s.candidates, capacity=s.capacity, max_concurrency=s.max_concurrency,
             steps=self.run.steps,
             max_tokens=r.max_tokens, temperature=r.temperature, ignore_eos=r.ignore_eos,
             partial_rollout=r.partial_rollout, filter_zero_variance=s.filter_zero_variance,
             refit=r.refit,
-            unit_timeout_s=t.unit_s or math.inf, stuck_timeout_s=t.stuck_s or math.inf,
+            unit_s=t.unit_s or math.inf, stuck_s=t.stuck_s or math.inf,
             seed=self.run.seed, check_invariants=self.run.check_invariants,
             streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups,
             policy=s.policy)
 
+    def tiny_spec(self) -> TinySpec:
+        """The embedded tiny model's build (``model.tiny``; its positions are
+        ``rollout.max_model_len``), as ``runtime.models.tiny`` takes it."""
+        from ..models.tiny import TinySpec
+
+        t = self.model.tiny
+        return TinySpec(hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
+                        max_positions=self.rollout.max_model_len, seed=t.seed,
+                        warmup_steps=t.warmup_steps, warmup_lr=t.warmup_lr,
+                        max_operand=t.max_operand, chat=t.chat)

@@ -21,13 +21,16 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from .. import atomic_io
 from ..rollout.env import configure
 from ..scratch import remove, scratch_dir
+
+if TYPE_CHECKING:
+    from ..config.schema import TrainerConfig
 
 
 @ray.remote
@@ -99,7 +102,7 @@ class EngineActor:
 class TrainerActor:
     """The GRPO trainer in its own process; its methods run one at a time."""
 
-    def __init__(self, model_path: str, settings: Any, out_dir: str, temperature: float,
+    def __init__(self, model_path: str, settings: TrainerConfig, out_dir: str, temperature: float,
                  seed: int, keep_weights: int, total_steps: int | None = None) -> None:
         configure()
         from ..trainer.grpo import GRPOTrainer

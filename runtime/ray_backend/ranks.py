@@ -23,7 +23,7 @@ import os
 import queue
 import threading
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import ray
 from ray.exceptions import RayActorError
@@ -41,6 +41,10 @@ from ..trainer.sharded import (
 )
 from .refs import RayWeights, actor_options
 from .preflight import bundle
+
+if TYPE_CHECKING:
+    from ..config.schema import TrainerConfig
+
 
 _PLACE_S = 120.0  # how long the placement group may take to be placed (preflight checked it)
 _STOP_S = 10.0  # how long stopping waits for the killed rank actors to be gone
@@ -144,7 +148,7 @@ def _wait_gone(pids: list[int]) -> None:
 class RayShardedTrainer:
     """The rank actors behind the ``Trainer`` protocol (``RayTrainer``'s, for a sharded run)."""
 
-    def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
+    def __init__(self, model_path: str | Path, settings: TrainerConfig, out_dir: str | Path,
                  temperature: float, seed: int, keep_weights: int, total_steps: int | None,
                  resources: dict[str, float], strategy: str = "STRICT_PACK",
                  rank_class: str = "runtime.trainer.rank:RankTrainer") -> None:

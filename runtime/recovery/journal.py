@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,6 +186,16 @@ class JournaledController(StalenessController):
 
     def stream(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().stream)
+
+    def trace_records(self, producer: str | None = None) -> Iterator[dict[str, Any]]:
+        """The log in the trace format: the header, then every event with its meta (what
+        ``EventLog`` writes line by line, here from memory)."""
+        yield header(self.config, producer)
+        for event in self.events:
+            record = event_to_record(event)
+            if event.seq in self.metas:
+                record["meta"] = self.metas[event.seq]
+            yield record
 
     # The peers' calls of the driver's controller interface (runtime.controller.Controller),
     # answered empty: what this controller aborts comes back in the answer of the operation

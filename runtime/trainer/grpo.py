@@ -68,7 +68,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -91,6 +91,9 @@ from .packing import (  # noqa: F401  (the packing names re-exported: they lived
     use_per_sample_sdpa,
 )
 
+if TYPE_CHECKING:  # the type of the trainer section; the trainer reads its fields
+    from ..config.schema import TrainerConfig
+
 
 def lr_at(step: int, total: int | None, warmup: int = 0, schedule: str = "constant",
           min_ratio: float = 0.0) -> float:
@@ -112,13 +115,14 @@ def lr_at(step: int, total: int | None, warmup: int = 0, schedule: str = "consta
 
 
 class GRPOTrainer(CheckpointIO):
-    def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
+    def __init__(self, model_path: str | Path, settings: TrainerConfig, out_dir: str | Path,
                  temperature: float = 1.0, seed: int = 0, keep_weights: int = 2,
                  total_steps: int | None = None, max_sample_tokens: int | None = None) -> None:
-        """``settings``: a ``runtime.config.TrainerConfig`` (lr, betas, weight_decay, clip_low,
-        clip_high, kl_coef, max_grad_norm, scale_rewards, epochs, minibatches, micro_batch,
-        packing, max_tokens_per_micro_batch, device, threads, precision,
-        gradient_checkpointing, warmup_steps, lr_schedule, min_lr_ratio). ``total_steps``: the
+        """``settings``: the config's ``trainer`` section (``runtime.config.TrainerConfig``),
+        read under its own names (lr, betas, weight_decay, clip_low, clip_high, kl_coef,
+        max_grad_norm, scale_rewards, epochs, minibatches, micro_batch, packing,
+        max_tokens_per_micro_batch, device, threads, precision, gradient_checkpointing,
+        warmup_steps, lr_schedule, min_lr_ratio, correction). ``total_steps``: the
         run's steps, where the schedule ends. ``max_sample_tokens``: the longest sample (prompt
         + response) the run can produce, if known: a token budget below it raises
         ``TokenBudgetError`` here, before the model loads."""
@@ -126,13 +130,13 @@ class GRPOTrainer(CheckpointIO):
 
         from ..machine_checks import check_precision, resolve_device
 
-        self.packing = bool(getattr(settings, "packing", False))
-        self.token_budget = int(getattr(settings, "max_tokens_per_micro_batch", 1 << 62))
+        self.packing = settings.packing
+        self.token_budget = settings.max_tokens_per_micro_batch
         if max_sample_tokens is not None and self.token_budget < max_sample_tokens:
             raise TokenBudgetError(self._budget_message(max_sample_tokens))
         self.s = settings
         self.device = torch.device(resolve_device(settings.device))  # "auto" -> cuda or cpu
-        self.precision = getattr(settings, "precision", "fp32")
+        self.precision = settings.precision
         check_precision(self.precision, self.device.type)
         if self.device.type == "cpu":
             # The rollout engine owns the other core(s); more threads only contend.
@@ -144,7 +148,7 @@ class GRPOTrainer(CheckpointIO):
         if self.packing and packed_attention(self.model.config._attn_implementation) \
                 == "per-sample":
             use_per_sample_sdpa(self.model)
-        if getattr(settings, "gradient_checkpointing", False):
+        if settings.gradient_checkpointing:
             # Non-reentrant: works with inputs that need no grad and with autocast.
             self.model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -169,8 +173,8 @@ class GRPOTrainer(CheckpointIO):
         self._non_finite: list[Any] = []  # ... of them, those whose loss was NaN or infinite
         # An off-policy correction of the loss (runtime.trainer.corrections), None for the
         # plain objective (trainer.correction.kind none, the default)
-        corr = getattr(settings, "correction", None)
-        self.correction = corr if corr is not None and corr.kind != "none" else None
+        corr = settings.correction
+        self.correction = corr if corr.kind != "none" else None
         self._step_frac = 0.0  # the batch's optimiser steps taken / all of them (loglinear)
 
     # ------------------------------------------------------------------ log-probabilities ----
@@ -469,9 +473,8 @@ class GRPOTrainer(CheckpointIO):
     def lr(self) -> float:
         """The learning rate of the next optimizer step (it is constant within a batch)."""
         s = self.s
-        return s.lr * lr_at(self.steps, self.total_steps, getattr(s, "warmup_steps", 0),
-                            getattr(s, "lr_schedule", "constant"),
-                            getattr(s, "min_lr_ratio", 0.0))
+        return s.lr * lr_at(self.steps, self.total_steps, s.warmup_steps, s.lr_schedule,
+                            s.min_lr_ratio)
 
     def _note_losses(self, chunk: list[tuple], per_sample: torch.Tensor) -> None:
         """Keep the units of ``chunk`` (rows of ``_rows``) the next optimizer step applies,

@@ -35,9 +35,12 @@ import time
 import weakref
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from .base import INPUT_ERRORS, OUTPUT_ERRNOS, TrainBatch
+
+if TYPE_CHECKING:  # the type of the trainer section; the trainer reads its fields
+    from ..config.schema import TrainerConfig
 
 _INPUT_ERRORS = INPUT_ERRORS  # what a rank raises for its input (runtime.trainer.base)
 _STOP_S = 10.0  # how long ``close`` waits for the ranks to leave before killing them
@@ -168,7 +171,7 @@ def _kill_all(procs: list[Any]) -> None:
 
 
 class ShardedTrainer:
-    def __init__(self, model_path: str | Path, settings: Any, out_dir: str | Path,
+    def __init__(self, model_path: str | Path, settings: TrainerConfig, out_dir: str | Path,
                  temperature: float = 1.0, seed: int = 0, keep_weights: int = 2,
                  total_steps: int | None = None, world_size: int | None = None,
                  timeout_s: float | None = None,
@@ -179,10 +182,10 @@ class ShardedTrainer:
         has loaded and sharded the model; raises ``RankLost`` if one fails to."""
         import torch.distributed as dist
 
-        self.world = int(world_size or getattr(settings, "world_size", 1))
+        self.world = int(world_size or settings.world_size)
         if self.world < 1:
             raise ValueError(f"trainer.world_size must be >= 1 (got {self.world})")
-        self.timeout_s = float(timeout_s or getattr(settings, "collective_timeout_s", 300.0))
+        self.timeout_s = float(timeout_s or settings.collective_timeout_s)
         self.out_dir = Path(out_dir)
         self.steps = 0
         self._broken: str | None = None

@@ -346,7 +346,7 @@ def _runtime(name: str, eta: int = 1, steps: int = 6):
 
     from tests.runtime.helpers import make, run
 
-    driver, _, trainer, clock = make(script=random_script(11, long_tail=0.3), eta=eta,
+    driver, _, trainer, clock = make(script=random_script(11, long_tail=0.3), max_staleness=eta,
                                      steps=steps, policy=name, train_s=0.3)
     run(driver, clock)
     log = [dumps(r) for r in driver.controller.trace_records("test")]

@@ -41,6 +41,6 @@ def test_units_that_always_time_out_end_the_schedule(tmp_path, monkeypatch):
     # fires first) instead of running forever.
     monkeypatch.setattr(harness, "MAX_WAKEUPS", 100)
     run = Run(dataclasses.replace(generate(0), faults=()), tmp_path, Variant())
-    run.settings = dataclasses.replace(run.settings, unit_timeout_s=0.001)
+    run.settings = dataclasses.replace(run.settings, unit_s=0.001)
     out = run.run()
     assert not out.ok

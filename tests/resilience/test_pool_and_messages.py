@@ -147,7 +147,7 @@ def test_the_driver_survives_an_engine_crash_in_its_pool():
         return CrashableRollout(clock, random_script(2), f"e{i}'")
 
     pool = EnginePool(engines, restart, weights=Weights(0, "w0"))
-    settings = DriverSettings(eta=1, batch_size=3, group_size=3, steps=6, max_tokens=6,
+    settings = DriverSettings(max_staleness=1, batch_size=3, group_size=3, steps=6, max_tokens=6,
                               check_invariants=True)
 
     class Trainer(FakeTrainer):
@@ -206,7 +206,7 @@ def test_timeouts_fire_on_a_clock_that_does_not_start_at_zero():
     # admitted at 0.32 with a 2.0 s timeout: (0.32 + 2.0) - 0.32 < 2.0 in floating point, so
     # a watchdog comparing the difference never fires and sleeps 0 s for ever.
     hang = fixed_script(0.05, 2, special={"g0-c0": Plan(math.inf, [])})
-    driver, _, _, clock = make(script=hang, unit_timeout_s=2.0, steps=3)
+    driver, _, _, clock = make(script=hang, unit_s=2.0, steps=3)
     clock._now = 0.32
     records = run(driver, clock)
     assert len(records) == 3

@@ -90,7 +90,7 @@ def test_a_streamed_unit_without_its_file_stops_recovery(tmp_path) -> None:
 
 # ------------------------------------------------------------ a driver's trainer dies ----
 
-SETTINGS = DriverSettings(eta=1, batch_size=4, group_size=4, steps=6, max_tokens=6,
+SETTINGS = DriverSettings(max_staleness=1, batch_size=4, group_size=4, steps=6, max_tokens=6,
                           check_invariants=True, streaming=True, chunk_groups=1)
 
 

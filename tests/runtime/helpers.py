@@ -70,7 +70,7 @@ def make(settings: DriverSettings | None = None, script: Callable[..., Plan] | N
          reward: Callable[[Prompt, str], float] = parity_reward, train_s: float = 0.05,
          **overrides: Any) -> tuple[Driver, FakeRollout, FakeTrainer, VirtualClock]:
     clock = VirtualClock()
-    base = dict(eta=1, batch_size=4, group_size=4, steps=12, max_tokens=6,
+    base = dict(max_staleness=1, batch_size=4, group_size=4, steps=12, max_tokens=6,
                 check_invariants=True)
     base.update(overrides)
     settings = settings or DriverSettings(**base)

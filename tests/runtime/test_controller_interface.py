@@ -99,14 +99,14 @@ def test_the_driver_builds_no_controller():
     names = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)}
     assert not names & {"JournaledController", "PeerController", "make_controller"}, names
     with pytest.raises(TypeError, match="controller"):
-        Driver(DriverSettings(eta=1, batch_size=2, group_size=2, steps=1, max_tokens=4),
+        Driver(DriverSettings(max_staleness=1, batch_size=2, group_size=2, steps=1, max_tokens=4),
                None, None, parity_reward, PROMPTS)  # type: ignore[arg-type]
 
 
 def test_make_controller_builds_what_the_policy_names():
-    reference = DriverSettings(eta=1, batch_size=2, group_size=2, steps=1, max_tokens=4)
+    reference = DriverSettings(max_staleness=1, batch_size=2, group_size=2, steps=1, max_tokens=4)
     assert type(make_controller(reference, lambda: 0.0)) is JournaledController
-    peer = DriverSettings(eta=1, batch_size=2, group_size=2, steps=1, max_tokens=4,
+    peer = DriverSettings(max_staleness=1, batch_size=2, group_size=2, steps=1, max_tokens=4,
                           policy="areal")
     ctl = make_controller(peer, lambda: 7.0)
     assert type(ctl) is PeerController and ctl.now == 7.0

@@ -20,7 +20,7 @@ from .helpers import PROMPTS, fixed_script, make, run, token_lag_violations
 
 @pytest.mark.parametrize("eta", [0, 1, 2])
 def test_every_batch_respects_eta_by_token_versions(eta):
-    driver, _, trainer, clock = make(script=random_script(3, long_tail=0.1), eta=eta,
+    driver, _, trainer, clock = make(script=random_script(3, long_tail=0.1), max_staleness=eta,
                                            steps=15, candidates=6)
     records = run(driver, clock)
     assert len(records) == len(trainer.batches) == 15
@@ -34,8 +34,8 @@ def test_every_batch_respects_eta_by_token_versions(eta):
 def test_the_eta_check_catches_overstale_batches():
     # The same checker on a run whose controller allows eta=3 must report eta=1 violations:
     # the check above is not vacuous.
-    driver, _, trainer, clock = make(script=random_script(3, long_tail=0.3), eta=3, steps=15,
-                                     train_s=0.2)
+    driver, _, trainer, clock = make(script=random_script(3, long_tail=0.3), max_staleness=3,
+                                     steps=15, train_s=0.2)
     run(driver, clock)
     assert token_lag_violations(trainer, 3) == []
     assert token_lag_violations(trainer, 1) != []
@@ -45,7 +45,7 @@ def test_virtual_runs_are_deterministic_and_replay():
     logs = []
     for _ in range(2):
         driver, _, _, clock = make(script=random_script(5, long_tail=0.1), candidates=6,
-                                         stuck_timeout_s=0.5, steps=10)
+                                         stuck_s=0.5, steps=10)
         run(driver, clock)
         logs.append((driver.controller.events, driver.notes, clock.now()))
         replay(driver.controller.config, driver.controller.events)  # the log is the run
@@ -55,7 +55,7 @@ def test_virtual_runs_are_deterministic_and_replay():
 def test_partial_rollout_resumes_with_kept_tokens_and_oldest_version():
     # Requests take 0.2-1.6 s, training 0.05 s: weight updates interrupt requests part-way.
     driver, rollout, trainer, clock = make(script=random_script(4, per_token_s=0.2, max_len=7),
-                                           eta=2, steps=8, max_tokens=8)
+                                           max_staleness=2, steps=8, max_tokens=8)
     run(driver, clock)
     assert driver.counts["resumed"] > 0
     resumed = [(b, g, s) for b in trainer.batches for g in b.groups for s in g.samples
@@ -82,7 +82,7 @@ def test_partial_rollout_resumes_with_kept_tokens_and_oldest_version():
 
 
 def test_without_partial_rollout_interrupted_requests_restart_from_scratch():
-    driver, rollout, trainer, clock = make(script=fixed_script(1.0, n_tokens=5), eta=2,
+    driver, rollout, trainer, clock = make(script=fixed_script(1.0, n_tokens=5), max_staleness=2,
                                            steps=6, max_tokens=8, partial_rollout=False)
     run(driver, clock)
     by_id = {req.request_id: req for _, _, req in rollout.requests}
@@ -101,14 +101,14 @@ def _hang_g1() -> dict[str, Plan]:
 
 def test_hung_request_is_released_by_the_stuck_timeout_and_the_run_continues():
     # eta=0, two groups per batch: g1 hangs, so buffer 0 is STUCK (g0 occupied, g1 reserved).
-    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=_hang_g1()), eta=0,
-                                           batch_size=2, group_size=2, steps=4,
-                                           stuck_timeout_s=2.0)
+    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=_hang_g1()),
+                                           max_staleness=0, batch_size=2, group_size=2, steps=4,
+                                           stuck_s=2.0)
     run(driver, clock)
     released = [e for e in driver.notes if e["event"] == "release_stuck"]
     assert [e["units"] for e in released] == [["g1"]]
     # Exactly on time: the trainer waits from 0 on a head buffer that is STUCK from 0 (both
-    # slots reserved), and the release fires stuck_timeout_s later, by the virtual clock.
+    # slots reserved), and the release fires stuck_s later, by the virtual clock.
     assert released[0]["t"] == pytest.approx(2.0)
     assert any(rid == "g1-c0-s0" for _, rid in rollout.aborted)  # engine told to stop it
     assert driver.controller.unit_state("g1") is UnitState.ABORTED
@@ -117,7 +117,7 @@ def test_hung_request_is_released_by_the_stuck_timeout_and_the_run_continues():
 
 
 def test_without_the_stuck_timeout_the_hung_request_wedges_the_run():
-    driver, _, _, clock = make(script=fixed_script(0.1, special=_hang_g1()), eta=0,
+    driver, _, _, clock = make(script=fixed_script(0.1, special=_hang_g1()), max_staleness=0,
                                batch_size=2, group_size=2, steps=4)
     with pytest.raises(RuntimeError, match="deadlock"):
         run(driver, clock)
@@ -125,8 +125,8 @@ def test_without_the_stuck_timeout_the_hung_request_wedges_the_run():
 
 def test_unit_timeout_aborts_a_slow_group():
     special = {"g2-": Plan(50.0, [1, 2, 3])}  # every candidate of g2 takes 50 s
-    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special), eta=1,
-                                           steps=6, unit_timeout_s=5.0)
+    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special),
+                                           max_staleness=1, steps=6, unit_s=5.0)
     run(driver, clock)
     aborts = [e for e in driver.notes if e["event"] == "abort" and e["unit"] == "g2"]
     assert aborts and aborts[0]["reason"] == "timeout"
@@ -179,7 +179,7 @@ def test_group_oversampling_commits_the_first_finishers_and_aborts_the_rest():
         return Plan(0.1 * (cand + 1), [cand % 10, 12], "stop")  # candidate i takes 0.1*(i+1)
 
     driver, rollout, trainer, clock = make(script=script, group_size=3, candidates=5, steps=4,
-                                           eta=0, filter_zero_variance=False)
+                                           max_staleness=0, filter_zero_variance=False)
     run(driver, clock)
     for b in trainer.batches:
         for g in b.groups:
@@ -216,7 +216,7 @@ def test_zero_variance_groups_are_filtered_not_trained():
 
 
 def test_batch_oversampling_stops_reservations_the_controller_closes():
-    driver, rollout, trainer, clock = make(script=random_script(2, long_tail=0.2), eta=1,
+    driver, rollout, trainer, clock = make(script=random_script(2, long_tail=0.2), max_staleness=1,
                                            capacity=6, steps=10)
     run(driver, clock)
     dropped = [e["unit"] for e in driver.notes
@@ -237,7 +237,7 @@ def test_a_dead_engine_stops_the_run_with_its_error():
 
 
 def test_idle_fractions_and_token_counts_are_accounted():
-    driver, _, trainer, clock = make(script=fixed_script(0.1, n_tokens=3), eta=0,
+    driver, _, trainer, clock = make(script=fixed_script(0.1, n_tokens=3), max_staleness=0,
                                            steps=5, train_s=0.4)
     records = run(driver, clock)
     last = records[-1]
@@ -266,8 +266,8 @@ def test_a_stuck_timeout_shorter_than_every_group_backs_off_and_the_run_trains()
     # cannot finish before the next. Before, release and re-admission repeated until the
     # progress detector stopped the run (500 groups dropped in a row); now a release with no
     # placement since the previous one doubles the next wait (reserve_occupy.stuck).
-    driver, _, trainer, clock = make(script=fixed_script(3.0), eta=0, batch_size=2,
-                                     group_size=2, steps=3, stuck_timeout_s=1.0)
+    driver, _, trainer, clock = make(script=fixed_script(3.0), max_staleness=0, batch_size=2,
+                                     group_size=2, steps=3, stuck_s=1.0)
     run(driver, clock)
     assert len(trainer.batches) == 3
     released = [e["t"] for e in driver.notes if e["event"] == "release_stuck"]
@@ -282,9 +282,9 @@ def test_fruitless_releases_escalate_to_units_outside_the_head():
     # (8 s) a release also aborts the units in flight since before the previous release,
     # wherever their buffer: g0 and g1. A hung unit cannot hold its place for good.
     special = {"g0-": Plan(math.inf, [1, 2, 3])}
-    driver, rollout, trainer, clock = make(script=fixed_script(20.0, special=special), eta=1,
-                                           batch_size=2, group_size=2, steps=3,
-                                           stuck_timeout_s=1.0)
+    driver, rollout, trainer, clock = make(script=fixed_script(20.0, special=special),
+                                           max_staleness=1, batch_size=2, group_size=2, steps=3,
+                                           stuck_s=1.0)
     run(driver, clock)
     released = [e["t"] for e in driver.notes if e["event"] == "release_stuck"]
     assert released[:4] == [pytest.approx(t) for t in (1.0, 2.0, 4.0, 8.0)]

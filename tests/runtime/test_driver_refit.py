@@ -28,7 +28,7 @@ def _samples(trainer):
 def test_keep_continues_requests_and_each_token_records_its_version(eta):
     # Requests take 0.2-1.6 s, training 0.05 s: weight syncs land while requests decode.
     driver, rollout, trainer, clock = make(script=random_script(4, per_token_s=0.2, max_len=7),
-                                           eta=eta, steps=8, max_tokens=8, refit="keep")
+                                           max_staleness=eta, steps=8, max_tokens=8, refit="keep")
     run(driver, clock)
     assert set(rollout.pause_modes) == {"keep"} and rollout.kept
     refits = [n for n in driver.notes if n["event"] == "refit_kept"]
@@ -54,7 +54,7 @@ def test_abort_mode_ends_requests_at_a_sync():
     # The same run with refit "abort": the sync ends requests, which resume as new segments.
     # (The test above would fail on this behaviour: resumed > 0, segments > 1.)
     driver, rollout, trainer, clock = make(script=random_script(4, per_token_s=0.2, max_len=7),
-                                           eta=2, steps=8, max_tokens=8)
+                                           max_staleness=2, steps=8, max_tokens=8)
     run(driver, clock)
     assert set(rollout.pause_modes) == {"abort"} and not rollout.kept
     assert driver.counts["resumed"] > 0
@@ -66,9 +66,9 @@ def _hang_g1() -> dict[str, Plan]:
 
 
 def test_keep_hung_request_is_released_by_the_stuck_timeout():
-    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=_hang_g1()), eta=0,
-                                           batch_size=2, group_size=2, steps=4,
-                                           stuck_timeout_s=2.0, refit="keep")
+    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=_hang_g1()),
+                                           max_staleness=0, batch_size=2, group_size=2, steps=4,
+                                           stuck_s=2.0, refit="keep")
     run(driver, clock)
     released = [e for e in driver.notes if e["event"] == "release_stuck"]
     assert [e["units"] for e in released] == [["g1"]]
@@ -80,8 +80,8 @@ def test_keep_hung_request_is_released_by_the_stuck_timeout():
 
 def test_keep_unit_timeout_aborts_a_slow_group_across_refits():
     special = {"g2-": Plan(50.0, [1, 2, 3])}  # every candidate of g2 takes 50 s
-    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special), eta=1,
-                                           steps=6, unit_timeout_s=5.0, refit="keep")
+    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special),
+                                           max_staleness=1, steps=6, unit_s=5.0, refit="keep")
     run(driver, clock)
     aborts = [e for e in driver.notes if e["event"] == "abort" and e["unit"] == "g2"]
     assert aborts and aborts[0]["reason"] == "timeout"
@@ -101,8 +101,8 @@ def test_keep_a_kept_request_aborted_later_by_the_engine_is_not_resumed():
     # fails the candidate ("aborted by the engine"), it is not taken for a pause and restarted.
     # (Before the fix its stale ``paused`` flag made it a "resume": a second segment g2-c0-s1.)
     special = {"g2-c0-": Plan(50.0, [1, 2, 3])}
-    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special), eta=1,
-                                           steps=4, refit="keep")
+    driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=special),
+                                           max_staleness=1, steps=4, refit="keep")
 
     async def engine_aborts():
         await clock.sleep(2.0)
@@ -158,7 +158,7 @@ def test_keep_through_an_engine_pool():
     engines = [FakeRollout(clock, random_script(4, per_token_s=0.2, max_len=7))
                for _ in range(2)]
     trainer = FakeTrainer(clock, 0.05)
-    settings = DriverSettings(eta=2, batch_size=4, group_size=4, steps=6, max_tokens=8,
+    settings = DriverSettings(max_staleness=2, batch_size=4, group_size=4, steps=6, max_tokens=8,
                               check_invariants=True, refit="keep")
     driver = Driver(settings, EnginePool(engines), trainer, parity_reward, PROMPTS, clock,
                     controller=make_controller(settings, clock.now))

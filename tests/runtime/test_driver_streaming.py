@@ -21,8 +21,8 @@ from .helpers import PROMPTS, parity_reward, token_lag_violations
 
 def _run(streaming: bool, min_chunk: int = 1, eta: int = 1, steps: int = 12, **kw):
     clock = VirtualClock()
-    settings = DriverSettings(eta=eta, batch_size=4, group_size=4, steps=steps, max_tokens=6,
-                              check_invariants=True, streaming=streaming,
+    settings = DriverSettings(max_staleness=eta, batch_size=4, group_size=4, steps=steps,
+                              max_tokens=6, check_invariants=True, streaming=streaming,
                               chunk_groups=min_chunk, **kw)
     rollout = FakeRollout(clock, random_script(2, per_token_s=0.2, long_tail=0.1))
     trainer = FakeTrainer(clock, train_s=1.0, step_s=0.02, batch_size=4)

@@ -109,7 +109,7 @@ def test_all_errors_are_reported_at_once_and_overrides_apply(tmp_path):
         load_config(path)
     assert "rollout.temperature" in str(exc.value) and "staleness.max_staleness" in str(exc.value)
     cfg = load_config(None, {"run.steps": 3, "staleness.max_staleness": 0})
-    assert cfg.run.steps == 3 and cfg.driver_settings().eta == 0
+    assert cfg.run.steps == 3 and cfg.driver_settings().max_staleness == 0
     with pytest.raises(ConfigFileError, match="the embedded default"):
         load_config(None, {"run.steps": 0})
     with pytest.raises(ConfigFileError, match="cannot read"):

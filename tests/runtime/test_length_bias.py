@@ -46,7 +46,7 @@ def test_group_oversampling_trains_shorter_answers(seed):
 
 
 @pytest.mark.parametrize("overrides", [dict(candidates=8), dict(capacity=6),
-                                       dict(candidates=6, capacity=6, unit_timeout_s=0.08)])
+                                       dict(candidates=6, capacity=6, unit_s=0.08)])
 def test_every_generated_token_and_every_trained_sample_is_accounted(overrides):
     """Two sources the length log does not feed: the trainer's batches (what trained) and the
     driver's count of tokens the engine returned (everything generated, aborts included)."""

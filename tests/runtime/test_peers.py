@@ -80,8 +80,8 @@ def test_the_rules_the_runtime_drives_simulate_as_before():
 
 @pytest.mark.parametrize("policy", PEER_POLICIES)
 def test_each_rule_trains_under_the_driver_and_its_log_checks(policy):
-    driver, _, trainer, clock = make(script=random_script(3, long_tail=0.2), eta=1, steps=8,
-                                     policy=policy, train_s=0.2)
+    driver, _, trainer, clock = make(script=random_script(3, long_tail=0.2), max_staleness=1,
+                                     steps=8, policy=policy, train_s=0.2)
     records = run(driver, clock)
     assert isinstance(driver.controller, PeerController)
     assert driver.controller.rule.name == policy  # the simulator's class, not a copy
@@ -103,7 +103,7 @@ def test_each_rule_trains_under_the_driver_and_its_log_checks(policy):
 def test_verl_drop_drops_what_is_staler_than_eta_and_trains_none_of_it():
     # eta 0: verl submits a warm-up batch besides the first step's; what step 1 does not take
     # is one step too old at step 2 and is evicted (and refilled), never trained.
-    driver, _, trainer, clock = make(script=random_script(5), eta=0, steps=6,
+    driver, _, trainer, clock = make(script=random_script(5), max_staleness=0, steps=6,
                                      policy="verl_drop", reward=index_reward,
                                      filter_zero_variance=False)
     run(driver, clock)
@@ -134,13 +134,13 @@ def test_nemo_in_order_trains_in_admission_order():
         done = [e.unit_id for e in _events(driver, "occupy")]
         return done[:32] != order[:32]
 
-    driver, _, _, clock = make(script=random_script(7, long_tail=0.3), eta=2, steps=8,
+    driver, _, _, clock = make(script=random_script(7, long_tail=0.3), max_staleness=2, steps=8,
                                policy="nemo_in_order", reward=index_reward,
                                filter_zero_variance=False)
     run(driver, clock)
     assert finish_order_differs(driver) and in_admission_order(driver)
     # the check can fail: the unbounded rule trains the first finished, not in order
-    other, _, _, clock = make(script=random_script(7, long_tail=0.3), eta=2, steps=8,
+    other, _, _, clock = make(script=random_script(7, long_tail=0.3), max_staleness=2, steps=8,
                               policy="unbounded", reward=index_reward,
                               filter_zero_variance=False)
     run(other, clock)
@@ -148,7 +148,7 @@ def test_nemo_in_order_trains_in_admission_order():
 
 
 def test_unbounded_reports_its_trained_staleness_and_is_not_failed_for_it():
-    driver, _, _, clock = make(script=random_script(3, long_tail=0.2), eta=1, steps=10,
+    driver, _, _, clock = make(script=random_script(3, long_tail=0.2), max_staleness=1, steps=10,
                                policy="unbounded", train_s=0.3)
     run(driver, clock)
     lines = _log(driver)
@@ -174,7 +174,7 @@ def test_areal_runs_on_its_timer():
     # AReaL's prepare_batch goes round again when wait_results times out (1 s): with
     # stragglers the rule's timer fires in the driver and opens further rounds.
     driver, _, trainer, clock = make(script=random_script(3, per_token_s=0.1, long_tail=0.2),
-                                     eta=1, steps=6, policy="areal", train_s=0.2)
+                                     max_staleness=1, steps=6, policy="areal", train_s=0.2)
     run(driver, clock)
     rule = driver.controller.rule
     assert len(trainer.batches) == 6 and rule.rounds > 6  # more rounds than batches
@@ -182,8 +182,8 @@ def test_areal_runs_on_its_timer():
 
 
 def test_synchronous_trains_only_fresh_data():
-    driver, _, trainer, clock = make(script=random_script(2, long_tail=0.2), eta=2, steps=5,
-                                     policy="synchronous")
+    driver, _, trainer, clock = make(script=random_script(2, long_tail=0.2), max_staleness=2,
+                                     steps=5, policy="synchronous")
     run(driver, clock)
     assert len(trainer.batches) == 5 and all(g.staleness == 0 for b in trainer.batches
                                              for g in b.groups)
@@ -192,7 +192,7 @@ def test_synchronous_trains_only_fresh_data():
     assert report.ok and report.eta == 0  # checked against the rule's eta, not the config's 2
     # the rule's eta is what is checked, not the header's: an eta-1 rule's log (staleness 1
     # trained) is checked at eta 1 whatever x_eta says, and an x_eta other than it is refused
-    other, _, _, clock = make(script=random_script(3, long_tail=0.2), eta=1, steps=6,
+    other, _, _, clock = make(script=random_script(3, long_tail=0.2), max_staleness=1, steps=6,
                               policy="nemo_in_order", train_s=0.2)
     run(other, clock)
     lines = _log(other)
@@ -216,8 +216,8 @@ def test_a_rule_aborting_an_in_flight_group_stops_it_in_the_driver():
     # ROLL aborts the running groups of cohorts older than its lag at publish (sim.abort_group).
     # Its cohorts rarely straggle that long, so the abort is forced here the way ROLL makes it,
     # through the rule's own sim, at a publish: the driver must stop that unit's requests.
-    driver, rollout, _, clock = make(script=random_script(4, per_token_s=0.05), eta=1, steps=4,
-                                     policy="roll", reward=index_reward,
+    driver, rollout, _, clock = make(script=random_script(4, per_token_s=0.05), max_staleness=1,
+                                     steps=4, policy="roll", reward=index_reward,
                                      filter_zero_variance=False)
     ctl, victims = driver.controller, []
     publish = ctl.publish
@@ -243,7 +243,8 @@ def test_a_rule_aborting_an_in_flight_group_stops_it_in_the_driver():
 
 
 def test_a_peer_log_breaking_a_lifecycle_is_caught():
-    driver, _, _, clock = make(script=random_script(1), eta=1, steps=3, policy="nemo_in_order",
+    driver, _, _, clock = make(script=random_script(1), max_staleness=1, steps=3,
+                               policy="nemo_in_order",
                                reward=index_reward, filter_zero_variance=False)
     run(driver, clock)
     lines = _log(driver)
@@ -315,8 +316,8 @@ def test_train_with_a_peer_writes_a_log_check_trace_accepts(tmp_path, capsys):
 def test_stale_drops_count_as_aborted_stale_not_filtered():
     from runtime.accounting import ControllerCounts
 
-    driver, _, _, clock = make(script=random_script(5), eta=0, steps=6, policy="verl_drop",
-                               reward=index_reward, filter_zero_variance=False)
+    driver, _, _, clock = make(script=random_script(5), max_staleness=0, steps=6,
+                               policy="verl_drop", reward=index_reward, filter_zero_variance=False)
     run(driver, clock)
     drops = len(_events(driver, "filter"))
     summary = ControllerCounts(driver.controller).summary()

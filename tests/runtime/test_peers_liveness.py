@@ -25,15 +25,15 @@ class _TrainerLast(Driver):
 def test_areal_runs_when_admission_waits_before_the_first_consume():
     # Before the fix this deadlocked (VirtualClock: every task blocked): the first consume
     # admitted a round of groups and set the wait timer, and nothing woke admission.
-    driver, _, trainer, clock = make(script=random_script(3, per_token_s=0.1), eta=1, steps=3,
-                                     policy="areal", train_s=0.2)
+    driver, _, trainer, clock = make(script=random_script(3, per_token_s=0.1), max_staleness=1,
+                                     steps=3, policy="areal", train_s=0.2)
     driver.__class__ = _TrainerLast
     clock.run(driver.run())
     assert len(trainer.batches) == 3
 
 
 def test_an_empty_consume_wakes_admission_only_when_the_rule_moved():
-    driver, _, _, clock = make(script=random_script(3), eta=1, steps=3, policy="areal")
+    driver, _, _, clock = make(script=random_script(3), max_staleness=1, steps=3, policy="areal")
     ctl = driver.controller
 
     async def scenario():

@@ -24,7 +24,8 @@ STEPS, B = 8, 4
 
 
 def _nemo(streaming: bool, chunk_groups: int = 1, policy: str = "nemo_in_order", eta: int = 1):
-    settings = DriverSettings(eta=eta, batch_size=B, group_size=4, steps=STEPS, max_tokens=6,
+    settings = DriverSettings(max_staleness=eta, batch_size=B, group_size=4, steps=STEPS,
+                              max_tokens=6,
                               check_invariants=True, policy=policy, streaming=streaming,
                               chunk_groups=chunk_groups, filter_zero_variance=False)
     driver, _, _, clock = make(settings, script=random_script(7, long_tail=0.3),

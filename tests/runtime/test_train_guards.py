@@ -59,7 +59,7 @@ def _bounded(driver, limit: int = 3_000) -> None:
 
 @pytest.mark.parametrize("overrides, script, message", [
     # every group times out and is re-admitted: the timeout aborts count as losses
-    ({"unit_timeout_s": 0.05}, fixed_script(1.0), "timeout: 30"),
+    ({"unit_s": 0.05}, fixed_script(1.0), "timeout: 30"),
     # every request fails: the groups fail
     ({}, fixed_script(0.1, special={"g": Plan(0.05, [], error=RuntimeError("bad"))}),
      "candidates_failed: 30"),
