@@ -65,6 +65,7 @@ from reserve_occupy import (
     UnitState,
 )
 from reserve_occupy.table import EMPTY, OCCUPIED, RESERVED, Buffer
+from reserve_occupy.types import MoveReason
 
 OPS = ("reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck", "stream")
 _OP = {name: n for n, name in enumerate(OPS)}
@@ -246,6 +247,38 @@ def _live(c: StalenessController) -> dict:
     return {u: s for u, s in c._unit_states().items() if s in _LIVE}
 
 
+def truncate_checks(pre: StalenessController, post: StalenessController,
+                    result: Any) -> tuple[str, str] | None:
+    """``release_stuck`` (spec §6.2, "Options of the release"): it returns the units it
+    truncated (its event's ``truncate`` moves) and then those it aborted; it truncates only when
+    ``release_action`` said so before; and each truncated unit was a reservation of the head,
+    is FINISHED after, with its ``v_traj``, at a slot no later than that reservation."""
+    ev = post._events[-1]
+    truncated = [m.unit_id for m in ev.moves if m.reason is MoveReason.TRUNCATE]
+    if list(result) != truncated + list(ev.aborted):
+        return "edge:release", (f"release_stuck returned {list(result)} but truncated "
+                                f"{truncated} and aborted {list(ev.aborted)}")
+    if truncated and pre.release_action != "truncate":
+        return "edge:truncate", (f"release_stuck truncated {truncated} where release_action "
+                                 f"was {pre.release_action!r}")
+    for u in truncated:
+        if u not in pre._table.where:
+            return "edge:truncate", f"truncated unit {u!r} was not in flight"
+        buf, i = pre._table.where[u]
+        v_traj = pre._table.v_traj[u]
+        if buf.v != pre.head:
+            return "edge:truncate", f"truncated unit {u!r} was reserved in buffer {buf.v}"
+        if post._state_of(u) is not UnitState.FINISHED:
+            return "edge:truncate", f"truncated unit {u!r} is {post._state_of(u)}"
+        qbuf, j = post._table.locate(u)
+        if (qbuf.v, j) > (buf.v, i) or qbuf.version[j] != v_traj:
+            return "edge:truncate", (
+                f"truncated unit {u!r} (v_traj {v_traj}) reserved at b{buf.v}[{i}] is "
+                f"placed at b{qbuf.v}[{j}] with v_traj {qbuf.version[j]}: later than its "
+                f"reservation or restamped")
+    return None
+
+
 def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessController,
                 result: Any, refused: bool, pre_key: bytes | None = None
                 ) -> tuple[str, str] | None:
@@ -266,7 +299,10 @@ def edge_checks(pre: StalenessController, op: str, unit: Any, post: StalenessCon
     if op == "consume":
         reported = {bu.unit_id: UnitState.CONSUMED for bu in result.units}
     elif op == "release_stuck":
-        reported = {u: UnitState.ABORTED for u in result}
+        bad = truncate_checks(pre, post, result)
+        if bad is not None:
+            return bad
+        reported = {u: UnitState.ABORTED for u in post._events[-1].aborted}
     elif op in ("occupy", "abort", "filter"):
         reported = {u: UnitState.ABORTED for u in result.aborted}
         if op == "abort":
@@ -558,7 +594,7 @@ def describe(op: str, unit: Any, result: Any) -> str:
         return "consume -> " + ("refused" if result is None else
                                 f"batch b{result.version} {list(result.unit_ids)}")
     if op == "release_stuck":
-        return f"release_stuck -> aborted {result}"
+        return "release_stuck -> " + (f"ended {result}" if result else "refused")
     if op == "stream":
         return "stream -> " + ("refused" if result == () else
                                f"handed {[bu.unit_id for bu in result]}")

@@ -307,6 +307,31 @@ class ConsumeLeavesOutStreamed(StalenessController):
         self._log("consume", version=self._version, head=head, batch=batch)
 
 
+class TruncatePlacesLate(StalenessController):
+    def _truncate_one(self, unit_id: UnitId) -> tuple[list[Move], list[UnitId]]:
+        t = self._table
+        gap = t.release(unit_id)
+        moves = t.shift_into(gap)
+        v_traj = t.v_traj[unit_id]
+        # MUTANT: the truncated unit takes the *latest* legal EMPTY slot (as a reservation
+        # would), not occupy's earliest: it can land later than its reservation
+        for v in range(min(t.top, v_traj + t.eta), t.head - 1, -1):
+            buf = t.buffers[v]
+            if buf.n_empty and not t.ready(buf):
+                i = buf.state.find(EMPTY)
+                t._put(buf, i, OCCUPIED, unit_id, v_traj)
+                slot = SlotRef(buf.v, i)
+                break
+        aborted: list[UnitId] = []
+        if t.ready(buf):
+            closing_moves, aborted = t.close_ready(buf)
+            moves.extend(closing_moves)
+        self._finish(unit_id, slot.buffer)
+        for u in aborted:
+            self._end(u, "abort")
+        return [Move(unit_id, gap, slot, MoveReason.TRUNCATE), *moves], aborted
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("staleness_off_by_one", "a reservation may shift into a buffer one beyond "
            "v_traj + eta", "staleness: legal(b, u) iff head <= b <= v_traj + eta",
@@ -370,4 +395,16 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("consume_leaves_out_streamed", "consume's batch holds only the units not streamed",
            "Stream (§3.8): the batch is the whole head buffer",
            _with_controller(ConsumeLeavesOutStreamed), streaming=True),
+)}
+
+
+# Mutants of the STUCK release's options (spec §6.2, "Options of the release"): they misbehave
+# only with Config.stuck_action="truncate", so they run on their own configurations
+# (proofs/test_stuck_options.py) and stay out of ``MUTANTS``, whose every member the porting
+# kit's mutant traces classify (tests/porting/test_mutants.py).
+STUCK_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    Mutant("truncate_places_late", "a truncated unit takes the latest legal EMPTY slot, not "
+           "occupy's earliest (it may land after its reservation)",
+           "truncate (§6.2): occupy's rule, no later than the reservation",
+           _with_controller(TruncatePlacesLate)),
 )}

@@ -31,7 +31,8 @@ def params_of(config: Config) -> Params:
 
 
 def concrete_ops(config: Config) -> Operations:
-    return Operations(Model(shape_of(config), params_of(config), CONCRETE))
+    return Operations(Model(shape_of(config), params_of(config), CONCRETE),
+                      stuck_action=config.stuck_action, stuck_threshold=config.stuck_threshold)
 
 
 def unit_numbers(c: StalenessController) -> dict[Any, int]:

@@ -348,10 +348,17 @@ class Operations:
     NAMES = ("reserve", "occupy", "abort", "filter", "consume", "publish", "release_stuck")
 
     def __init__(self, model: Model, fill_rounds: int | None = None,
-                 stuck_rounds: int | None = None) -> None:
+                 stuck_rounds: int | None = None, stuck_action: str = "release",
+                 stuck_threshold: int | None = None) -> None:
         self.m = model
         self.fill_rounds = model.shape.slots if fill_rounds is None else fill_rounds
         self.stuck_rounds = model.cap if stuck_rounds is None else stuck_rounds
+        # Config.stuck_action / stuck_threshold (spec §6.2, "Options of the release"): "retry"
+        # releases as "release" does; "truncate" is encoded for the concrete algebra (the
+        # model checker's conformance), and proved with Z3 as a loop of occupy rounds
+        # (``z3_model.Prover.truncate_stuck``).
+        self.stuck_action = stuck_action
+        self.stuck_threshold = stuck_threshold
 
     def reserve(self, s: SpecState) -> Step:
         m, A, p = self.m, self.m.A, self.m.p
@@ -462,6 +469,10 @@ class Operations:
         ``capacity`` rounds suffice; the obligation checks it."""
         m, A = self.m, self.m.A
         guard = A.And(A.Not(s.training), A.Not(m.ready(s, 0)), A.Not(m.has(s, 0, E)))
+        if self.stuck_action == "truncate" and not A.symbolic and guard and (
+                self.stuck_threshold is None
+                or m.p.batch_size - m.n_occ(s, 0) <= self.stuck_threshold):
+            return self.truncate_stuck(s, guard)
         t = s.copy()
         ok: Any = True
         for _ in range(self.stuck_rounds):
@@ -473,6 +484,24 @@ class Operations:
         left = A.And(guard, m.has(t, 0, R), A.Not(m.ready(t, 0)))
         return self._settle(Step(t, guard, {"release_stuck terminates": A.And(ok, A.Not(left)),
                                             "fill_holes terminates": ok}))
+
+
+    def truncate_stuck(self, s: SpecState, guard: Any) -> Step:
+        """``release_stuck`` with ``truncate`` (concrete algebra): occupy the head's first
+        reservation, front to back, until none is left or the head is READY -- each round is
+        ``occupy`` of that slot (spec §6.2). Each round removes one reservation from the head
+        and nothing puts one back, so ``capacity`` rounds suffice."""
+        m = self.m
+        t, ok = s, True
+        for _ in range(self.stuck_rounds):
+            if not (m.has(t, 0, R) and not m.ready(t, 0)):
+                break
+            _, (_, i) = m.first([(t.st[0][j] == R, (0, j)) for j in range(m.cap)])
+            step = self.occupy(t, 0, i)
+            t, ok = step.post, ok and all(step.obligations.values())
+        left = m.has(t, 0, R) and not m.ready(t, 0)
+        return Step(t, guard, {"release_stuck terminates": ok and not left,
+                               "place finds a slot": ok})
 
 
 def merge(A: Any, t: SpecState, u: SpecState, when: Any) -> None:

@@ -48,9 +48,12 @@ from .modelcheck import check_state, edge_checks
 from .refine import concrete_ops, conformance
 
 CONFIGS = st.builds(
-    lambda eta, b, spare, limit, streaming: Config(eta, b, b + spare, limit, streaming),
+    lambda eta, b, spare, limit, streaming, stuck: Config(eta, b, b + spare, limit, streaming,
+                                                          *stuck),
     st.integers(0, 3), st.integers(1, 3), st.integers(0, 2),
-    st.one_of(st.none(), st.integers(1, 6)), st.booleans())
+    st.one_of(st.none(), st.integers(1, 6)), st.booleans(),
+    # the STUCK release's options (spec §6.2); the source protocol's release first
+    st.sampled_from([("release", None), ("retry", None), ("truncate", None), ("truncate", 1)]))
 
 
 class Violation(AssertionError):
@@ -151,9 +154,10 @@ class ControllerMachine(RuleBasedStateMachine):
         if op in ("occupy", "abort", "filter"):
             for u in result.aborted:
                 view[u] = "aborted"
-        if op == "release_stuck":
+        if op == "release_stuck":  # truncated units (FINISHED) first, then aborted ones
+            aborted = set(c.last_event.aborted) if (c := self.c) is not None else set()
             for u in result:
-                view[u] = "aborted"
+                view[u] = "aborted" if u in aborted else "finished"
 
     # -------------------------------------------------------------- rules ----------------
 

@@ -259,6 +259,48 @@ class Prover:
         out.append(worst)
         return out
 
+    def truncate_stuck(self) -> list[Outcome]:
+        """``release_stuck`` with ``Config.stuck_action="truncate"`` (spec §6.2, "Options of
+        the release") is a loop whose body is ``occupy`` of the head's first reservation, as
+        ``release_stuck``'s is ``abort``: invariance of the body is ``occupy``'s proof (that
+        case is one of occupy's slots), whatever the threshold (it only chooses between this
+        loop and ``release_stuck``'s). Proved here, for every first reservation of a STUCK
+        head of an idle trainer: the round lowers the head's reservation count (the loop
+        ends), and the truncated unit is OCCUPIED in the head -- no later than its reservation
+        -- with the ``v_traj`` it was reserved with (the staleness argument of §6.2)."""
+        m = self.model
+        pre = self.pre
+        base = [param_constraints(self.shape, self.params), domain(m, pre), *self.assume(pre)]
+        stuck = [z3.Not(pre.training), z3.Not(m.ready(pre, 0)), z3.Not(m.has(pre, 0, E))]
+        n_res = lambda s: Z3.Count([x == R for x in s.st[0]])
+        out: list[Outcome] = []
+        for name in ("[each round lowers the head's reservations]",
+                     "[the truncated unit is OCCUPIED in the head with its v_traj]"):
+            worst: Outcome | None = None
+            for i in range(self.shape.capacity):
+                first = z3.And(pre.st[0][i] == R, *[pre.st[0][j] != R for j in range(i)])
+                body = self.ops.occupy(pre, 0, i)
+                if name.startswith("[each"):
+                    bad = z3.Not(n_res(body.post) < n_res(pre))
+                else:
+                    bad = z3.Not(z3.Or(*[z3.And(body.post.st[0][j] == O,
+                                                body.post.uid[0][j] == pre.uid[0][i],
+                                                body.post.w[0][j] == pre.w[0][i])
+                                         for j in range(self.shape.capacity)]))
+                solver = self._solver()
+                solver.add(*base, *stuck, first, body.guard, bad)
+                t = time.perf_counter()
+                r = solver.check()
+                dt = time.perf_counter() - t
+                cex = self._render(solver.model(), "occupy", body) if r == z3.sat else None
+                o = Outcome(self.shape, "truncate_stuck", name, str(r),
+                            dt + (worst.seconds if worst else 0.0), cex)
+                if worst is None or worst.proved:
+                    worst = o
+            assert worst is not None
+            out.append(worst)
+        return out
+
     def _render(self, model: z3.ModelRef, op: str, step: Any) -> str:
         def ev(x: Any) -> Any:
             v = model.eval(x, model_completion=True)

@@ -11,6 +11,8 @@ here, before anything is allocated:
   arrays): the product is what is allocated, so it is bounded too.
 
 ``max_concurrency`` allocates nothing and has no upper bound; ``streaming`` is a flag.
+``stuck_action`` is one of ``STUCK_ACTIONS``; ``stuck_threshold`` (None, or 1 .. batch_size)
+goes with ``retry`` and ``truncate`` only (spec/PROTOCOL.md §6.2, "Options of the release").
 docs/cli.md lists these limits with the command-line ones.
 """
 
@@ -23,6 +25,10 @@ from .errors import ConfigError
 MAX_STALENESS = 1024
 MAX_BATCH_SIZE = 1_000_000
 MAX_SLOTS = 1_000_000
+# What release_stuck does to the STUCK head's reservations (spec/PROTOCOL.md §6.2): "release"
+# aborts them (the source protocol, the default); "retry" aborts them and tells the caller to
+# re-admit the same prompts; "truncate" occupies them with their partial output.
+STUCK_ACTIONS = ("release", "retry", "truncate")
 
 
 def _require_int(field: str, value: object, minimum: int, maximum: int | None = None) -> None:
@@ -46,6 +52,11 @@ class Config:
     at most this many units in flight (reserved) at once; None means only the slots bound it.
     ``streaming``: the trainer may take the head buffer's finished units before it is READY
     (``StalenessController.stream``, spec/PROTOCOL.md §3.8); off, the source protocol.
+    ``stuck_action``: what ``release_stuck`` does to the STUCK head's reservations when at most
+    ``stuck_threshold`` of its ``batch_size`` units are missing (None: whatever is missing):
+    ``"release"`` (the source protocol, the default: abort), ``"retry"`` (abort; the caller
+    re-admits the same prompts as new units) or ``"truncate"`` (occupy them with what they
+    generated so far); with more missing, the release aborts (spec/PROTOCOL.md §6.2).
     Limits: see the module docstring (``MAX_STALENESS``, ``MAX_BATCH_SIZE``, ``MAX_SLOTS``).
     """
 
@@ -54,6 +65,8 @@ class Config:
     capacity: int | None = None
     max_concurrency: int | None = None
     streaming: bool = False
+    stuck_action: str = "release"
+    stuck_threshold: int | None = None
 
     def __post_init__(self) -> None:
         _require_int("max_staleness", self.max_staleness, 0, MAX_STALENESS)
@@ -78,6 +91,19 @@ class Config:
             _require_int("max_concurrency", self.max_concurrency, 1)
         if not isinstance(self.streaming, bool):
             raise ConfigError("streaming", self.streaming, "must be True or False")
+        if not isinstance(self.stuck_action, str) or self.stuck_action not in STUCK_ACTIONS:
+            raise ConfigError("stuck_action", self.stuck_action,
+                              "must be one of " + ", ".join(map(repr, STUCK_ACTIONS)))
+        if self.stuck_threshold is not None:
+            if self.stuck_action == "release":
+                raise ConfigError("stuck_threshold", self.stuck_threshold,
+                                  "applies only with stuck_action 'retry' or 'truncate' "
+                                  "(the release aborts whatever is missing)")
+            _require_int("stuck_threshold", self.stuck_threshold, 1)
+            if self.stuck_threshold > self.batch_size:  # type: ignore[operator]
+                raise ConfigError("stuck_threshold", self.stuck_threshold,
+                                  f"must be <= batch_size ({self.batch_size}): it counts the "
+                                  f"head buffer's units not yet finished")
 
     @property
     def eta(self) -> int:

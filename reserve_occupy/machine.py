@@ -72,6 +72,7 @@ from .types import (
     BufferStatus,
     Event,
     Move,
+    MoveReason,
     Phase,
     Placement,
     Removal,
@@ -227,6 +228,18 @@ class StalenessController:
         return None if buf is None else self._table.status(buf)
 
     @property
+    def release_action(self) -> str | None:
+        """What ``release_stuck`` would do now (spec/PROTOCOL.md §6.2, "Options of the
+        release"): None when it would be refused or raise (trainer training, head buffer not
+        STUCK); else ``Config.stuck_action`` when at most ``Config.stuck_threshold`` of the
+        head's ``batch_size`` units are missing (None: any number), and ``"release"`` when more
+        are. A caller configured with ``retry`` reads it before releasing: ``"retry"`` says to
+        re-admit the released units' prompts."""
+        if self._phase != IDLE.value or not self._head_stuck():
+            return None
+        return self._stuck_choice(self._table.buffers[self._table.head])
+
+    @property
     def events(self) -> tuple[Event, ...]:
         """The append-only event log (a copy); ``replay(config, events)`` rebuilds this state."""
         return tuple(self._events)
@@ -365,11 +378,15 @@ class StalenessController:
         return self._result
 
     def release_stuck(self) -> list[UnitId]:
-        """The timeout action (spec §6.2): abort every reservation of a STUCK head buffer.
+        """The timeout action (spec §6.2): abort every reservation of a STUCK head buffer --
+        or, with ``Config.stuck_action="truncate"`` and at most ``Config.stuck_threshold``
+        units missing (``release_action``), occupy them with their partial output.
 
         The runtime owns the clock and calls this when the trainer has waited on a STUCK head
-        buffer too long. Returns every unit aborted (the runtime must stop generating them);
-        an empty list when the head buffer is not STUCK (nothing to release).
+        buffer too long. Returns every unit whose generation the release ends (the runtime
+        must stop generating them): the ones aborted, and with truncate first the ones
+        truncated, which are FINISHED (``unit_state``) and whose partial output is their
+        result; an empty list when the head buffer is not STUCK (nothing to release).
         """
         return self._result if self._fire("release_stuck") else []
 
@@ -516,6 +533,14 @@ class StalenessController:
         buf = self._table.head_buffer()
         return buf is not None and not self._table.ready(buf) and not buf.n_empty
 
+    def _stuck_choice(self, buf: Any) -> str:
+        """The action of a release of the STUCK head ``buf`` (see ``release_action``)."""
+        action, threshold = self.config.stuck_action, self.config.stuck_threshold
+        if action == "release" or (threshold is not None
+                                   and self.config.batch_size - buf.n_occ > threshold):
+            return "release"
+        return action
+
     # ----------------------------------------------------------------- effects --------------
 
     def _do_reserve(self, unit_id: UnitId) -> None:
@@ -587,17 +612,42 @@ class StalenessController:
         buf = t.buffers[head]
         moves: list[Move] = []
         aborted: list[UnitId] = []
+        truncated: list[UnitId] = []
+        truncate = self._stuck_choice(buf) == "truncate"
         # Front to back; refills and (with oversampling) closing can change the buffer, so the
         # next reservation is looked up afresh each time.
         while buf.n_res and not t.ready(buf):
             unit_id = buf.unit[buf.state.index(RESERVED)]
-            _, more_moves, more_aborted = self._abort_one(unit_id)  # type: ignore[arg-type]
-            aborted.append(unit_id)  # type: ignore[arg-type]
+            if truncate:
+                more_moves, more_aborted = self._truncate_one(unit_id)  # type: ignore[arg-type]
+                truncated.append(unit_id)  # type: ignore[arg-type]
+            else:
+                _, more_moves, more_aborted = self._abort_one(unit_id)  # type: ignore[arg-type]
+                aborted.append(unit_id)  # type: ignore[arg-type]
             aborted.extend(more_aborted)
             moves.extend(more_moves)
-        self._result = aborted
+        self._result = truncated + aborted
         self._log("release_stuck", version=self._version, head=head, moves=tuple(moves),
                   aborted=tuple(aborted))
+
+    def _truncate_one(self, unit_id: UnitId) -> tuple[list[Move], list[UnitId]]:
+        """Truncate (spec §6.2): the in-flight ``unit_id`` counts as finished with what it
+        generated so far -- occupy's steps (a)-(d) as ``_do_occupy`` runs them, so it keeps its
+        ``v_traj`` and lands no later than its reservation. The first move is the truncation
+        itself (from the reservation to the placement, ``MoveReason.TRUNCATE``)."""
+        t = self._table
+        gap = t.release(unit_id)
+        moves = t.shift_into(gap)
+        slot = t.place(unit_id)
+        aborted: list[UnitId] = []
+        buf = t.buffers[slot.buffer]
+        if t.ready(buf):
+            closing_moves, aborted = t.close_ready(buf)
+            moves.extend(closing_moves)
+        self._finish(unit_id, slot.buffer)
+        for u in aborted:
+            self._end(u, "abort")
+        return [Move(unit_id, gap, slot, MoveReason.TRUNCATE), *moves], aborted
 
     def _do_stream(self) -> None:
         entries, head = self._plan_stream, self._table.head

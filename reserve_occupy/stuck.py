@@ -26,8 +26,9 @@ around operations the controller already has (``release_stuck`` and ``abort``):
 In a run where every release is followed by a placement neither rule ever acts, so the
 source protocol's behaviour (and every result measured with it) is unchanged there.
 
-Progress is read from the controller's counts (``progress_mark``): an abort or a release never
-changes them, an ``occupy`` or a ``consume`` always does. Nothing here reads a clock: the caller
+Progress is read from the controller's counts (``progress_mark``): an abort or a release that
+aborts never changes them, an ``occupy``, a ``consume`` or a release that truncates
+(``Config.stuck_action="truncate"``: it places units) always does. Nothing here reads a clock: the caller
 passes the times (the driver its clock, the simulator its simulated time, a plugin
 ``time.monotonic`` or the clock it was given).
 """
@@ -44,8 +45,9 @@ ESCALATE_AFTER = 3  # fruitless releases in a row before a release escalates (se
 
 
 def progress_mark(controller: Any) -> tuple[int, int]:
-    """(head buffer, units ever placed): changes with every ``occupy`` and every ``consume``,
-    never with an ``abort``, ``filter`` or ``release_stuck``."""
+    """(head buffer, units ever placed): changes with every ``occupy``, every ``consume`` and
+    every truncating ``release_stuck``, never with an ``abort``, a ``filter`` or a
+    ``release_stuck`` that aborts."""
     s = controller.snapshot()
     return s.head, s.admitted - s.aborted - s.in_flight
 

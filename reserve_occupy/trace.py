@@ -51,6 +51,9 @@ _FIELDS: dict[str, frozenset[str]] = {
 _CONFIG_FIELDS = ("max_staleness", "batch_size", "capacity", "max_concurrency")
 # Written to a header only when on, so that a trace without streaming reads as before.
 _FLAG_FIELDS = ("streaming",)
+# The STUCK release's options (spec/PROTOCOL.md §6.2): written only when not the default, so a
+# trace of the source protocol reads as before.
+_STUCK_FIELDS = {"stuck_action": "release", "stuck_threshold": None}
 _REASONS = {r.value: r for r in MoveReason}
 
 
@@ -104,6 +107,9 @@ def header(config: Config, producer: str | None = None,
     for name in _FLAG_FIELDS:
         if getattr(config, name):
             out["config"][name] = True
+    for name, default in _STUCK_FIELDS.items():
+        if getattr(config, name) != default:
+            out["config"][name] = getattr(config, name)
     if granularity != "slot":
         out["granularity"] = granularity
     if producer is not None:
@@ -304,7 +310,7 @@ def parse_header(obj: object, line: int = 1) -> TraceHeader:
     if extra:
         raise TraceFormatError(line, min(extra), "unknown header field")
     c = _obj(line, "config", h.get("config"))
-    unknown = set(c) - set(_CONFIG_FIELDS) - set(_FLAG_FIELDS)
+    unknown = set(c) - set(_CONFIG_FIELDS) - set(_FLAG_FIELDS) - set(_STUCK_FIELDS)
     if unknown:
         raise TraceFormatError(line, "config." + min(unknown), "unknown config field")
     for name in ("max_staleness", "batch_size"):
@@ -312,7 +318,7 @@ def parse_header(obj: object, line: int = 1) -> TraceHeader:
             raise TraceFormatError(line, "config." + name, "missing")
     try:
         config = Config(**{k: c.get(k) for k in _CONFIG_FIELDS},
-                        **{k: c[k] for k in _FLAG_FIELDS if k in c})
+                        **{k: c[k] for k in (*_FLAG_FIELDS, *_STUCK_FIELDS) if k in c})
     except ConfigError as exc:
         raise TraceFormatError(line, "config." + exc.field, exc.requirement) from None
     producer = h.get("producer")

@@ -77,6 +77,8 @@ class MoveReason(str, enum.Enum):
     RELABEL = "relabel"  # within one buffer, to restore OCCUPIED* EMPTY* RESERVED*
     FILL = "fill"  # an occupied unit moved forward into a hole (abort/filter)
     CLOSE = "close"  # a reservation left the spare slots of a READY buffer (oversampling)
+    TRUNCATE = "truncate"  # release_stuck with stuck_action "truncate": a head reservation
+    #                        became OCCUPIED with its partial output (from: reserved, to: placed)
 
     def __repr__(self) -> str:
         return f"MoveReason.{self.name}"

@@ -26,6 +26,7 @@ again forever is reported as a violation instead of hanging the harness.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import tempfile
 from collections import Counter
@@ -126,6 +127,9 @@ class Run:
             check_invariants=True)
         self.recovery = RecoverySettings(commit_every=schedule.commit_every,
                                          keep_checkpoints=2, fsync=False)
+        if schedule.stuck_action != "release":  # the STUCK release's option (spec §6.2)
+            self.settings = dataclasses.replace(self.settings,
+                                                stuck_action=schedule.stuck_action)
         self.ev = Evidence(root / "events.jsonl", schedule.eta, schedule.steps, PROMPTS)
         self.pending = sorted((f for f in schedule.faults if f.kind not in RESTARTS
                                and f.kind not in ("hung", "nan_reward", "lose_trajectory")),

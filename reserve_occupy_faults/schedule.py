@@ -85,11 +85,14 @@ class Schedule:
     steps: int = 5
     commit_every: int = 2
     faults: tuple[Fault, ...] = field(default_factory=tuple)
+    # what the STUCK release does (staleness.stuck_action; spec/PROTOCOL.md §6.2)
+    stuck_action: str = "release"
 
     def describe(self) -> str:
         head = (f"seed {self.seed}: eta={self.eta} B={self.batch_size} C={self.capacity} "
                 f"group {self.group_size}/{self.candidates} engines={self.engines} "
-                f"steps={self.steps} commit_every={self.commit_every}")
+                f"steps={self.steps} commit_every={self.commit_every}"
+                + ("" if self.stuck_action == "release" else f" stuck={self.stuck_action}"))
         return "\n".join([head] + [f"  - {f.describe()}" for f in self.faults] or ["  (none)"])
 
     def without(self, index: int) -> Schedule:

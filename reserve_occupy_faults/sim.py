@@ -68,10 +68,13 @@ class SimSchedule:
     concurrency: int = 6
     batches: int = 8
     faults: tuple[SimFault, ...] = field(default_factory=tuple)
+    # what the STUCK release does (spec/PROTOCOL.md §6.2, "Options of the release")
+    stuck_action: str = "release"
 
     def describe(self) -> str:
         head = (f"sim seed {self.seed}: eta={self.eta} B={self.batch_size} C={self.capacity} "
-                f"instances={self.instances}x{self.concurrency} batches={self.batches}")
+                f"instances={self.instances}x{self.concurrency} batches={self.batches}"
+                + ("" if self.stuck_action == "release" else f" stuck={self.stuck_action}"))
         return "\n".join([head] + [f"  - {f.describe()}" for f in self.faults] or ["  (none)"])
 
     def without(self, index: int) -> SimSchedule:
@@ -110,7 +113,8 @@ def _workload(s: SimSchedule) -> Workload:
 
 class FaultyReserveOccupy(ReserveOccupy):
     def __init__(self, s: SimSchedule, injected: Counter[str], violations: list[str]) -> None:
-        super().__init__(s.eta, capacity=s.capacity, check_every=1, stuck_timeout_s=3.0)
+        super().__init__(s.eta, capacity=s.capacity, check_every=1, stuck_timeout_s=3.0,
+                         stuck_action=s.stuck_action)
         self.pending = sorted((f for f in s.faults if f.kind not in ("hung", "nan_reward")),
                               key=lambda f: f.at)
         self.nan = {f.target for f in s.faults if f.kind == "nan_reward"}
@@ -196,6 +200,7 @@ class SimOutcome:
     injected: Counter[str] = field(default_factory=Counter)
     checks: int = 0
     result: str = ""
+    stuck: Counter[str] = field(default_factory=Counter)  # groups the STUCK release ended, by how
 
     @property
     def ok(self) -> bool:
@@ -225,6 +230,8 @@ def run_sim_schedule(s: SimSchedule, policy_class: type[FaultyReserveOccupy]
         if g.gid in hung:
             out.injected["hung"] += 1
     out.checks += policy.checks
+    out.stuck.update(released=len(policy.released), retried=len(policy.retried),
+                     truncated=len(policy.truncated))
     out.result = json.dumps([[b.version, b.tids, b.staleness] for b in sim.ledger.batches])
     if not out.violations and s.faults and all(f.kind == "restart" for f in s.faults):
         plain = run_sim_schedule(replace(s, faults=()), policy_class)

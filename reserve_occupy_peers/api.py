@@ -122,6 +122,11 @@ class SimulatorHost(Host, Protocol):
     def live_tokens(self, req: Trajectory) -> float:
         ...
 
+    def truncate(self, group: Group) -> None:
+        """Finish a running group now with what it decoded so far (the STUCK release's
+        ``truncate``, spec/PROTOCOL.md §6.2); its trajectories train with their cut lengths."""
+        ...
+
 
 class Policy:
     """The interface every staleness-control rule implements: subclasses set the class

@@ -27,6 +27,11 @@ is the controller's:
   placement since the previous one doubles the next wait, and from the third such release in a
   row it also aborts the groups in flight since before the previous release, whatever their
   buffer (``escalated``; spec/PROTOCOL.md §6.2, docs/runtime.md "Progress guarantees").
+* ``stuck_action`` / ``stuck_threshold`` (the release's options, spec/PROTOCOL.md §6.2; need the
+  timeout; ``release`` by default): when at most ``stuck_threshold`` of the head's B groups are
+  missing, ``retry`` aborts the head's groups as the release does and re-admits the same prompts
+  before any new one (``retried``); ``truncate`` finishes them with what they decoded so far
+  (``Simulator.truncate``: nothing wasted, the cut responses train; ``truncated``).
 
 
 Streaming (``streaming=True``, the protocol's ``Config.streaming``; off by default): with a
@@ -67,6 +72,7 @@ from __future__ import annotations
 import math
 
 from reserve_occupy import BufferStatus, Config, SlotState, StalenessController, UnitState
+from reserve_occupy.config import STUCK_ACTIONS
 from reserve_occupy.stuck import StuckTimeouts
 
 from .api import INF, Group, Policy
@@ -83,8 +89,21 @@ class ReserveOccupy(Policy):
                  stuck_timeout_s: float | None = None, progress_close: bool = False,
                  idle_surplus: bool = False, head_priority: bool = False,
                  lookahead: int = 0, streaming: bool = False,
-                 chunk_exact: bool = False) -> None:
+                 chunk_exact: bool = False, stuck_action: str = "release",
+                 stuck_threshold: int | None = None) -> None:
         super().__init__(eta)
+        if stuck_action not in STUCK_ACTIONS:
+            raise ValueError(f"reserve_occupy: stuck_action must be one of "
+                             f"{', '.join(STUCK_ACTIONS)}, got {stuck_action!r}")
+        if stuck_action != "release" and stuck_timeout_s is None:
+            raise ValueError(f"reserve_occupy: stuck_action {stuck_action!r} acts at the STUCK "
+                             f"timeout: set stuck_timeout_s")
+        self.stuck_action = stuck_action
+        self.stuck_threshold = stuck_threshold  # validated by the controller's Config
+        self._retry: list[int] = []  # retry: prompts (workload indices) to re-admit first
+        self._fresh = 0  # retry: the next workload index never admitted
+        self.retried: list[int] = []  # groups a retry aborted (their prompts re-admitted)
+        self.truncated: list[int] = []  # groups a truncate finished early
         for name, flag in (("progress_close", progress_close), ("idle_surplus", idle_surplus),
                            ("head_priority", head_priority), ("streaming", streaming),
                            ("chunk_exact", chunk_exact)):
@@ -137,6 +156,8 @@ class ReserveOccupy(Policy):
     def attach(self, sim) -> None:
         super().attach(sim)
         extra = {"streaming": True} if self.streaming else {}  # the source protocol otherwise
+        if self.stuck_action != "release":
+            extra.update(stuck_action=self.stuck_action, stuck_threshold=self.stuck_threshold)
         self.controller = StalenessController(Config(
             max_staleness=self.eta, batch_size=self.batch_size, capacity=self.capacity, **extra))
 
@@ -164,8 +185,14 @@ class ReserveOccupy(Policy):
                     return
                 priority = (self.idle_surplus and not surplus) or (
                     self.head_priority and reservation.slot.buffer == ctl.head)
-            group = sim.admit(v_tag=reservation.v_traj, spec=self._next_prompt(),
-                              priority=priority)
+            if self._retry:  # retry: a released prompt goes again, before any new one
+                spec: int | None = self._retry.pop(0)
+            elif self.stuck_action == "retry" and not self.lookahead:
+                spec, self._fresh = self._fresh, self._fresh + 1
+            else:
+                spec = self._next_prompt()
+            group = sim.admit(v_tag=reservation.v_traj, spec=spec, priority=priority)
+            group.tag = group.gid if spec is None else spec  # its workload index
             self._groups[unit] = group
             self._unit[group.gid] = unit
             self._vtraj[unit] = reservation.v_traj
@@ -310,16 +337,31 @@ class ReserveOccupy(Policy):
 
     def on_timer(self) -> None:
         now, since, self._stuck_since = self.sim.now, self._stuck_since, None
-        released = self.controller.release_stuck()  # [] unless the head is STUCK
+        ctl = self.controller
+        action = ctl.release_action  # release, retry or truncate (None: not STUCK)
+        released = ctl.release_stuck()  # [] unless the head is STUCK
         if released:
             self.releases += 1
             self.release_log.append((now, since, len(released)))
         for unit in released:
             self._flying.pop(unit, None)
-            group = self._groups.pop(unit)
+            group = self._groups[unit]
+            if ctl.unit_state(unit) is UnitState.FINISHED:  # truncated: its partial output
+                self.sim.truncate(group)
+                self.truncated.append(group.gid)
+                if group.no_grad:  # as on_group_done
+                    removal = ctl.filter(unit)
+                    self.sim.filter(self._groups.pop(unit))
+                    del self._unit[group.gid]
+                    self._stop(removal.aborted)
+                continue
+            del self._groups[unit]
             del self._unit[group.gid]
             self.sim.abort_group(group)
             self.released.append(group.gid)
+            if action == "retry":
+                self._retry.append(group.tag)  # type: ignore[arg-type]
+                self.retried.append(group.gid)
         self._tick()
         if released:
             cutoff = self.timeouts.released(self.controller, now)
@@ -365,6 +407,9 @@ class ReserveOccupy(Policy):
                        releases=self.releases)
             if self.escalated:
                 out["escalated_groups"] = len(self.escalated)
+        if self.stuck_action != "release":
+            out.update(stuck_action=self.stuck_action, stuck_threshold=self.stuck_threshold,
+                       retried_groups=len(self.retried), truncated_groups=len(self.truncated))
         return out
 
     def describe_state(self) -> str:

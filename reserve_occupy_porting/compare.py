@@ -53,6 +53,8 @@ MOVE_RULES = {
             "later buffer, repeatedly",
     "close": "Oversampling (correction 2): reservations leave a READY buffer for the latest "
              "legal EMPTY slot of a later buffer",
+    "truncate": "release_stuck with stuck_action truncate (§6.2): each reservation of the head, "
+                "front to back, is finished by Occupy's rule (earliest legal EMPTY slot)",
 }
 
 

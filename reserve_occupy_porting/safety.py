@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from reserve_occupy import Config, Event
+from reserve_occupy import Config, Event, MoveReason
 from reserve_occupy.trace import TraceEntry
 
 IN_FLIGHT, FINISHED, ENDED = "in flight", "finished", "ended"
@@ -228,7 +228,19 @@ class SafetyTracker:
     def _release_stuck(self, e: Event) -> Violation | None:
         if self.training:
             return Violation("order", "release_stuck while a batch is training")
-        return self._drop(e, "released by release_stuck") or self._moved(e)
+        return (self._drop(e, "released by release_stuck") or self._moved(e)
+                or self._truncated(e))
+
+    def _truncated(self, e: Event) -> Violation | None:
+        """``release_stuck`` with ``stuck_action: "truncate"``: each ``truncate`` move finishes
+        an in-flight unit at its placement (``_moved`` checked the placement is legal)."""
+        for m in e.moves:
+            if m.reason is MoveReason.TRUNCATE:
+                bad = self._require("release_stuck truncating", m.unit_id, IN_FLIGHT)
+                if bad:
+                    return bad
+                self._set(m.unit_id, FINISHED)
+        return None
 
     def _consume(self, e: Event) -> Violation | None:
         b = e.batch

@@ -56,6 +56,13 @@ class Controller(Protocol):
         ...
 
     @property
+    def release_action(self) -> str | None:
+        """What ``release_stuck`` would do now (``StalenessController.release_action``:
+        ``staleness.stuck_action`` within its threshold, else ``release``; None: nothing to
+        release). A peer's rule has no STUCK state: None."""
+        ...
+
+    @property
     def events(self) -> Sequence[Event]:
         """The event log, in order (the run's counts are derived from it)."""
         ...

@@ -681,9 +681,17 @@ class Driver:
             if not g.closed and now >= g.admitted_at + self.s.unit_s:
                 self._abort_group(g, "timeout")
         if self._stuck_since is not None and now >= self._stuck_since + self.stuck_rule.timeout:
-            released = self.controller.release_stuck(meta={"reason": "stuck_timeout"})
+            # staleness.stuck_action=retry (spec/PROTOCOL.md §6.2, "Options of the release"):
+            # the release is the same; the released groups' prompts are admitted again before
+            # the stream's next, through the re-admission queue (recovery re-admits them too)
+            retry = self.controller.release_action == "retry"
+            released = self.controller.release_stuck(
+                meta={"reason": "stuck_retry" if retry else "stuck_timeout"})
             self.notes.append({"t": self.accounting.elapsed(), "event": "release_stuck",
-                               "units": list(released)})
+                               "units": list(released), **({"retry": True} if retry else {})})
+            if retry:
+                self._readmit += [(self.groups[u].prompt_position, u) for u in released
+                                  if u in self.groups]
             self._stuck_since = None
             self._dropped_by_controller(released)
             # A release with no placement since the previous one: the next waits twice as

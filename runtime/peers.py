@@ -464,6 +464,10 @@ class PeerController:
     def release_stuck(self, meta: dict[str, Any] | None = None) -> tuple[()]:
         return ()  # the head is never STUCK: nothing to release
 
+    @property
+    def release_action(self) -> None:
+        return None  # the head is never STUCK: no release to choose an action for
+
     def check(self) -> None:
         """The adapter's own invariants: unit counts agree with the states."""
         flying = sum(1 for s in self._states.values() if s is UnitState.IN_FLIGHT)

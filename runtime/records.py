@@ -63,6 +63,11 @@ class DriverSettings:
     # The staleness rule (runtime.peers.POLICY_CHOICES): reserve_occupy, or a peer's rule run
     # through the simulator's policy to be measured against it
     policy: str = "reserve_occupy"
+    # The STUCK release's options (Config.stuck_action, spec/PROTOCOL.md §6.2): "release" (the
+    # source protocol) or "retry" (the released groups' prompts are admitted again first);
+    # stuck_threshold: retry only when at most this many of the head's groups are missing
+    stuck_action: str = "release"
+    stuck_threshold: int | None = None
 
     def __post_init__(self) -> None:
         check_refit_mode(self.refit)
@@ -70,7 +75,8 @@ class DriverSettings:
     def controller_config(self) -> Config:
         return Config(max_staleness=self.max_staleness, batch_size=self.batch_size,
                       capacity=self.capacity, max_concurrency=self.max_concurrency,
-                      streaming=self.streaming)
+                      streaming=self.streaming, stuck_action=self.stuck_action,
+                      stuck_threshold=self.stuck_threshold)
 
     @property
     def n_candidates(self) -> int:

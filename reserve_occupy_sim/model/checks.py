@@ -155,6 +155,27 @@ def check_released(sim: Simulator) -> int:
     return len(released)
 
 
+def check_truncated(sim: Simulator) -> int:
+    """Every trajectory a truncation cut (``Simulator.truncate``) finished with at most its
+    planned response, its group ended DONE or FILTERED (never aborted), and it was cut once;
+    return how many."""
+    by_tid = {r.tid: r for r in sim.ledger.requests}
+    seen: set[int] = set()
+    for tid, planned, kept in sim.ledger.truncated:
+        req = by_tid.get(tid)
+        if req is None or tid in seen:
+            raise CheckFailed("truncated", f"trajectory {tid} was truncated twice or never "
+                                           f"admitted")
+        seen.add(tid)
+        if req.state != Request.FINISHED or not 0 <= kept <= planned or req.length != kept:
+            raise CheckFailed("truncated", f"trajectory {tid} truncated to {kept} of {planned} "
+                                           f"tokens is {req.state} with length {req.length}")
+        if getattr(req.group, "state", None) not in ("done", "filtered"):
+            raise CheckFailed("truncated", f"trajectory {tid}'s group is "
+                                           f"{getattr(req.group, 'state', None)}")
+    return len(seen)
+
+
 def check_tokens(sim: Simulator, rel: float = 1e-6) -> None:
     """The engines' integrated token count equals the trajectories' own counts."""
     decoded = sum(inst.decoded for inst in sim.instances)
@@ -195,6 +216,7 @@ def check_run(sim: Simulator) -> None:
     check_conservation(sim)
     check_filtering(sim)
     check_released(sim)
+    check_truncated(sim)
     check_tokens(sim)
     check_batches(sim)
     if sim.policy.bounded:

@@ -59,6 +59,7 @@ EMPTY slot). ``regimes.py`` classifies runs from these fractions.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -138,6 +139,9 @@ class Ledger:
     aborted: list[tuple[int, float]] = field(default_factory=list)  # (tid, response tokens)
     dropped: list[int] = field(default_factory=list)
     filtered: list[int] = field(default_factory=list)  # finished, no gradient, never trained
+    # truncate (a STUCK release's option): (tid, planned response length, tokens kept); the
+    # request's ``length`` is then the kept length, the one trained
+    truncated: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class Simulator:
@@ -253,6 +257,55 @@ class Simulator:
                 self.ledger.aborted.append((req.tid, req.tokens))
 
     abort = abort_group  # its name before the rule API (reserve_occupy_peers), for one release
+
+    def truncate(self, group: SimGroup) -> None:
+        """Finish a running group now with what it decoded so far (the STUCK release's
+        ``truncate``, spec/PROTOCOL.md §6.2): a running member stops with its decoded tokens
+        (whole tokens: the one being decoded is dropped) as its response, a queued member
+        finishes with an empty one, a finished member keeps its own; no token is wasted. With
+        group-level oversampling the ``group_size`` members kept are the finished ones, then
+        the running ones that decoded most; the others are aborted as at a commit. The group
+        is DONE; the rule's ``on_group_done`` is not called (the rule asked for this).
+        ``ledger.truncated`` records (tid, planned length, kept tokens) of each member cut."""
+        if group.state != SimGroup.RUNNING:
+            raise PolicyError(f"{type(self.policy).__name__} truncated {group!r}: only running "
+                              f"groups can be truncated")
+        rank = {Request.FINISHED: 0, Request.RUNNING: 1, Request.QUEUED: 2}
+        members = sorted(group.requests,
+                         key=lambda r: (rank.get(r.state, 3), -self.live_tokens(r), r.index))
+        kept, surplus = members[: self.group_size], members[self.group_size:]
+        for req in surplus:  # group-level oversampling: as _commit stops the rest
+            if req.state == Request.QUEUED:
+                req.state = Request.ABORTED
+                self._queued -= 1
+            elif req.state == Request.RUNNING:
+                req.tokens = req.instance.remove(req)  # type: ignore[union-attr]
+            req.t_end = self.now
+            self.ledger.aborted.append((req.tid, req.tokens))
+            group.surplus.append(req)
+        for req in kept:
+            if req.state == Request.FINISHED:
+                continue
+            if req.state == Request.RUNNING:
+                decoded = req.instance.remove(req)  # type: ignore[union-attr]
+            else:  # queued: never started
+                self._queued -= 1
+                decoded = 0.0
+                req.t_start = self.now
+            whole = math.floor(decoded)
+            self.ledger.truncated.append((req.tid, req.length, whole))
+            req.state = Request.FINISHED
+            req.tokens = decoded  # what the engines decoded (check_tokens); trained: ``length``
+            req.length = int(whole)
+            req.t_end = self.now
+        group.requests = [r for r in group.requests if r in kept] if surplus else group.requests
+        group.n_done = len(group.requests)
+        if group.v_gen < 0:  # nothing decoded yet: its stamp is the oldest version it has
+            group.v_gen = group.v_tag
+        group.state = SimGroup.DONE
+        group.t_done = self.now
+        if self.filtering is not None:
+            group.no_grad = self.filtering.no_gradient(group.gid)
 
     def filter(self, group: SimGroup) -> None:
         """Discard a finished group that carries no gradient; it is never trained."""

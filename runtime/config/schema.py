@@ -213,6 +213,11 @@ class StalenessConfig(_Section):
     # The staleness rule (docs/runtime.md, "staleness.policy"): Reserve–Occupy, the verified
     # default, or a peer's rule from the simulator (runtime.peers), to be measured against it
     policy: str = RESERVE_OCCUPY
+    # The STUCK release's options (docs/runtime.md, "staleness.stuck_action"; spec/PROTOCOL.md
+    # §6.2): what the STUCK timeout does to the head's groups; release (the source protocol)
+    # or retry (their prompts are admitted again first); truncate runs in the simulator only
+    stuck_action: Literal["release", "retry", "truncate"] = "release"
+    stuck_threshold: int | None = Field(None, ge=1, le=MAX_GROUPS)
 
     @field_validator("policy")
     @classmethod
@@ -229,6 +234,17 @@ class StalenessConfig(_Section):
         if self.capacity is not None and self.capacity < self.batch_size:
             raise ValueError(f"capacity ({self.capacity}) must be >= batch_size "
                              f"({self.batch_size})")
+        if self.stuck_action == "truncate":
+            raise ValueError("stuck_action=truncate runs in the simulator only "
+                             "(reserve_occupy_sim); the runtime takes release or retry")
+        if self.stuck_threshold is not None and self.stuck_action == "release":
+            raise ValueError("stuck_threshold applies only with stuck_action=retry")
+        if self.stuck_threshold is not None and self.stuck_threshold > self.batch_size:
+            raise ValueError(f"stuck_threshold ({self.stuck_threshold}) must be <= batch_size "
+                             f"({self.batch_size}): it counts the head's groups not finished")
+        if self.stuck_action != "release" and self.policy != RESERVE_OCCUPY:
+            raise ValueError(f"stuck_action={self.stuck_action} is Reserve–Occupy's; "
+                             f"staleness.policy={self.policy} has no STUCK release")
         return self
 
 
@@ -456,6 +472,13 @@ class TrainConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _stuck_action_has_a_timeout(self) -> TrainConfig:
+        if self.staleness.stuck_action != "release" and self.timeouts.stuck_s is None:
+            raise ValueError(f"staleness.stuck_action={self.staleness.stuck_action} acts at the "
+                             f"STUCK timeout: set timeouts.stuck_s")
+        return self
+
+    @model_validator(mode="after")
     def _budget_fits(self) -> TrainConfig:
         # The exact bound (the longest prompt + rollout.max_tokens) needs the prompts and the
         # tokenizer: train --check applies it (check_token_budget); this is what the config
@@ -498,7 +521,7 @@ class TrainConfig(_Section):
             unit_s=t.unit_s or math.inf, stuck_s=t.stuck_s or math.inf,
             seed=self.run.seed, check_invariants=self.run.check_invariants,
             streaming=self.trainer.streaming, chunk_groups=self.trainer.chunk_groups,
-            policy=s.policy)
+            policy=s.policy, stuck_action=s.stuck_action, stuck_threshold=s.stuck_threshold)
 
     def tiny_spec(self) -> TinySpec:
         """The embedded tiny model's build (``model.tiny``; its positions are

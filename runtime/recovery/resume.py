@@ -324,9 +324,11 @@ async def recover(run_dir: Path, settings: DriverSettings, recovery: RecoverySet
 # The reasons of the operations whose aborted units lost their prompt because the run stopped,
 # not because of anything about the unit: a crash (``lost_in_crash``; units the closing rule
 # dropped when recovery occupied or aborted, ``recovered``) or an orderly stop (``shutdown``:
-# the driver stopped on an error, a Ctrl-C, or at the end of its steps). Their prompts were
-# drawn and never trained, so the resumed run re-admits them (docs/recovery.md, step 3).
-READMIT_REASONS = ("lost_in_crash", "recovered", "shutdown")
+# the driver stopped on an error, a Ctrl-C, or at the end of its steps); and the groups a
+# STUCK release with ``staleness.stuck_action=retry`` released (``stuck_retry``), whose prompts
+# the driver admits again. Their prompts were drawn and never trained, so the resumed run
+# re-admits them (docs/recovery.md, step 3).
+READMIT_REASONS = ("lost_in_crash", "recovered", "shutdown", "stuck_retry")
 
 
 def _pending_readmits(controller: JournaledController,
@@ -342,7 +344,7 @@ def _pending_readmits(controller: JournaledController,
         if e.op == "reserve" and "readmit_of" in meta:
             readmitted.add(meta["readmit_of"])
             reserve_meta.setdefault(e.unit_id, meta)  # type: ignore[arg-type]
-        elif meta.get("reason") in reasons and e.op in ("abort", "occupy"):
+        elif meta.get("reason") in reasons and e.op in ("abort", "occupy", "release_stuck"):
             if e.op == "abort":
                 lost.append(e.unit_id)  # type: ignore[arg-type]
             lost.extend(e.aborted)
