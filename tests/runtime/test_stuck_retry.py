@@ -29,8 +29,8 @@ def _reserve_meta(driver) -> dict:
 def test_retry_readmits_the_released_groups_prompt_and_it_trains():
     # eta 0, two groups per batch: g1 hangs, buffer 0 is STUCK with one group missing
     driver, rollout, trainer, clock = make(script=fixed_script(0.1, special=_hang("g1")),
-                                           eta=0, batch_size=2, group_size=2, steps=4,
-                                           stuck_timeout_s=2.0, stuck_action="retry")
+                                           max_staleness=0, batch_size=2, group_size=2, steps=4,
+                                           stuck_s=2.0, stuck_action="retry")
     run(driver, clock)
     released = [e for e in driver.notes if e["event"] == "release_stuck"]
     assert [(e["units"], e.get("retry")) for e in released] == [(["g1"], True)]
@@ -48,16 +48,16 @@ def test_retry_readmits_the_released_groups_prompt_and_it_trains():
 
 
 def test_release_draws_the_next_prompt_instead():
-    driver, _, _, clock = make(script=fixed_script(0.1, special=_hang("g1")), eta=0,
-                               batch_size=2, group_size=2, steps=4, stuck_timeout_s=2.0)
+    driver, _, _, clock = make(script=fixed_script(0.1, special=_hang("g1")), max_staleness=0,
+                               batch_size=2, group_size=2, steps=4, stuck_s=2.0)
     run(driver, clock)
     assert not any("readmit_of" in m for m in _reserve_meta(driver).values())
 
 
 def test_over_the_threshold_the_release_is_the_sources():
     # three groups per batch, g1 and g2 hang: two missing > threshold 1
-    driver, _, _, clock = make(script=fixed_script(0.1, special=_hang("g1", "g2")), eta=0,
-                               batch_size=3, group_size=2, steps=3, stuck_timeout_s=2.0,
+    driver, _, _, clock = make(script=fixed_script(0.1, special=_hang("g1", "g2")), max_staleness=0,
+                               batch_size=3, group_size=2, steps=3, stuck_s=2.0,
                                stuck_action="retry", stuck_threshold=1)
     run(driver, clock)
     released = [e for e in driver.notes if e["event"] == "release_stuck"]
