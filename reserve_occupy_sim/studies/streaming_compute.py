@@ -99,6 +99,11 @@ FRAMEWORKS = FRAMEWORKS + PEER_FRAMEWORKS
 MAP_PEERS: tuple[str, ...] = ("NeMo weight_fifo stream",) + tuple(
     fw.key for fw in PEER_FRAMEWORKS)
 MAP_RO = "RO stream in-flight"  # the Reserve–Occupy row the peers are compared with
+# The rules that discard generated work for its age (each module's docstring: "Drops"): the
+# windowed sampler evicts and cancels, verl drop evicts, prime-rl voids, TRL drops samples,
+# tinker discards and requeues. ready_first, verl wait, window FIFO and the earlier NeMo
+# samplers drop nothing.
+DROPPING = frozenset({"nemo_windowed", "verl_drop", "prime_rl", "trl", "tinker"})
 
 
 def framework_cost(cost: CostModel, trainer: str, engine: str, share: float = 1.0,

@@ -90,6 +90,9 @@ def test_the_target_counts_every_bounded_peer_and_names_the_worst():
          "filter_rate": 0.0, "ratios": {"RO stream in-flight": {"mean": 1.0, "min": 1.0}}}]}
     text = streaming.regimes_peers_table(reg)
     assert "in **1 of 3** cells with peers" in text and "the map has 4" in text
+    # windowed and tinker drop: against the drop-free bounded rows only in_order counts here
+    assert "drop nothing (NeMo in_order stream, NeMo weight_fifo stream, window FIFO): " \
+           "**2 of 3**, lowest 0.980" in text
     worst = [line for line in text.splitlines() if line.startswith("| hardware |")]
     assert worst[0].endswith("| 0.970 | NeMo windowed stream |")
     assert worst[1].endswith("| 0.980 | NeMo in_order stream |")
