@@ -129,3 +129,9 @@ def test_add_refuses_what_it_cannot_add_to(tmp_path, capsys):
     assert "not a streaming study's results" in capsys.readouterr().err
     assert streaming.main(["--regimes", "--regime-peers", "RO full"] + args) == 2
     assert "not a peer of the map" in capsys.readouterr().err
+
+
+def test_cells_run_in_worker_processes_give_the_same_map():
+    peers = ("tinker", "window FIFO")
+    assert streaming.run_regimes(sweep=SMALL, peers=peers, jobs=2, **QUIET) == \
+        streaming.run_regimes(sweep=SMALL, peers=peers, **QUIET)
