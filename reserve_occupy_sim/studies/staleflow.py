@@ -106,7 +106,7 @@ def run(seeds=(0, 1), etas=ETAS, batches: int = 20, groups: int = 1024, say=prin
                                     workload, c)
                     total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
                     out = {"steady": r.steady_throughput, "max_staleness": r.max_staleness,
-                           "length_ratio": r.length_ratio,
+                           "length_ratio": r.length_ratio, "trainer_idle": r.trainer_idle,
                            "waste": (r.waste_l2_tokens + r.waste_l3_tokens) / total
                            if total else 0.0}
                 except SimulationStalled as exc:
@@ -127,7 +127,8 @@ def _mean(xs) -> float:
 
 def table(payload: dict) -> str:
     """Per eta and row: tok/s (mean over seeds), RO full ÷ it and RO stream in-flight ÷ it
-    (same seed; mean [min]), its largest trained staleness, length ratio and waste."""
+    (same seed; mean [min]), the share of the run its trainer waited for data, its largest
+    trained staleness, length ratio and waste."""
     by = {(r["seed"], r["eta"], r["row"]): r for r in payload["runs"]}
     seeds = payload["setting"]["seeds"]
     rows = []
@@ -141,12 +142,13 @@ def table(payload: dict) -> str:
                 vals = [by[(s, eta, ro)]["steady"] / by[(s, eta, key)]["steady"] for s in seeds
                         if "steady" in by[(s, eta, ro)] and "steady" in by[(s, eta, key)]]
                 cells.append(f"{_mean(vals):.2f} [{min(vals):.2f}]" if vals else "—")
-            cells += [max((r["max_staleness"] for r in ok), default="—"),
+            cells += [f"{100 * _mean(r['trainer_idle'] for r in ok):.0f} %",
+                      max((r["max_staleness"] for r in ok), default="—"),
                       f"{_mean(r['length_ratio'] for r in ok):.3f}",
                       f"{100 * _mean(r['waste'] for r in ok):.1f} %"]
             rows.append(cells)
     return markdown(["η", "row", "tok/s", "RO full ÷ it", "RO stream in-flight ÷ it",
-                     "max staleness", "length ratio", "waste"], rows)
+                     "trainer idle", "max staleness", "length ratio", "waste"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,10 +26,12 @@ def _payload():
         for row, tok in (("RO full", 100.0), ("RO stream in-flight", 120.0),
                          ("verl V1 drop", 80.0)):
             runs.append({"seed": seed, "eta": 2, "row": row, "steady": tok * scale,
-                         "max_staleness": 2, "length_ratio": 0.9 if row == "verl V1 drop"
-                         else 1.0, "waste": 0.25 if row == "verl V1 drop" else 0.0})
+                         "max_staleness": 2, "trainer_idle": 0.04 + 0.06 * seed,
+                         "length_ratio": 0.9 if row == "verl V1 drop" else 1.0,
+                         "waste": 0.25 if row == "verl V1 drop" else 0.0})
         runs.append({"seed": seed, "eta": 2, "row": "tinker", **(
             {"stalled": "wedged"} if seed == 1 else {"steady": 50.0, "max_staleness": 1,
+                                                     "trainer_idle": 0.5,
                                                      "length_ratio": 1.0, "waste": 0.0})})
     return {"setting": {"seeds": [0, 1], "etas": [2]}, "runs": runs}
 
@@ -40,7 +42,7 @@ def test_the_table_is_computed_from_the_runs():
     cells = [c.strip() for c in verl.strip("|").split("|")]
     assert cells[2] == "84"  # (80 + 88) / 2
     assert cells[3] == "1.25 [1.25]" and cells[4] == "1.50 [1.50]"
-    assert cells[6:] == ["0.900", "25.0 %"]
+    assert cells[5:] == ["7 %", "2", "0.900", "25.0 %"]  # idle: (4 + 10) / 2 %
     tinker = next(line for line in lines if "tinker" in line)
     assert "tinker (1 stalled)" in tinker and "2.00 [2.00]" in tinker
     rows = [line.split("|")[2].strip() for line in lines[2:]]
