@@ -9,6 +9,7 @@
                              [--streaming]] [--no-reprefill]
     reserve-occupy simulate experiments [--results-dir DIR] [--img-dir DIR] [--only 1,...,6]
     reserve-occupy simulate regimes [--tiny] [--seeds N] [--batches N]
+    reserve-occupy simulate regimes --add-peers [--tiny] [--results-dir DIR]
     reserve-occupy simulate list
 
 ``run`` prints one row per (eta, policy) with Reserve–Occupy's speed-up over each and writes
@@ -101,7 +102,7 @@ MODE_OPTIONS: dict[str, frozenset[str]] = {
     "experiments": frozenset(_WORKLOAD_COST | {"results_dir", "img_dir", "only", "seeds",
                                                "tiny", "batches"}),
     "regimes": frozenset(_WORKLOAD_COST | {"results_dir", "img_dir", "seeds", "tiny",
-                                           "batches"}),
+                                           "batches", "add_peers"}),
     "list": frozenset(),
 }
 
@@ -242,6 +243,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "4 filtering, 5 timeout, 6 regime map; default all)")
     o.add_argument("--tiny", action="store_true",
                    help="regimes: a tiny sweep (seconds), for a quick look or a test")
+    o.add_argument("--add-peers", action="store_true",
+                   help="regimes: keep the stored regimes.json of --results-dir and run only the "
+                        "peers of issue 38 its cells lack (each cell's Reserve–Occupy runs are "
+                        "made again and must equal the stored ones)")
     o.add_argument("--seeds", type=int, default=None,
                    help="experiments: workload seeds (experiment 2's spread: 8; the regime map: "
                         "3)")
@@ -357,6 +362,41 @@ def _experiments(args: argparse.Namespace, only: tuple[int, ...] | None = None) 
     return 0
 
 
+def _add_peers(args: argparse.Namespace) -> int:
+    """``simulate regimes --add-peers``: the stored map, with the peers it lacks run into it."""
+    from .studies import pages
+    from .studies.regimes import StoredFigureMoved, add_peers, peers_table
+
+    if args.seeds is not None or args.batches is not None or args.workload or args.cost \
+            or args.instances is not None or args.concurrency is not None:
+        raise UsageError("--add-peers keeps the stored map's seeds, batches and cost model: "
+                         "leave --seeds, --batches, --workload, --cost, --instances and "
+                         "--concurrency out")
+    path = Path(args.results_dir) / "regimes.json"
+    try:  # the map names its preset ("cost"); its runs are checked against it below
+        stored = json.loads(inputs.text_file(str(path), "--add-peers", 64 << 20))
+        cost = preset(stored["cost"])
+        if not isinstance(stored["cells"], list) or not isinstance(stored["sweep"], dict):
+            raise TypeError("no cells or sweep")
+    except (inputs.InputError, json.JSONDecodeError, KeyError, TypeError, CostError) as exc:
+        raise UsageError(f"--add-peers: {path} is not a regime map this command wrote "
+                         f"({exc})") from None
+    say = (lambda m: None) if args.no_progress else (  # noqa: E731
+        lambda m: print(m, file=sys.stderr, flush=True))
+    try:
+        done = add_peers(stored, cost, say=say)
+    except StoredFigureMoved as exc:
+        print(f"{PROG}: the stored map is not what this simulator makes: {exc}",
+              file=sys.stderr)
+        return 1
+    atomic_io.write_text(path, json.dumps(stored, indent=1) + "\n")  # added runs: compacted
+    print(peers_table(stored))
+    for page in pages.update(pages.fed_by("regimes.json"), Path(args.results_dir)):
+        print(f"rewrote {page}")
+    print(f"peers run in {len(done)} cells; wrote {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         _check(args)
@@ -364,6 +404,8 @@ def run(args: argparse.Namespace) -> int:
             return _list()
         if args.mode == "experiments":
             return _experiments(args)
+        if args.mode == "regimes" and args.add_peers:
+            return _add_peers(args)
         if args.mode == "regimes":
             return _experiments(args, only=(6,))
         return _run(args)

@@ -325,15 +325,21 @@ section("exp6_oversampling", EXPERIMENTS)
 from_json("exp6_workload", EXPERIMENTS, "regimes.json", regimes_workload_slice)
 from_json("exp6_targets", EXPERIMENTS, "regimes.json",
           "reserve_occupy_sim.studies.regimes_render:targets_count_table")
+from_json("exp6_peers", EXPERIMENTS, "regimes.json",
+          "reserve_occupy_sim.studies.regimes_render:peers_table")
 from_json("frontier", "make sim-frontier", "frontier.json", frontier_table)
 from_json("stuck_options", "python -m reserve_occupy_sim.studies.stuck_options",
           "stuck_options.json", "reserve_occupy_sim.studies.stuck_options:table")
 section("bound", "make sim-bound")
 for _name, _func in (("streaming-table", "table"), ("streaming-bound", "bound_table"),
                      ("streaming-sweep", "sweep_table"), ("streaming-targets", "targets_table"),
-                     ("streaming-regimes", "regimes_block")):
+                     ("streaming-regimes", "regimes_block"),
+                     ("streaming-regimes-peers", "regimes_peers_block")):
     from_json(_name, "make sim-streaming", "streaming.json",
               f"reserve_occupy_sim.studies.streaming_render:{_func}")
+
+from_json("staleflow", "python -m reserve_occupy_sim.studies.staleflow", "staleflow.json",
+          "reserve_occupy_sim.studies.staleflow:table")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,10 @@ from ..model.workload import MathReasoningShape, generate
 TRAINER_IDLE_MAX = 0.10
 REGIMES = ("slot-bound", "engine-bound", "trainer-bound")
 BASELINES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop")
+# Issue 38's peers as they ship in late 2026 (``reserve_occupy_peers.PEERS_2026``), each on the
+# map's whole-batch trainer and re-prefill engine as Reserve–Occupy is here. Columns of their own:
+# the targets, tables and maps of the earlier baselines do not read them (so they cannot move).
+PEERS = ("nemo_windowed", "nemo_ready_first", "verl_wait", "prime_rl", "tinker", "window_fifo")
 IN_ORDER_DROP = "nemo_in_order/drop"  # the what-if: filtering routed through the drop path
 CAPACITY_EXTRA = 4  # batch-level oversampling: capacity = batch size + this
 CANDIDATES_EXTRA = 2  # group-level oversampling: candidates = group size + this
@@ -121,7 +125,7 @@ def _summary(values: list[float]) -> dict:
 def _policies(cell: Cell, sweep: Sweep, group_size: int) -> list[tuple[str, tuple, int | None]]:
     """(label, policy options, candidates) of every run a cell makes."""
     out: list[tuple[str, tuple, int | None]] = [("reserve_occupy", (), None)]
-    out += [(b, (), None) for b in BASELINES]
+    out += [(b, (), None) for b in BASELINES + PEERS]
     if cell.filter_rate > 0:
         out.append((IN_ORDER_DROP, (("on_no_gradient", "drop"),), None))
     out.append((OVERSAMPLING[0], (("capacity", sweep.batch_size + CAPACITY_EXTRA),), None))
@@ -173,20 +177,7 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
             if key not in cache:
                 spec = RunSpec(label.split("/")[0], eta, sweep.batches, sweep.batch_size,
                                options=options, filtering=filt, candidates=candidates)
-                try:
-                    r, _ = simulate(spec, workload, c)
-                    total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
-                             + r.waste_filtered_tokens)
-                    cache[key] = {"throughput": r.throughput, "steady": r.steady_throughput,
-                                  "batch_s": _steady_batch_s(r),
-                                  "trainer_idle": r.trainer_idle,
-                                  "rollout_idle": r.rollout_idle, "admission": r.admission,
-                                  "regime": classify_run(r),
-                                  "l2": r.waste_l2_tokens / total if total else 0.0,
-                                  "length_ratio": r.length_ratio, "length_ks": r.length_ks,
-                                  "max_staleness": r.max_staleness}
-                except SimulationStalled as exc:
-                    cache[key] = {"stalled": str(exc).split(";")[0]}
+                cache[key] = _one_run(spec, workload, c)
             runs.setdefault(label, []).append(cache[key])
             if step is not None:
                 step()
@@ -215,7 +206,8 @@ def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
               cells: Iterable[Cell] | None = None) -> dict:
     cells = list(cells if cells is not None else sweep.cells())
     unique = {c.key() for c in cells}
-    per_cell = sweep.seeds * (len(BASELINES) + 1 + len(OVERSAMPLING) + len(REFERENCES))
+    per_cell = sweep.seeds * (len(BASELINES) + len(PEERS) + 1 + len(OVERSAMPLING)
+                              + len(REFERENCES))
     total = sum(per_cell + (sweep.seeds if k[-1] > 0 else 0) for k in unique)
     bar = None
     if progress:
@@ -251,6 +243,87 @@ def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
                                             f"< {SHORT_BIAS}",
                             "warmup": "first fifth of the batches left out"},
             "seconds": time.perf_counter() - start, "cells": out}
+
+
+class StoredFigureMoved(ValueError):
+    """A stored run, recomputed, is not what the results file holds: adding to it would mix
+    two simulators."""
+
+
+def add_peers(result: dict, cost: CostModel, peers=PEERS, select=None,
+              say: Callable[[str], None] | None = None) -> list[tuple]:
+    """Into a stored, compacted ``run_sweep`` result, run only the ``peers`` its cells lack (in
+    the distinct cells ``select(cell)`` accepts; default every one), in place; returns the cell
+    keys that got them.
+
+    Each cell's Reserve–Occupy run is made again per seed for the ratios, and must compact to
+    the stored run exactly (``StoredFigureMoved`` otherwise): so the stored figures are the ones
+    this simulator makes, and none of them is rewritten. A peer's ratio and runs are what
+    ``run_sweep`` with that peer in ``_policies`` writes for the cell (the same runs, summaries
+    and compaction; tests/sim/test_regimes_peers.py)."""
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        raise ValueError(f"not a peer of the regime map: {', '.join(unknown)} "
+                         f"(choose from {', '.join(PEERS)})")
+    sweep = Sweep(**{k: tuple(v) if isinstance(v, list) else v
+                     for k, v in result["sweep"].items()})
+    by_key: dict[tuple, list[dict]] = {}
+    for c in result["cells"]:
+        by_key.setdefault((c["eta"], *_point(c)), []).append(c)
+    done = []
+    start = time.perf_counter()
+    for key, same in by_key.items():
+        first = same[0]
+        cell = Cell(first["slice"], first["eta"], first["train_mult"], first["concurrency"],
+                    first["truncated"], first["filter_rate"])
+        want = [p for p in peers if p not in first["ratios"]]
+        if not want or (select is not None and not select(cell)):
+            continue
+        c = scaled(cost, cell.train_mult, cell.concurrency)
+        ro: list[dict] = []
+        runs: dict[str, list[dict]] = {p: [] for p in want}
+        for seed in range(sweep.seeds):
+            workload = generate(seed, MathReasoningShape(groups=sweep.groups,
+                                                         truncated=cell.truncated))
+            filt = RewardFilter(cell.filter_rate, seed=seed) if cell.filter_rate > 0 else None
+            for label in ("reserve_occupy", *want):
+                spec = RunSpec(label, cell.eta, sweep.batches, sweep.batch_size, filtering=filt)
+                out = _one_run(spec, workload, c)
+                if label == "reserve_occupy":
+                    if compact(out) != first["runs"]["reserve_occupy"][seed]:
+                        raise StoredFigureMoved(
+                            f"cell {key}, seed {seed}: Reserve–Occupy recomputed is "
+                            f"{compact(out)}, the results file has "
+                            f"{first['runs']['reserve_occupy'][seed]}")
+                    ro.append(out)
+                else:
+                    runs[label].append(out)
+        for p in want:
+            vals = [a["steady"] / b["steady"] for a, b in zip(ro, runs[p]) if "steady" in b]
+            ratio = compact({**_summary(vals), "stalled": sum(1 for b in runs[p]
+                                                              if "stalled" in b)})
+            for cc in same:
+                cc["ratios"][p] = ratio
+                cc["runs"][p] = compact(runs[p])
+        done.append(key)
+        if say is not None:
+            say(f"cell {key}: {', '.join(want)} ({time.perf_counter() - start:.0f} s)")
+    return done
+
+
+def _one_run(spec: RunSpec, workload, cost: CostModel) -> dict:
+    """What ``run_cell`` keeps of one run (its cache entry)."""
+    try:
+        r, _ = simulate(spec, workload, cost)
+    except SimulationStalled as exc:
+        return {"stalled": str(exc).split(";")[0]}
+    total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens + r.waste_filtered_tokens
+    return {"throughput": r.throughput, "steady": r.steady_throughput,
+            "batch_s": _steady_batch_s(r), "trainer_idle": r.trainer_idle,
+            "rollout_idle": r.rollout_idle, "admission": r.admission,
+            "regime": classify_run(r), "l2": r.waste_l2_tokens / total if total else 0.0,
+            "length_ratio": r.length_ratio, "length_ks": r.length_ks,
+            "max_staleness": r.max_staleness}
 
 
 def compact(obj, digits: int = 5):

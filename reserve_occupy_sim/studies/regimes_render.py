@@ -11,6 +11,7 @@ from .regimes_compute import (
     IN_ORDER_DROP,
     OVERSAMPLING,
     OVERSAMPLING_LABELS,
+    PEERS,
     REGIMES,
     TARGET_IN_ORDER,
     TARGET_UNBOUNDED,
@@ -54,6 +55,53 @@ def summary_table(result: dict) -> str:
         rows.append(row)
     return markdown(["no-gradient rate", "regime (of RO's runs)", "cells", "RO ÷ in_order",
                      "RO ÷ weight_fifo", "RO ÷ verl drop", "RO ÷ in_order, drop path"], rows)
+
+
+def peers_table(result: dict) -> str:
+    """The ``exp6_peers`` block: one row per (filter rate, regime) as ``summary_table``, with
+    Reserve–Occupy's ratio to each of issue 38's peers (``PEERS``) over the cells where it ran,
+    then per peer the cells where Reserve–Occupy is below it (a tie within TIE is not below),
+    its length ratio (mean trained ÷ mean admitted length; below 1: shorter answers trained)
+    and its largest trained staleness."""
+    from reserve_occupy_peers import POLICIES
+
+    from .report import markdown
+
+    cells = [c for c in _unique(result) if any(p in c["ratios"] for p in PEERS)]
+    if not cells:
+        return "No peer of issue 38 has run in the map yet (`python -m runtime simulate " \
+               "regimes --add-peers`)."
+    rows = []
+    for rate, regime, mine in _by_rate_and_regime(cells):
+        row = [f"{rate:g}", regime, len(mine)]
+        for p in PEERS:
+            row.append(_range([c["ratios"][p]["mean"] for c in mine
+                               if "mean" in c["ratios"].get(p, {})]))
+        rows.append(row)
+    table = markdown(["no-gradient rate", "regime (of RO's runs)", "cells"]
+                     + [f"RO ÷ {p}" for p in PEERS], rows)
+    per = []
+    for p in PEERS:
+        have = [c for c in cells if "mean" in c["ratios"].get(p, {})]  # a seed finished
+        if not have:
+            continue
+        below = [c for c in have if not _ok(c["ratios"][p]["mean"], 1.0)]
+        runs = [r for c in have for r in c["runs"][p] if "steady" in r]
+        stalled = sum(c["ratios"][p].get("stalled", 0) for c in cells if p in c["ratios"])
+        # its length ratio ÷ Reserve–Occupy's in the same cell: reward filtering skewed to long
+        # groups lowers both, and only what the rule adds to that is its own bias
+        rel = [np.mean([r["length_ratio"] for r in c["runs"][p] if "steady" in r])
+               / np.mean([r["length_ratio"] for r in c["runs"]["reserve_occupy"]
+                          if "steady" in r])
+               for c in have if any("steady" in r for r in c["runs"][p])]
+        per.append([p, "yes" if POLICIES[p].bounded else "no", len(have),
+                    f"{min(c['ratios'][p]['mean'] for c in have):.3f}", len(below), stalled,
+                    f"{np.mean(rel):.3f} [{min(rel):.3f}]" if rel else "-",
+                    max((r["max_staleness"] for r in runs), default="-")])
+    return table + "\n\n" + markdown(
+        ["peer", "bounded", "cells run (a seed finished)", "lowest RO ÷ it (cell mean)",
+         "cells RO below it",
+         "stalled runs", "its length ratio ÷ RO's: mean [min]", "its max staleness"], per)
 
 
 def _over(c: dict, label: str) -> str:

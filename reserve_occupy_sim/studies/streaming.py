@@ -31,6 +31,12 @@ Reserve–Occupy streaming with NeMo-RL in_order as shipped in every cell of the
 (``regimes.Sweep``). It writes ``streaming.json`` to ``results_dir``, ``sim_streaming.png`` to
 ``img_dir``, and the tables into docs/sim/streaming.md between its generated markers.
 
+Issue 38's peers (``PEER_FRAMEWORKS``) are rows of the table and, in the regime map, columns of
+their own (``MAP_PEERS``: RO stream in-flight ÷ each). ``--add`` keeps a stored
+``streaming.json`` and runs only what it lacks (``add_frameworks``; ``run_regimes`` with
+``base``), so the figures already there cannot move; ``--regime-etas`` and ``--regime-peers``
+choose the cells and peers, ``--jobs`` runs cells in worker processes.
+
 The module is the command and two halves: ``streaming_compute`` simulates (the rows, bounds,
 sweep, targets and regime map), ``streaming_render`` draws the tables, the page and the figure
 from its payload. Every name of both imports from here, as before they were split.
@@ -53,6 +59,9 @@ from .streaming_compute import (
     FRAMEWORKS,
     PSRL_SHARE,
     IN_ORDER_AS_SHIPPED,
+    MAP_PEERS,
+    MAP_RO,
+    PEER_FRAMEWORKS,
     REFERENCE,
     TARGET_CEILING,
     TARGET_FULL,
@@ -62,6 +71,7 @@ from .streaming_compute import (
     _mean,
     _ratio,
     _run,
+    add_frameworks,
     framework_cost,
     rows,
     run,
@@ -75,6 +85,8 @@ from .streaming_render import (
     bound_table,
     figure,
     regimes_block,
+    regimes_peers_block,
+    regimes_peers_table,
     regimes_table,
     sweep_table,
     table,
@@ -93,6 +105,10 @@ __all__ = [
     "TARGET_CEILING",
     "Framework",
     "FRAMEWORKS",
+    "PEER_FRAMEWORKS",
+    "MAP_PEERS",
+    "MAP_RO",
+    "add_frameworks",
     "framework_cost",
     "_run",
     "_mean",
@@ -111,6 +127,8 @@ __all__ = [
     "BLOCKS",
     "regimes_block",
     "regimes_table",
+    "regimes_peers_block",
+    "regimes_peers_table",
     "write_page",
     "figure",
 ]
@@ -129,21 +147,62 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true",
                         help="seconds: one seed, 12 batches of 4, eta 1,2; the tiny regime map; "
                              "writes under out/sim-tiny, never the docs")
+    parser.add_argument("--add", action="store_true",
+                        help="keep the stored streaming.json of --results-dir and run only what "
+                             "it lacks: the table's rows it has none of and, with --regimes, "
+                             "the regime map's peers (its setting is the stored one)")
+    parser.add_argument("--regime-peers", default="all",
+                        help="with --regimes: the map's peers to run, comma-separated row names "
+                             "or 'all' (default) or 'none'")
+    parser.add_argument("--regime-etas", default="all",
+                        help="with --regimes: run the peers only in the cells of these etas "
+                             "(comma-separated; default all)")
+    parser.add_argument("--jobs", default="1",
+                        help="with --regimes: cells run at once in worker processes (1)")
     args = parser.parse_args(argv)
     try:
         seeds = tuple(inputs.int_list("--seeds", args.seeds))
         etas = tuple(inputs.int_list("--eta", args.eta))
         inputs.int_in("--eta", max(etas), 0, MAX_STALENESS)
         batches = inputs.one_int("--batches", args.batches, 2)
+        jobs = inputs.one_int("--jobs", args.jobs, 1)
+        if args.regime_peers.strip() == "all":
+            peers = MAP_PEERS
+        elif args.regime_peers.strip() == "none":
+            peers = ()
+        else:
+            peers = tuple(p.strip() for p in args.regime_peers.split(",") if p.strip())
+            bad = [p for p in peers if p not in MAP_PEERS]
+            if bad or not peers:
+                raise inputs.InputError(f"--regime-peers: not a peer of the map: "
+                                        f"{', '.join(bad) or repr(args.regime_peers)} "
+                                        f"(choose from {', '.join(MAP_PEERS)}, all, none)")
+        map_etas = None if args.regime_etas.strip() == "all" else set(
+            inputs.int_list("--regime-etas", args.regime_etas))
         if args.tiny:
             args.results_dir, args.img_dir, args.page = ("out/sim-tiny/results",
                                                          "out/sim-tiny/img", "")
         inputs.output_dir(args.results_dir, "--results-dir", files=("streaming.json",))
         inputs.output_dir(args.img_dir, "--img-dir", files=("sim_streaming.png",))
+        stored = None
+        if args.add:
+            path = Path(args.results_dir) / "streaming.json"
+            stored = _stored(path)
+            st = stored.get("setting", {})
+            for name, mine, theirs in (("--seeds", list(seeds), st.get("seeds")),
+                                       ("--eta", list(etas), st.get("etas")),
+                                       ("--batches", batches, st.get("batches"))):
+                if not args.tiny and mine != theirs:
+                    raise inputs.InputError(f"{name}: --add keeps the stored setting "
+                                            f"({theirs}), not {mine}")
+            if args.regimes and "regimes" not in stored:
+                raise inputs.InputError(f"--add --regimes: {path} has no regime map to add to; "
+                                        "run --regimes without --add")
         if args.page:  # before the runs: a missing marker must not cost a 30-minute run
             inputs.output_file(args.page, "--page")  # rewritten in place: not a link
             text = inputs.text_file(args.page, "--page")
-            names = list(BLOCKS) + (["streaming-regimes"] if args.regimes else [])
+            names = list(BLOCKS) + (["streaming-regimes", "streaming-regimes-peers"]
+                                    if args.regimes else [])
             for name in names:
                 if f"<!-- BEGIN generated:{name} -->" not in text \
                         or f"<!-- END generated:{name} -->" not in text:
@@ -154,13 +213,23 @@ def main(argv: list[str] | None = None) -> int:
     kw = dict(seeds=(0,), etas=(1, 2), batches=12, batch_size=4, groups=128,
               chunk_sweep=(1, 2)) if args.tiny else dict(seeds=seeds, etas=etas, batches=batches)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    payload = run(say=say, **kw)
+    if stored is not None:
+        payload = stored
+        added = add_frameworks(payload, say=say)
+        say(f"table rows added: {', '.join(added) or 'none'}")
+    else:
+        payload = run(say=say, **kw)
     blocks = {name: make(payload) for name, make in BLOCKS.items()}
     if args.regimes:
         from .regimes import TINY
 
-        payload["regimes"] = run_regimes(sweep=TINY if args.tiny else None, say=say)
+        select = None if map_etas is None else (lambda cell: cell.eta in map_etas)
+        payload["regimes"] = run_regimes(sweep=TINY if args.tiny else None, say=say,
+                                         peers=peers, base=payload.get("regimes")
+                                         if stored is not None else None,
+                                         select=select, jobs=jobs)
         blocks["streaming-regimes"] = regimes_table(payload["regimes"])
+        blocks["streaming-regimes-peers"] = regimes_peers_table(payload["regimes"])
     results, img = Path(args.results_dir), Path(args.img_dir)
     results.mkdir(parents=True, exist_ok=True)
     img.mkdir(parents=True, exist_ok=True)
@@ -174,6 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {results / 'streaming.json'} and {img / 'sim_streaming.png'}")
     return 0
 
+
+def _stored(path: Path) -> dict:
+    """The stored results --add keeps (a missing or unreadable file is the user's input)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise inputs.InputError(f"--add: no stored results {path}: run without --add first")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise inputs.InputError(f"--add: cannot read {path}: {exc}")
+    if not isinstance(data, dict) or not {"setting", "frameworks", "runs", "bounds"} <= set(data):
+        raise inputs.InputError(f"--add: {path} is not a streaming study's results")
+    return data
 
 if __name__ == "__main__":
     from runtime.cli import script

@@ -7,7 +7,9 @@ both halves); the tables, the page and the figure drawn from these results: ``st
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import time
 from dataclasses import dataclass
 
@@ -65,6 +67,43 @@ FRAMEWORKS: tuple[Framework, ...] = (
     Framework("AReaL", "areal", "full", "re-prefill",
               what="prepare_batch: the trainer takes a whole batch"),
 )
+
+# Issue 38's peers, as they ship in late 2026 (``reserve_occupy_peers.PEERS_2026``), and the two
+# dropping rules the earlier rows lacked (verl V1's ``drop``, TRL's async trainer). Each runs on
+# the trainer its framework has (streaming where the rule streams, ``Policy.streams``) and on the
+# in-flight engine: the fastest engine setting, what vLLM allows any framework, and the engine of
+# "RO stream in-flight", so that a ratio between them is the staleness rule's alone. After the
+# earlier rows, so that every earlier table keeps its order.
+PEER_FRAMEWORKS: tuple[Framework, ...] = (
+    Framework("NeMo windowed stream", "nemo_windowed", "stream", "in-flight",
+              what="NeMo-RL windowed sampler: ungated dispatch, groups outside the window "
+                   "evicted or cancelled"),
+    Framework("NeMo ready_first stream", "nemo_ready_first", "stream", "in-flight",
+              what="NeMo-RL ready_first (AReaL's admission): counts bounded, not each age"),
+    Framework("verl V1 drop", "verl_drop", "full", "in-flight",
+              what="verl V1 max_off_policy_strategy drop (its default)"),
+    Framework("verl V1 wait", "verl_wait", "full", "in-flight",
+              what="verl V1 max_off_policy_strategy wait: dropless, head-of-line blocking"),
+    Framework("prime-rl", "prime_rl", "full", "in-flight",
+              what="max_off_policy_steps: stale episodes voided in flight and in the queue"),
+    Framework("TRL async", "trl", "full", "in-flight",
+              what="AsyncGRPOTrainer: samples older than max_staleness dropped at dequeue"),
+    Framework("tinker", "tinker", "full", "in-flight",
+              what="AsyncConfig: a group older than max_steps_off_policy discarded, requeued"),
+    Framework("window FIFO", "window_fifo", "full", "in-flight",
+              what="torchtitan RL windowed FIFO: slots charged at admission, nothing dropped"),
+)
+FRAMEWORKS = FRAMEWORKS + PEER_FRAMEWORKS
+# The regime map's peers: RO stream in-flight is compared with each, besides the in_order row
+# the map has always had (weight_fifo streamed is the other bounded rule of the earlier rows).
+MAP_PEERS: tuple[str, ...] = ("NeMo weight_fifo stream",) + tuple(
+    fw.key for fw in PEER_FRAMEWORKS)
+MAP_RO = "RO stream in-flight"  # the Reserve–Occupy row the peers are compared with
+# The rules that discard generated work for its age (each module's docstring: "Drops"): the
+# windowed sampler evicts and cancels, verl drop evicts, prime-rl voids, TRL drops samples,
+# tinker discards and requeues. ready_first, verl wait, window FIFO and the earlier NeMo
+# samplers drop nothing.
+DROPPING = frozenset({"nemo_windowed", "verl_drop", "prime_rl", "trl", "tinker"})
 
 
 def framework_cost(cost: CostModel, trainer: str, engine: str, share: float = 1.0,
@@ -141,6 +180,41 @@ def run(cost: CostModel | None = None, seeds=(0, 1, 2), etas=(1, 2, 3), batches:
     return payload
 
 
+def add_frameworks(payload: dict, cost: CostModel | None = None, say=print) -> list[str]:
+    """Run, into a stored ``run`` payload, only the rows of ``FRAMEWORKS`` it lacks, on its own
+    setting (seeds, etas, batches, batch size, groups), and recompute its rows and targets.
+
+    The stored runs are kept as they are, so no earlier figure can move; a new row's runs are
+    the ones ``run`` would make (the same workload, cost and spec per seed and eta). The bounds
+    are not rerun: every new row's trainer and engine already has one (refused otherwise).
+    Returns the keys added."""
+    cost = cost or preset("qwen3-8b-h20")
+    st = payload["setting"]
+    if st["cost"] != cost.name:
+        raise ValueError(f"the stored results are for cost {st['cost']!r}, not {cost.name!r}")
+    have = {fw["key"] for fw in payload["frameworks"]}
+    new = [fw for fw in FRAMEWORKS if fw.key not in have]
+    modes = {(b["trainer"], b["engine"]) for b in payload["bounds"]}
+    for fw in new:
+        if fw.policy not in ("unbounded", "areal", "psrl_fine_grain") \
+                and (fw.trainer, fw.engine) not in modes:
+            raise ValueError(f"{fw.key}: the stored results have no bound for its trainer "
+                             f"{fw.trainer!r} and engine {fw.engine!r}: rerun the whole table")
+    start = time.perf_counter()
+    for seed in st["seeds"]:
+        workload = generate(seed, MathReasoningShape(groups=st["groups"]))
+        for eta in st["etas"]:
+            for fw in new:
+                payload["runs"].append({"seed": seed, "eta": eta, "framework": fw.key,
+                                        **_run(fw, eta, workload, cost, st["batches"],
+                                               st["batch_size"])})
+        say(f"seed {seed}: {len(new)} rows added ({time.perf_counter() - start:.0f} s)")
+    payload["frameworks"] += [dataclasses.asdict(fw) for fw in new]
+    payload["rows"] = rows(payload)
+    payload["targets"] = targets(payload)
+    return [fw.key for fw in new]
+
+
 def _bound_of(payload: dict, seed: int, eta: int, fw: dict) -> dict | None:
     engine = fw["engine"]
     for b in payload["bounds"]:
@@ -214,40 +288,136 @@ def targets(payload: dict) -> list[dict]:
 
 # --------------------------------------------------------------------------- the regime map ----
 
-def run_regimes(cost: CostModel | None = None, sweep=None, say=print) -> dict:
-    """Reserve–Occupy streaming (re-prefill and in-flight) ÷ NeMo-RL in_order as shipped in
-    every cell of the regime map (``regimes.Sweep``: its cells, seeds and batches)."""
-    from ..model.filtering import RewardFilter
-    from .regimes import Sweep, scaled
+def _map_run(fw: Framework, eta: int, cost: CostModel, sweep, workload, filt):
+    """One run of the regime map (``None`` where it stalled)."""
+    fc = framework_cost(cost, fw.trainer, fw.engine, fw.share)
+    try:
+        r, _ = simulate(RunSpec(fw.policy, eta, sweep.batches, sweep.batch_size,
+                                options=fw.options, filtering=filt), workload, fc)
+    except SimulationStalled:
+        return None
+    return r
 
-    cost = cost or preset("qwen3-8b-h20")
-    sweep = sweep or Sweep()
+
+def _fate(r) -> dict | None:
+    """What a peer's run of the map keeps: its throughput, what it trained and what it threw
+    away (trajectories dropped at L3 or aborted at L2, and their share of generated tokens)."""
+    if r is None:
+        return None
+    total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens + r.waste_filtered_tokens
+    return {"steady": r.steady_throughput, "length_ratio": r.length_ratio,
+            "max_staleness": r.max_staleness,
+            "dropped": r.fates.get("dropped", 0) + r.fates.get("aborted", 0),
+            "waste": (r.waste_l2_tokens + r.waste_l3_tokens) / total if total else 0.0}
+
+
+def _peer_summary(ro: list, runs: list) -> dict:
+    """RO stream in-flight ÷ a peer over the seeds (min and mean; stalled runs left out), and the
+    peer's fates (means over the runs that finished)."""
+    vals = [a["steady"] / b["steady"] for a, b in zip(ro, runs) if a and b]
+    done = [b for b in runs if b]
+    return {"mean": _mean(vals), "min": float(min(vals)) if vals else float("nan"),
+            "stalled": len(runs) - len(done),
+            "steady": [b["steady"] if b else None for b in runs],
+            "length_ratio": _mean(b["length_ratio"] for b in done),
+            "max_staleness": max((b["max_staleness"] for b in done), default=0),
+            "dropped": _mean(b["dropped"] for b in done),
+            "waste": _mean(b["waste"] for b in done)}
+
+
+def _cell_key(c: dict) -> tuple:
+    return (c["eta"], c["train_mult"], c["concurrency"], c["truncated"], c["filter_rate"])
+
+
+def _map_cell(cell, old: dict | None, want: list, cost: CostModel, sweep) -> dict:
+    """One distinct cell of the regime map: its ratios (unless ``old``, the stored cell, has
+    them) and RO stream in-flight ÷ each peer of ``want``."""
+    from ..model.filtering import RewardFilter
+    from .regimes import scaled
+
     fws = {fw.key: fw for fw in FRAMEWORKS}
-    keys = (IN_ORDER_AS_SHIPPED, "RO stream", "RO stream in-flight")
-    start = time.perf_counter()
-    cells, seen = [], set()
-    for cell in sweep.cells():
-        if cell.key() in seen:
-            continue
-        seen.add(cell.key())
-        c = scaled(cost, cell.train_mult, cell.concurrency)
-        res: dict[str, list] = {k: [] for k in keys}
-        for seed in range(sweep.seeds):
-            wl = generate(seed, MathReasoningShape(groups=sweep.groups, truncated=cell.truncated))
-            filt = RewardFilter(cell.filter_rate, seed=seed) if cell.filter_rate > 0 else None
-            for k in keys:
-                fw = fws[k]
-                fc = framework_cost(c, fw.trainer, fw.engine, fw.share)
-                try:
-                    r, _ = simulate(RunSpec(fw.policy, cell.eta, sweep.batches, sweep.batch_size,
-                                            options=fw.options, filtering=filt), wl, fc)
-                    res[k].append(r.steady_throughput)
-                except SimulationStalled:
-                    res[k].append(None)
+    keys = (IN_ORDER_AS_SHIPPED, "RO stream", MAP_RO)
+    c = scaled(cost, cell.train_mult, cell.concurrency)
+    res: dict[str, list] = {k: [] for k in keys}
+    ro: list = []
+    mine: dict[str, list] = {k: [] for k in want}
+    again = keys if old is None else (MAP_RO,) if want and "ro_in_flight" not in old else ()
+    for seed in range(sweep.seeds):
+        wl = generate(seed, MathReasoningShape(groups=sweep.groups, truncated=cell.truncated))
+        filt = RewardFilter(cell.filter_rate, seed=seed) if cell.filter_rate > 0 else None
+        for k in again:
+            r = _map_run(fws[k], cell.eta, c, sweep, wl, filt)
+            res[k].append(r.steady_throughput if r is not None else None)
+            if k == MAP_RO:
+                ro.append(_fate(r))
+        for k in want:
+            mine[k].append(_fate(_map_run(fws[k], cell.eta, c, sweep, wl, filt)))
+    if old is None:
         ratios = {}
         for k in keys[1:]:
             vals = [a / b for a, b in zip(res[k], res[IN_ORDER_AS_SHIPPED]) if a and b]
             ratios[k] = {"mean": _mean(vals), "min": float(min(vals)) if vals else float("nan")}
-        cells.append({**dataclasses.asdict(cell), "ratios": ratios})
-    say(f"regime map: {len(cells)} cells in {time.perf_counter() - start:.0f} s")
+        entry = {**dataclasses.asdict(cell), "ratios": ratios}
+    else:
+        entry = copy.deepcopy(old)  # the stored cell is not changed in place
+    if want:
+        entry.setdefault("ro_in_flight", ro)
+        entry.setdefault("peers", {}).update(
+            {k: _peer_summary(entry["ro_in_flight"], mine[k]) for k in want})
+    return entry
+
+
+def _map_cell_args(args: tuple) -> dict:
+    return _map_cell(*args)
+
+
+def run_regimes(cost: CostModel | None = None, sweep=None, say=print, peers=(),
+                base: dict | None = None, select=None, jobs: int = 1) -> dict:
+    """Reserve–Occupy streaming (re-prefill and in-flight) ÷ NeMo-RL in_order as shipped in
+    every cell of the regime map (``regimes.Sweep``: its cells, seeds and batches), and with
+    ``peers`` (keys of ``MAP_PEERS``) RO stream in-flight ÷ each of those rows, in the cells
+    ``select(cell)`` accepts (default: every one).
+
+    ``base``, a stored result of this function on the same sweep, is kept as it is: its cells are
+    not rerun, only the peers a cell lacks are (with RO stream in-flight again, since the stored
+    cells keep only ratios), so no stored figure can move. The result is what a run without
+    ``base`` gives for the same peers and cells (tests/sim/test_streaming_peers_map.py).
+    ``jobs`` > 1 runs that many cells at once in worker processes (the same result)."""
+    from .regimes import Sweep
+
+    cost = cost or preset("qwen3-8b-h20")
+    sweep = sweep or Sweep()
+    unknown = [k for k in peers if k not in MAP_PEERS]
+    if unknown:
+        raise ValueError(f"not a peer of the regime map: {', '.join(unknown)} "
+                         f"(choose from {', '.join(MAP_PEERS)})")
+    stored: dict[tuple, dict] = {}
+    if base is not None:
+        if json.loads(json.dumps(base["sweep"])) != json.loads(json.dumps(
+                dataclasses.asdict(sweep))):  # stored: lists; a Sweep: tuples
+            raise ValueError("the stored regime map ran another sweep "
+                             f"({base['sweep']}): rerun it whole")
+        stored = {_cell_key(c): c for c in base["cells"]}
+    start = time.perf_counter()
+    todo, seen = [], set()
+    for cell in sweep.cells():
+        if cell.key() in seen:
+            continue
+        seen.add(cell.key())
+        old = stored.get(cell.key())
+        want = [k for k in peers if (select is None or select(cell))
+                and k not in (old or {}).get("peers", {})]
+        todo.append((cell, old, want, cost, sweep))
+    run = [t for t in todo if t[1] is None or t[2]]
+    if jobs > 1 and len(run) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            done = dict(zip((id(t) for t in run), pool.map(_map_cell_args, run)))
+    else:
+        done = {id(t): _map_cell(*t) for t in run}
+    cells = [done.get(id(t), t[1]) for t in todo]
+    added = sum(1 for t in run if t[2])
+    say(f"regime map: {len(cells)} cells, peers run in {added}, "
+        f"in {time.perf_counter() - start:.0f} s")
     return {"sweep": dataclasses.asdict(sweep), "cells": cells}

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from runtime import atomic_io
 
-from .streaming_compute import TARGET_SHIPPED, _mean
+from .streaming_compute import (DROPPING, FRAMEWORKS, IN_ORDER_AS_SHIPPED, MAP_PEERS, MAP_RO,
+                                TARGET_SHIPPED, _mean)
 
 
 PAGE = Path("docs/sim/streaming.md")
@@ -103,6 +104,102 @@ def regimes_table(reg: dict) -> str:
         lines.append(f"| {c['slice']} | {c['eta']} | {c['train_mult']:g} | {c['concurrency']} | "
                      f"{c['truncated']:g} | {c['filter_rate']:g} | "
                      f"{c['ratios']['RO stream in-flight']['min']:.3f} |")
+    return "\n".join(lines)
+
+
+def _bounded(key: str) -> bool:
+    """Whether the row's rule promises staleness <= eta for every trajectory it trains."""
+    from reserve_occupy_peers import POLICIES
+
+    policy = next(fw.policy for fw in FRAMEWORKS if fw.key == key)
+    return POLICIES[policy].bounded
+
+
+def _drops(key: str) -> bool:
+    """Whether the row's rule discards generated work for its age (``DROPPING``)."""
+    return next(fw.policy for fw in FRAMEWORKS if fw.key == key) in DROPPING
+
+
+def _ro_length(c: dict) -> float:
+    """RO stream in-flight's length ratio in a cell (mean over the seeds that finished)."""
+    return _mean(r["length_ratio"] for r in c["ro_in_flight"] if r)
+
+
+def regimes_peers_block(payload: dict) -> str:
+    """The regime map's peers table of a payload that has one (``--regimes`` with peers)."""
+    return regimes_peers_table(payload.get("regimes", {"cells": []}))
+
+
+def regimes_peers_table(reg: dict) -> str:
+    """RO stream in-flight ÷ each peer of ``MAP_PEERS`` over the cells where it ran, the peer's
+    length ratio and waste beside Reserve–Occupy's, then the target over every bounded peer:
+    a cell meets it when RO stream in-flight is >= TARGET_SHIPPED x every bounded row the cell
+    ran (NeMo in_order as shipped included), min over seeds."""
+    cells = [c for c in reg["cells"] if c.get("peers")]
+    total = len(reg["cells"])
+    if not cells:
+        return f"No peer has run in the regime map's {total} cells yet."
+    lines = ["| peer (RO stream in-flight ÷ it) | bounded | cells run | min (mean) | cells ≥ "
+             f"{TARGET_SHIPPED} | stalled runs | its length ratio ÷ RO's: mean [min] | its waste "
+             "(dropped or aborted tokens) | trajectories it drops per run | max staleness |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for key in MAP_PEERS:
+        ps = [c["peers"][key] for c in cells if key in c["peers"]]
+        if not ps:
+            continue
+        mins = [p["min"] for p in ps if p["min"] == p["min"]]
+        lengths = [c["peers"][key]["length_ratio"] / _ro_length(c) for c in cells
+                   if key in c["peers"] and c["peers"][key]["length_ratio"] == c["peers"][key][
+                       "length_ratio"] and _ro_length(c)]
+        ok = sum(1 for m in mins if m >= TARGET_SHIPPED)
+        fin = [p for p in ps if p["min"] == p["min"]]  # a seed finished (not every run stalled)
+        lines.append(
+            f"| {key} | {'yes' if _bounded(key) else 'no'} | {len(ps)} | "
+            f"{_f(min(mins, default=float('nan')))} ({_f(_mean(p['mean'] for p in fin))}) | "
+            f"{ok} of {len(mins)} | {sum(p['stalled'] for p in ps)} | "
+            f"{_f(_mean(lengths))} [{_f(min(lengths, default=float('nan')))}] | "
+            f"{_f(100 * _mean(p['waste'] for p in fin), '.1f')} % | "
+            f"{_f(_mean(p['dropped'] for p in fin), '.1f')} | "
+            f"{max(p['max_staleness'] for p in ps)} |")
+    ro = [r for c in cells for r in c["ro_in_flight"] if r]
+    lines.append(f"| *RO stream in-flight itself* | yes | {len(cells)} | — | — | "
+                 f"{sum(1 for c in cells for r in c['ro_in_flight'] if not r)} | "
+                 f"its own: {_f(_mean(r['length_ratio'] for r in ro))} "
+                 f"[{_f(min((r['length_ratio'] for r in ro), default=float('nan')))}] | "
+                 f"{_f(100 * _mean(r['waste'] for r in ro), '.1f')} % | "
+                 f"{_f(_mean(r['dropped'] for r in ro), '.1f')} | "
+                 f"{max((r['max_staleness'] for r in ro), default=0)} |")
+    worst = []
+    for c in cells:
+        vs = [(c["ratios"][MAP_RO]["min"], IN_ORDER_AS_SHIPPED)]
+        vs += [(p["min"], k) for k, p in c["peers"].items() if _bounded(k)]
+        vs = [(v, k) for v, k in vs if v == v]
+        if not vs:  # every run of the cell stalled
+            continue
+        worst.append((min(vs), c, len([k for k in c["peers"] if _bounded(k)])))
+    ok = sum(1 for (v, _k), _c, _n in worst if v >= TARGET_SHIPPED)
+    keep = []  # the same over the bounded rows that drop nothing
+    for c in cells:
+        vs = [c["ratios"][MAP_RO]["min"]] + [p["min"] for k, p in c["peers"].items()
+                                             if _bounded(k) and not _drops(k)]
+        vs = [v for v in vs if v == v]
+        if vs:
+            keep.append(min(vs))
+    free = ", ".join([IN_ORDER_AS_SHIPPED] + [k for k in MAP_PEERS
+                                              if _bounded(k) and not _drops(k)])
+    etas = sorted({c["eta"] for c in cells})
+    lines += ["", f"Every bounded peer: RO stream in-flight ≥ {TARGET_SHIPPED} × every bounded "
+              f"row a cell ran (NeMo in_order as shipped included; min over seeds) in **{ok} of "
+              f"{len(cells)}** cells with peers (η {', '.join(map(str, etas))}; the map has "
+              f"{total}). Against the bounded rows that drop nothing ({free}): "
+              f"**{sum(1 for v in keep if v >= TARGET_SHIPPED)} of {len(keep)}**, lowest "
+              f"{_f(min(keep, default=float('nan')))}.", "",
+              "| worst cells | η | train × | concurrency | truncated | filter | bounded peers "
+              "run | lowest RO stream in-flight ÷ a bounded peer (min) | that peer |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for (v, k), c, n in sorted(worst, key=lambda w: w[0][0])[:5]:
+        lines.append(f"| {c['slice']} | {c['eta']} | {c['train_mult']:g} | {c['concurrency']} | "
+                     f"{c['truncated']:g} | {c['filter_rate']:g} | {n + 1} | {v:.3f} | {k} |")
     return "\n".join(lines)
 
 
