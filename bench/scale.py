@@ -192,8 +192,29 @@ def render_core(results: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------- the simulator ---
 
+REFERENCE_BATCH = 16  # the batch the preset and every other study use
+
+
+def scaled_options(name: str, batch: int) -> dict[str, int]:
+    """The knobs a peer ships sized for a small deployment, scaled by batch / 16 (the preset's
+    batch), so that they do not throttle a large one where the framework's user would raise
+    them: NeMo-RL's ``max_inflight_prompts`` (32) and ``max_buffered_rollouts`` (64),
+    prime-rl's ``max_inflight`` episodes (1,024) and TRL's ``queue_maxsize`` samples (1,024).
+    Every other rule's limits are already in units of the batch. ``{}`` at batch <= 16."""
+    f = batch // REFERENCE_BATCH
+    if f <= 1:
+        return {}
+    if name.startswith("nemo_"):
+        return {"max_inflight_prompts": 32 * f, "max_buffered_rollouts": 64 * f}
+    if name == "prime_rl":
+        return {"max_inflight": 1024 * f}
+    if name == "trl":
+        return {"queue_maxsize": 1024 * f}
+    return {}
+
+
 def run_sim(policies: list[str], eta: int, nodes: int, batch: int, steps: int, seed: int,
-            echo: bool = True) -> dict[str, Any]:
+            echo: bool = True, as_shipped: bool = False) -> dict[str, Any]:
     from reserve_occupy_sim.model.cost import preset, scale_nodes
     from reserve_occupy_sim.model.runner import RunSpec, simulate
     from reserve_occupy_sim.model.workload import generate
@@ -202,12 +223,15 @@ def run_sim(policies: list[str], eta: int, nodes: int, batch: int, steps: int, s
     workload = generate(seed)
     rows = []
     for name in policies:
+        options = {} if as_shipped else scaled_options(name, batch)
         c0, w0 = time.process_time(), time.perf_counter()
-        result, sim = simulate(RunSpec(name, eta, steps, batch_size=batch), workload, cost)
+        result, sim = simulate(RunSpec(name, eta, steps, batch_size=batch,
+                                       options=tuple(options.items())), workload, cost)
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         trained = [s for counts in result.staleness_counts for s, n in enumerate(counts)
                    for _ in range(n)]
-        row = {"policy": name, "label": result.label, "eta": eta, "bounded": result.bounded,
+        row = {"policy": name, "label": result.label, "eta": eta, "options": options,
+               "bounded": result.bounded,
                "throughput": result.throughput, "sim_s": result.wall_s,
                "staleness_mean": statistics.fmean(trained) if trained else 0.0,
                "staleness_max": result.max_staleness,
@@ -228,6 +252,14 @@ def run_sim(policies: list[str], eta: int, nodes: int, batch: int, steps: int, s
             "rows": rows}
 
 
+def _options(row: dict[str, Any]) -> dict[str, int]:
+    return row.get("options") or {}
+
+
+def _key(row: dict[str, Any]) -> tuple[str, int, str]:
+    return row["policy"], row["eta"], json.dumps(_options(row), sort_keys=True)
+
+
 def _order(name: str) -> int:
     from reserve_occupy_peers import POLICIES
 
@@ -238,8 +270,9 @@ def _order(name: str) -> int:
 def render_sim(results: dict[str, Any]) -> str:
     sim = results["sim"]
     s = sim["settings"]
-    rows = sorted(sim["rows"], key=lambda r: (r["eta"], _order(r["policy"])))
-    ro = {r["eta"]: r for r in rows if r["policy"] == "reserve_occupy"}
+    rows = sorted(sim["rows"], key=lambda r: (r["eta"], _order(r["policy"]),
+                                              bool(_options(r))))
+    ro = {r["eta"]: r for r in rows if r["policy"] == "reserve_occupy" and not _options(r)}
     lines = [f"{s['nodes']} nodes of 8 H20 ({s['gpus']:,} GPUs: {s['engines']} rollout engines "
              f"of concurrency {s['concurrency']}, {s['training_gpus']} training GPUs), "
              f"cost `{s['cost']}`; a batch of {s['batch']:,} groups of {s['group_size']}, "
@@ -255,8 +288,11 @@ def render_sim(results: dict[str, Any]) -> str:
         ratio = f"{base['throughput'] / r['throughput']:.3f}" if base and r["throughput"] else "–"
         rate = r["events"] / r["cpu_s"] if r["cpu_s"] else float("nan")
         week_h = r["events"] / r["sim_s"] * WEEK_S / rate / 3600 if r["sim_s"] else float("nan")
+        label = r["label"] + ("".join(f", {k} {v:,}" for k, v in _options(r).items())
+                              if _options(r) else (" (as shipped)" if scaled_options(
+                                  r["policy"], s["batch"]) else ""))
         lines.append(
-            f"| {r['label']} | {r['eta']} | {r['throughput']:,.0f} | {ratio} | "
+            f"| {label} | {r['eta']} | {r['throughput']:,.0f} | {ratio} | "
             f"{r['staleness_mean']:.2f} / {r['staleness_max']} | {r['dropped']:,} | "
             f"{r['aborted']:,} | {r['sim_s'] / 3600:.1f} | {r['events']:,} | {r['cpu_s']:.1f} | "
             f"{rate:,.0f} | {week_h:.1f} h |")
@@ -270,15 +306,15 @@ def load(path: _Path) -> dict[str, Any]:
 
 
 def merge_sim(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """``new``'s rows over ``old``'s, by (policy, eta), when the deployment is the same (the
+    """``new``'s rows over ``old``'s, by (policy, eta, options), when the deployment is the same (the
     settings but the Python version); otherwise ``new`` alone."""
     def key(s: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in s.items() if k != "python"}
 
     if not old or key(old["settings"]) != key(new["settings"]):
         return new
-    rows = {(r["policy"], r["eta"]): r for r in old["rows"]}
-    rows.update({(r["policy"], r["eta"]): r for r in new["rows"]})
+    rows = {_key(r): r for r in old["rows"]}
+    rows.update({_key(r): r for r in new["rows"]})
     return {"settings": new["settings"], "rows": list(rows.values())}
 
 
@@ -313,6 +349,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="nodes of 8 H20 (2 rollout engines, 6 training GPUs each)")
     ap.add_argument("--sim-batch", type=int_in(1, 1 << 16), default=1024)
     ap.add_argument("--sim-steps", type=int_in(1, 10**6), default=100)
+    ap.add_argument("--as-shipped", action="store_true",
+                    help="the peers' defaults unscaled (scaled_options: NeMo-RL's in-flight and "
+                         "buffered prompts, prime-rl's in-flight episodes, TRL's queue)")
     ap.add_argument("--seed", type=int_in(0, 2**31), default=0)
     ap.add_argument("--results", type=out_path, default=RESULTS)
     ap.add_argument("--doc", type=out_path, default=DOC)
@@ -340,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sim: {args.nodes} nodes, batch {args.sim_batch}, {args.sim_steps} steps, "
               f"eta {args.sim_eta}: {', '.join(policies)}", flush=True)
         new = run_sim(policies, args.sim_eta, args.nodes, args.sim_batch, args.sim_steps,
-                      args.seed)
+                      args.seed, as_shipped=args.as_shipped)
         results["sim"] = merge_sim(results.get("sim"), new)
         print(render_sim(results))
     if args.write:

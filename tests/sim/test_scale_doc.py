@@ -81,6 +81,26 @@ def test_a_tiny_run_writes_both_blocks_and_they_agree(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_the_knobs_sized_for_a_small_deployment_scale_with_the_batch():
+    assert bench.scaled_options("nemo_in_order", 1024) == {"max_inflight_prompts": 2048,
+                                                           "max_buffered_rollouts": 4096}
+    assert bench.scaled_options("prime_rl", 64) == {"max_inflight": 4096}
+    assert bench.scaled_options("trl", 1024) == {"queue_maxsize": 65536}
+    assert bench.scaled_options("verl_drop", 1024) == {}  # its limits are in batches already
+    assert bench.scaled_options("nemo_windowed", 16) == {}  # the preset's batch: as shipped
+    sim = {"settings": {"nodes": 1, "gpus": 8, "engines": 2, "concurrency": 40,
+                        "training_gpus": 6, "batch": 64, "group_size": 8, "steps": 1,
+                        "seed": 0, "cost": "c", "python": "3"},
+           "rows": [{"policy": p, "label": p, "eta": 1, "options": o, "throughput": t,
+                     "sim_s": 10.0, "staleness_mean": 0.5, "staleness_max": 1, "dropped": 0,
+                     "aborted": 0, "events": 10, "cpu_s": 1.0}
+                    for p, o, t in (("reserve_occupy", {}, 100.0), ("prime_rl", {}, 50.0),
+                                    ("prime_rl", {"max_inflight": 4096}, 80.0))]}
+    table = bench.render_sim({"sim": sim})
+    assert "| prime_rl (as shipped) | 1 | 50 | 2.000 |" in table
+    assert "| prime_rl, max_inflight 4,096 | 1 | 80 | 1.250 |" in table
+
+
 @pytest.mark.parametrize("args, says", [
     (["--policies", "nobody"], "--policies: unknown policy 'nobody'"),
     (["--batch-sizes", "0"], "--batch-sizes"),
