@@ -252,6 +252,10 @@ def run_sim(policies: list[str], eta: int, nodes: int, batch: int, steps: int, s
             "rows": rows}
 
 
+def _duration(hours: float) -> str:
+    return f"{hours:.1f} h" if hours >= 1 or hours != hours else f"{hours * 60:.0f} min"
+
+
 def _options(row: dict[str, Any]) -> dict[str, int]:
     return row.get("options") or {}
 
@@ -295,7 +299,7 @@ def render_sim(results: dict[str, Any]) -> str:
             f"| {label} | {r['eta']} | {r['throughput']:,.0f} | {ratio} | "
             f"{r['staleness_mean']:.2f} / {r['staleness_max']} | {r['dropped']:,} | "
             f"{r['aborted']:,} | {r['sim_s'] / 3600:.1f} | {r['events']:,} | {r['cpu_s']:.1f} | "
-            f"{rate:,.0f} | {week_h:.1f} h |")
+            f"{rate:,.0f} | {_duration(week_h)} |")
     return "\n".join(lines)
 
 
