@@ -18,8 +18,10 @@ docs/results/scale.json (``--write``; tests/sim/test_scale_doc.py holds the page
   and 6 training GPUs a node), a batch of ``--sim-batch`` groups, ``--sim-steps`` steps, each
   policy of ``--policies`` at ``--sim-eta``: throughput against Reserve–Occupy's, trained
   staleness, what was dropped, and the simulator's own cost: simulated events per CPU second,
-  and from it what a simulated week of training costs. Rows are merged into the results file by
-  (policy, eta) when the settings match, so the peers can run one process each.
+  and from it what a simulated week of training costs. The few knobs a peer ships sized for a
+  small deployment are scaled by batch / 16 (``scaled_options``; ``--as-shipped``: not). Rows
+  are merged into the results file by (policy, eta, options) when the settings match, so the
+  peers can run one process each.
 
 Prints numbers; asserts nothing about time (the host is shared).
 """
