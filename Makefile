@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers bench-peers-ranking bench-peers-filtering bench-learning bench-learning-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming conformance spec faults-deep clean
+.PHONY: install test test-fast test-deep test-core test-multinode demo bench bench-runtime bench-trainer bench-export bench-precision bench-gpu bench-verl bench-openrlhf bench-peers bench-peers-ranking bench-peers-filtering bench-learning bench-learning-peers calibrate proofs-deep sim-experiments sim-frontier sim-bound sim-streaming sim-scale conformance spec faults-deep clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -185,3 +185,11 @@ sim-bound: $(STAMP)
 ## docs/sim/streaming.md, docs/results/streaming.json and docs/img/sim_streaming.png.
 sim-streaming: $(STAMP)
 	$(PY) -m reserve_occupy_sim.studies.streaming --regimes
+
+## Scale (issue 38): the controller's ns per operation at B = 16 ... 4,096 (eta 1 and 2) and a
+## 1,024-GPU deployment (256 engines, batches of 1,024 groups, 100 steps) simulated with every
+## policy at eta 1: docs/results/scale.json and docs/scale.md (`bench/scale.py --part core`
+## or `--part sim --policies a,b` for a part; the core part takes about a minute here, each
+## simulated peer several).
+sim-scale: $(STAMP)
+	$(PY) bench/scale.py --write

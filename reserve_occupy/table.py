@@ -400,6 +400,17 @@ class SlotTable:
         buf = self.buffers.get(self.head)
         if buf is None or not buf.n_occ:
             return ()
+        # In O(new units), not O(B): when the OCCUPIED slots are the prefix 0..n-1 (the
+        # ordering invariant, a memchr-speed count) and none of the units in slots h..n-1 was
+        # handed (h = units handed), then -- every handed unit being an OCCUPIED unit of the
+        # head (the controller's 'streamed' invariant, which check() verifies) -- the handed
+        # units are exactly slots 0..h-1 and the answer is slots h..n-1. Anything else (the
+        # proofs' mutants break the order on purpose) takes the scan below, which is the rule.
+        n, h = buf.n_occ, len(handed)
+        if h <= n and buf.state.count(OCCUPIED, 0, n) == n:
+            unit = buf.unit
+            if not any(unit[i] in handed for i in range(h, n)):
+                return tuple(buf.entry[h:n])  # type: ignore[arg-type]
         return tuple(e for st, e in zip(buf.state, buf.entry)
                      if st == OCCUPIED and e.unit_id not in handed)  # type: ignore[union-attr]
 

@@ -168,6 +168,13 @@ class Simulator:
         self.candidates = candidates or self.group_size  # requests admitted per group
         self.instances = [Instance(i, cost.rollout, cost.concurrency)
                           for i in range(cost.instances)]
+        caps = {inst.capacity for inst in self.instances}
+        self._same_capacity = caps.pop() if len(caps) == 1 else None  # see _dispatch
+        self._touched: set[int] = set(range(len(self.instances)))  # see _next_event
+        for inst in self.instances:
+            inst.touched = self._touched
+        self._next_at = [INF] * len(self.instances)  # each instance's next completion, as last
+        # computed (exact then; see _next_event)
         self.now = 0.0
         self.version = 0
         self.paused = False  # a weight sync is in progress
@@ -346,19 +353,19 @@ class Simulator:
             if since_publish > events_limit:
                 raise SimulationStalled(self._stall_report(
                     f"{events_limit:,} events since the last publish without forming a batch"))
-            t_next, due = self._trainer_until, None
-            for inst in instances:
-                t = inst.next_event()
-                if t < t_next:
-                    t_next, due = t, inst
+            t_next, due = self._next_event()
             timer = self._timer < t_next  # ties go to engines and trainer
             if timer:
                 t_next = self._timer
             if t_next == INF:
                 raise SimulationStalled(self._stall_report())
             self._account_gate(t_next - self.now)
+            finishing = []  # the instances with a completion due by t_next (see below)
             for inst in instances:
                 inst.advance(t_next)
+                heap = inst._heap
+                if inst is due or (heap and heap[0][0] <= inst.progress + 1e-6):
+                    finishing.append(inst)
             self.now = t_next
             self.events += 1
             if timer:
@@ -372,7 +379,12 @@ class Simulator:
                 self.policy.on_timer()
             else:
                 idle_timers = 0
-                for inst in instances:
+                # finish_due of the other instances would pop nothing: the earliest entry of
+                # each heap (the finish progress of its next completion, or of an aborted
+                # request's stale entry) is beyond its progress, and what the callbacks below
+                # do (abort, admit) adds no entry that is due (a joining request finishes at
+                # least one token ahead)
+                for inst in finishing:
                     for req in inst.finish_due(inst is due):
                         self._finished(req)
                 if due is None:
@@ -381,6 +393,47 @@ class Simulator:
         if self._trainer == "idle":
             self.trainer_idle_time += self.now - self._idle_since
         return self
+
+    # Two instances' next completions closer than this (seconds, plus a relative part) are both
+    # recomputed exactly before choosing; far above the round-off between two computations of
+    # the same completion time (the same closed form before and after ``advance`` steps).
+    NEXT_EVENT_SLACK_S = 1e-3
+
+    def _next_event(self) -> tuple[float, Instance | None]:
+        """The earliest of the trainer's event and every instance's next completion, and the
+        instance (None: the trainer): what ``min`` over every ``Instance.next_event()`` in
+        index order gives (ties to the trainer, then to the lowest index), computed exactly
+        for only the instances that can be it.
+
+        An instance's next completion time does not move while nothing joins or leaves it and
+        it neither pauses, resumes nor changes speed (``advance`` integrates the same closed
+        form): its last computed value (``_next_at``) is kept, and an instance whose state did
+        change (its index in ``_touched``) is recomputed. Those kept values are the true ones up
+        to round-off; every instance whose value is within ``NEXT_EVENT_SLACK_S`` of the
+        earliest is computed again exactly, in index order, as the full scan did, so the event
+        chosen and its time are the full scan's to the last bit.
+        """
+        instances, at = self.instances, self._next_at
+        touched = self._touched
+        if touched:
+            for i in touched:
+                at[i] = instances[i].next_event()
+            touched.clear()
+        t_next, due = self._trainer_until, None
+        if not at:
+            return t_next, due
+        earliest = min(at)
+        bound = min(earliest, t_next)
+        if earliest == INF or earliest > bound + self.NEXT_EVENT_SLACK_S + 1e-12 * bound:
+            return t_next, due
+        bound += self.NEXT_EVENT_SLACK_S + 1e-12 * bound
+        for i, t in enumerate(at):
+            if t <= bound:
+                inst = instances[i]
+                t = at[i] = inst.next_event()
+                if t < t_next:
+                    t_next, due = t, inst
+        return t_next, due
 
     def _account_gate(self, dt: float) -> None:
         """Why admission is not happening in the coming interval (see the module docstring)."""
@@ -407,6 +460,7 @@ class Simulator:
         if self.paused:
             return
         instances = self.instances
+        same = self._same_capacity
         while self._urgent or self._queue:
             queue = self._urgent if self._urgent else self._queue
             req = queue[0]
@@ -414,9 +468,15 @@ class Simulator:
                 queue.popleft()  # aborted while waiting
                 continue
             best = None
-            for inst in instances:  # least loaded instance, lowest index on ties
-                if inst.k < inst.capacity and (best is None or inst.k < best.k):
-                    best = inst
+            if same is not None:  # every instance has this capacity: the same choice, in C
+                ks = [inst.k for inst in instances]
+                least = min(ks)
+                if least < same:
+                    best = instances[ks.index(least)]
+            else:
+                for inst in instances:  # least loaded instance, lowest index on ties
+                    if inst.k < inst.capacity and (best is None or inst.k < best.k):
+                        best = inst
             if best is None:
                 return
             queue.popleft()
@@ -524,7 +584,9 @@ class Simulator:
         called, so the new speed applies from here on."""
         slow = 1.0 + self.cost.rollout.train_slowdown if training else 1.0
         for inst in self.instances:
-            inst.slow = slow
+            if inst.slow != slow:
+                inst.slow = slow
+                self._touched.add(inst.index)
 
     def _trainer_event(self) -> None:
         record = self.ledger.batches[-1]

@@ -203,6 +203,36 @@ PRESETS: dict[str, CostModel] = {m.name: m for m in (QWEN3_8B_H20, TOY)}
 DEFAULT_PRESET = QWEN3_8B_H20.name
 
 
+def scale_nodes(model: CostModel, nodes: int) -> CostModel:
+    """``model`` (one node) repeated over ``nodes`` nodes, as the preset's derivation reads:
+    each node adds its rollout instances (the engines are independent, each at the same
+    per-instance cost), and its training GPUs join the trainer as data-parallel replicas of
+    the same TP x PP layout. So ``instances`` multiplies by ``nodes``; ``per_token_s`` and
+    ``per_token_sq_s`` (the FLOP of a batch, at the same MFU over ``nodes`` times the GPUs)
+    divide by it; ``microbatch_size`` multiplies by it (each replica takes its own
+    micro-batches, so the 1F1B bubble is that of one replica's share); ``fixed_s`` (the
+    optimizer step and data movement, each replica on its own shard) and ``sync_s`` (an
+    assumption already) stay. ``nodes = 1`` is ``model`` itself."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise CostError("nodes", f"must be an integer >= 1, got {nodes!r}")
+    if nodes == 1:
+        return model
+    t = model.train
+    train = TrainCost(fixed_s=t.fixed_s, per_token_s=t.per_token_s / nodes,
+                      per_token_sq_s=t.per_token_sq_s / nodes,
+                      pipeline_stages=t.pipeline_stages,
+                      microbatch_size=t.microbatch_size * nodes, sync_s=t.sync_s,
+                      chunk_groups=t.chunk_groups, chunk_overhead_s=t.chunk_overhead_s,
+                      chunk_share=t.chunk_share)
+    derivation = {**model.derivation, "scale": (
+        f"{nodes} nodes of the preset's one: instances x {nodes}; the trainer's per-token "
+        f"terms / {nodes} (data-parallel replicas at the same MFU), micro-batches of "
+        f"{nodes} x {t.microbatch_size} (one per replica); fixed_s and sync_s as one node's")}
+    return CostModel(name=f"{model.name}x{nodes}", rollout=model.rollout, train=train,
+                     instances=model.instances * nodes, concurrency=model.concurrency,
+                     derivation=derivation)
+
+
 # --------------------------------------------------------------------------- loading -------
 
 _INT_LOW = {"chunk_groups": 0}  # integer fields whose lowest value is not 1

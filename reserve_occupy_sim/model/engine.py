@@ -69,6 +69,11 @@ class Instance:
         self.k = 0
         self.ctx_base = 0.0  # context sum = ctx_base + k * progress
         self._heap: list[tuple[float, int, Request]] = []
+        # The indexes of the instances whose next completion may have moved (a request joined
+        # or left, a pause, a resume), shared by a simulator's instances (``core.Simulator``
+        # keeps its earliest-event search to them); None for a lone instance. ``advance``
+        # changes no instance's next completion time, so it touches nothing.
+        self.touched: set[int] | None = None
         # statistics
         self.decoded = 0.0  # response tokens produced
         self.slot_time = 0.0  # integral of k dt (slots in use), pauses excluded
@@ -103,7 +108,12 @@ class Instance:
         """Decode progress made in ``dt`` seconds of decoding (inverse of ``time_for``)."""
         if dt <= 0.0:
             return 0.0
-        floor, alpha, beta = self._coeffs()
+        # _coeffs() inlined (the simulator calls this once per instance per event)
+        c, k, m = self.cost, self.k, self.slow
+        ctx = self.ctx_base + k * self.progress
+        floor = m * c.floor_s
+        alpha = m * (c.step_s + c.per_request_s * k + c.per_ctx_token_s * ctx)
+        beta = m * c.per_ctx_token_s * k
         if alpha >= floor:
             x0, slope, rest = 0.0, alpha, dt
         else:
@@ -133,17 +143,19 @@ class Instance:
             self.idle_time += dt
             self.stall = max(0.0, self.stall - dt)
             return
-        self.slot_time += self.k * dt
-        if self.stall > 0.0:
-            s = min(self.stall, dt)
-            self.stall -= s
+        k = self.k
+        self.slot_time += k * dt
+        stall = self.stall
+        if stall > 0.0:
+            s = min(stall, dt)
+            self.stall = stall - s
             self.prefill_time += s
             dt -= s
             if dt <= 0.0:
                 return
         u = self.steps_in(dt)
         self.progress += u
-        self.decoded += self.k * u
+        self.decoded += k * u
 
     def next_event(self) -> float:
         """Time of the next completion on this instance (inf if none can happen)."""
@@ -167,6 +179,7 @@ class Instance:
             if snap and not done and finish > self.progress:
                 self.decoded += self.k * (finish - self.progress)
                 self.progress = finish
+                self._touch()
             if finish > self.progress + 1e-6:
                 break
             heapq.heappop(heap)
@@ -181,6 +194,10 @@ class Instance:
     def free(self) -> int:
         return self.capacity - self.k
 
+    def _touch(self) -> None:
+        if self.touched is not None:
+            self.touched.add(self.index)
+
     def join(self, req: Request, now: float, seq: int) -> None:
         req.instance = self
         req.join = self.progress
@@ -190,12 +207,14 @@ class Instance:
         self.ctx_base += req.prompt - self.progress
         self.stall += self.cost.prefill_per_token_s * req.prompt
         heapq.heappush(self._heap, (self.progress + req.length, seq, req))
+        self._touch()
 
     def _leave(self, req: Request) -> None:
         self.k -= 1
         self.ctx_base -= req.prompt - req.join
         if self.k == 0:
             self.ctx_base = 0.0  # drop accumulated round-off
+        self._touch()
 
     def remove(self, req: Request) -> float:
         """Take a running request out (aborted); return the response tokens it had produced."""
@@ -208,9 +227,11 @@ class Instance:
 
     def pause(self) -> None:
         self.paused = True
+        self._touch()
 
     def resume(self, reprefill: bool) -> None:
         """Weights swapped: running requests keep their tokens; re-prefill their contexts."""
         self.paused = False
         if reprefill and self.k:
             self.stall += self.cost.prefill_per_token_s * self.context()
+        self._touch()
