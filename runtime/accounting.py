@@ -17,7 +17,7 @@ from . import atomic_io
 from .clock import Clock
 from .inputs import TRACE_LINE_BYTES, FileInputError, file_lines, json_reason
 from .lengthbias import length_bias
-from .records import StepRecord, TrainBatch
+from .records import STALE, StepRecord, TrainBatch
 
 if TYPE_CHECKING:  # runtime.controller imports the peers, which import this module
     from .controller import Controller
@@ -88,10 +88,6 @@ NO_GRADIENT = "no_gradient"
 # it was in flight (``shutdown``), or a crash lost it and recovery closed it out. The length
 # bias leaves such units out, as the simulator leaves out trajectories still live at the end.
 UNSETTLED = frozenset({"shutdown", "lost_in_crash", "recovered", "trajectory_missing"})
-# The reason a ``filter`` line carries when a peer's rule (runtime.peers) dropped a finished unit
-# as too stale to train (verl's eviction): L3 waste, counted as aborted for "stale", not as
-# filtered (filtered means: no gradient).
-STALE = "stale"
 
 
 class LogCounts:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .config.schema import check_token_budget  # noqa: F401  (a check of the config's own values; here as before)
 from .inputs import InputError
 
 if TYPE_CHECKING:
@@ -28,17 +29,6 @@ if TYPE_CHECKING:
 # Files a Hugging Face tokenizer is loaded from (fast, sentencepiece, or BPE vocabularies).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json",
                    "vocab.txt")
-
-
-def check_token_budget(budget: int, longest_prompt: int, max_tokens: int) -> None:
-    """Refuse ``trainer.max_tokens_per_micro_batch`` below the longest sample the run can
-    train (its longest prompt and a response of ``rollout.max_tokens``) with one line naming
-    the setting: such a sample fits no micro-batch."""
-    longest = longest_prompt + max_tokens
-    if budget < longest:
-        raise ValueError(f"trainer.max_tokens_per_micro_batch {budget} is below the longest "
-                         f"sample, {longest} tokens (a {longest_prompt}-token prompt and "
-                         f"rollout.max_tokens {max_tokens}): raise it to at least {longest}")
 
 
 def check_precision(precision: str, device_type: str) -> None:

@@ -111,7 +111,7 @@ from reserve_occupy.types import BatchUnit, SlotRef
 
 from reserve_occupy_peers import POLICIES, RESERVE_OCCUPY, Group, Policy, make_policy
 
-from .accounting import STALE  # meta.reason of a finished unit the rule dropped untrained
+from .records import STALE  # meta.reason of a finished unit the rule dropped untrained
 
 REFERENCE = RESERVE_OCCUPY  # the old name of reserve_occupy_peers.RESERVE_OCCUPY here
 # The simulator's policies the runtime can drive, in the order tables use.

@@ -23,6 +23,13 @@ from .rollout.base import check_refit_mode
 from .tasks.base import Prompt
 
 
+# The reason a ``filter`` line carries when a peer's rule (runtime.peers) dropped a finished unit
+# as too stale to train (verl's eviction): L3 waste, counted as aborted for "stale", not as
+# filtered (filtered means: no gradient). runtime.accounting counts it; here, beneath both it and
+# runtime.peers, so that neither imports the other for it.
+STALE = "stale"
+
+
 @dataclass(frozen=True)
 class DriverSettings:
     """Everything the driver decides with, built from the config by

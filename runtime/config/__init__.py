@@ -5,24 +5,17 @@ silent default. ``load_config`` turns any problem into one ``ConfigFileError`` w
 names the file and each bad field (``rollout.temperature: must be > 0 (got -1)``). With no file,
 ``TrainConfig()`` is the embedded default (``configs/demo.yaml`` spells the same values out).
 
-Three modules, one name space (every name below imports from ``runtime.config`` as before):
-``schema`` (the sections and ``TrainConfig``), ``files`` (YAML and ``--set`` into a
-``TrainConfig``: the YAML-bomb guard, duplicate keys, old key names) and
-``runtime.machine_checks`` (what only this machine can answer: device, precision, world size,
-vLLM's engine arguments, prompt lengths).
+Two modules, one name space (every name below imports from ``runtime.config``): ``schema``
+(the sections and ``TrainConfig``) and ``files`` (YAML and ``--set`` into a ``TrainConfig``:
+the YAML-bomb guard, duplicate keys, old key names). What only this machine can answer
+(device, precision, world size, vLLM's engine arguments, prompt lengths) is
+``runtime.machine_checks``, imported from there: it reads a ``TrainConfig``, so this package
+does not import it back (no import circle).
 """
 
 from reserve_occupy.config import MAX_STALENESS
 from reserve_occupy.trace import MAX_JSON_DEPTH
 
-from ..machine_checks import (
-    check_engine_args,
-    check_precision,
-    check_token_budget,
-    check_world_size,
-    engine_arg_names,
-    resolve_device,
-)
 from ..peers import POLICY_CHOICES, REFERENCE, peer_streams, unhonoured
 from ..records import DriverSettings
 from .files import (
@@ -44,6 +37,7 @@ from .files import (
     safe_yaml,
 )
 from .schema import (
+    check_token_budget,
     CORRECTION_OPTIONS,
     DEFAULT_CAP,
     DEFAULT_HIGH,
@@ -86,8 +80,7 @@ __all__ = [
     "ConfigFileError", "CorrectionConfig", "DataConfig", "DriverSettings", "ModelConfig",
     "RayConfig", "RecoveryConfig", "RewardConfig", "RolloutConfig", "RunConfig",
     "StalenessConfig", "TimeoutConfig", "TinyModelConfig", "TrainConfig", "TrainerConfig",
-    "check_engine_args", "check_precision", "check_token_budget", "check_world_size",
-    "engine_arg_names", "load_config", "parse_override", "peer_streams", "resolve_device",
+    "check_token_budget", "load_config", "parse_override", "peer_streams",
     "safe_yaml", "unhonoured",
     # private helpers, importable here as before the split
     "_Section", "_check_bool", "_check_duplicates", "_check_expansion", "_check_number",

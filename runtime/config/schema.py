@@ -23,12 +23,22 @@ from pydantic import (
 
 from reserve_occupy.config import MAX_STALENESS
 
-from ..machine_checks import check_token_budget
 from ..peers import POLICY_CHOICES, RESERVE_OCCUPY, peer_streams, unhonoured
 from ..records import DriverSettings
 
 if TYPE_CHECKING:
     from ..models.tiny import TinySpec
+
+def check_token_budget(budget: int, longest_prompt: int, max_tokens: int) -> None:
+    """Refuse ``trainer.max_tokens_per_micro_batch`` below the longest sample the run can
+    train (its longest prompt and a response of ``rollout.max_tokens``) with one line naming
+    the setting: such a sample fits no micro-batch."""
+    longest = longest_prompt + max_tokens
+    if budget < longest:
+        raise ValueError(f"trainer.max_tokens_per_micro_batch {budget} is below the longest "
+                         f"sample, {longest} tokens (a {longest_prompt}-token prompt and "
+                         f"rollout.max_tokens {max_tokens}): raise it to at least {longest}")
+
 
 # The core's own bound on eta (its controller keeps eta + 1 buffers open), so that a run is
 # refused here, naming the config key, rather than later by reserve_occupy.Config.

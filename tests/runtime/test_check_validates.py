@@ -73,7 +73,7 @@ def test_the_engine_argument_names_are_vllms_own():
 
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from runtime.config import engine_arg_names
+    from runtime.machine_checks import engine_arg_names
 
     assert engine_arg_names() == {f.name for f in dataclasses.fields(AsyncEngineArgs)}
 
