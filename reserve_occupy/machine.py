@@ -551,10 +551,14 @@ class StalenessController:
         self._result = Reservation(unit_id, version, slot)  # type: ignore[arg-type]
         self._log("reserve", version, head, unit_id, version, slot)
 
-    def _do_occupy(self, unit_id: UnitId) -> None:
+    def _occupy_steps(self, unit_id: UnitId
+                      ) -> tuple[SlotRef, SlotRef, list[Move], list[UnitId]]:
+        """Occupy's steps (a)-(d), shared by ``occupy`` and a truncating release: the
+        reservation is released, earlier reservations shift into the gap, the unit is placed
+        at the earliest legal empty slot and finishes there, and a buffer it makes READY is
+        closed (the units that aborts end). Returns (the gap, the slot, the moves, the units
+        aborted)."""
         t = self._table
-        head = t.head
-        v_traj = t.v_traj[unit_id]
         gap = t.release(unit_id)
         moves = t.shift_into(gap)
         slot = t.place(unit_id)
@@ -568,6 +572,12 @@ class StalenessController:
         self._finish(unit_id, slot.buffer)
         for u in aborted:
             self._end(u, "abort")
+        return gap, slot, moves, aborted
+
+    def _do_occupy(self, unit_id: UnitId) -> None:
+        head = self._table.head
+        v_traj = self._table.v_traj[unit_id]
+        _, slot, moves, aborted = self._occupy_steps(unit_id)
         moved, dropped = tuple(moves), tuple(aborted)
         self._result = Placement(unit_id, v_traj, slot, moved, dropped)
         self._log("occupy", self._version, head, unit_id, v_traj, slot, moved, dropped)
@@ -635,18 +645,7 @@ class StalenessController:
         generated so far -- occupy's steps (a)-(d) as ``_do_occupy`` runs them, so it keeps its
         ``v_traj`` and lands no later than its reservation. The first move is the truncation
         itself (from the reservation to the placement, ``MoveReason.TRUNCATE``)."""
-        t = self._table
-        gap = t.release(unit_id)
-        moves = t.shift_into(gap)
-        slot = t.place(unit_id)
-        aborted: list[UnitId] = []
-        buf = t.buffers[slot.buffer]
-        if t.ready(buf):
-            closing_moves, aborted = t.close_ready(buf)
-            moves.extend(closing_moves)
-        self._finish(unit_id, slot.buffer)
-        for u in aborted:
-            self._end(u, "abort")
+        gap, slot, moves, aborted = self._occupy_steps(unit_id)
         return [Move(unit_id, gap, slot, MoveReason.TRUNCATE), *moves], aborted
 
     def _do_stream(self) -> None:
