@@ -185,13 +185,17 @@ def discard_unstarted(path: Path) -> list[str]:
     ``RUN_FILES`` there is its own. The directory and its lock stay."""
     removed = []
     for name in run_files(path) + sorted(p.name for p in path.glob(".*") if is_temp(p.name)):
-        target = path / name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target, ignore_errors=True)
-        else:
-            target.unlink(missing_ok=True)
+        _remove(path / name)
         removed.append(name)
     return removed
+
+
+def _remove(target: Path) -> None:
+    """Remove a file, a link (not what it points to) or a directory tree, whichever is there."""
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        target.unlink(missing_ok=True)
 
 
 # the folders of a run directory whose files are written through ``atomic_io`` (the run's own
@@ -217,10 +221,7 @@ def remove_interrupted(path: Path) -> list[str]:
         for p in sorted(where.glob(".*")):
             if not is_temp(p.name) or p.name.endswith(mine):
                 continue
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
+            _remove(p)
             removed.append(str(p.relative_to(path)))
     return removed
 
