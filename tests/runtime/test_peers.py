@@ -6,7 +6,6 @@ the simulator makes of them, so a change to a rule the runtime drives shows in b
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
@@ -17,6 +16,7 @@ from runtime.peers import PEER_POLICIES, STALE, PeerController
 from reserve_occupy_porting.checker import PeerHeaderError, check
 from runtime.rollout.fake import random_script
 
+from ..ledger import fingerprint
 from .helpers import make, run
 
 # A reward with variance in every group (candidate index parity): no group is filtered, so no
@@ -48,15 +48,6 @@ SIM_FINGERPRINTS = {
 }
 
 
-def _fingerprint(sim) -> str:
-    ledger = sim.ledger
-    blob = json.dumps([[(b.version, b.tids, b.staleness, round(b.t_consume, 9),
-                         round(b.t_published, 9)) for b in ledger.batches],
-                       ledger.dropped, ledger.filtered, [t for t, _ in ledger.aborted],
-                       round(sim.now, 9)])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def test_the_rules_the_runtime_drives_simulate_as_before():
     # Recorded before runtime.peers existed; the simulator's policies were not edited for it.
     from reserve_occupy_sim.model.core import Simulator
@@ -70,7 +61,7 @@ def test_the_rules_the_runtime_drives_simulate_as_before():
 
     assert {name for name, _ in SIM_FINGERPRINTS} == set(PEER_POLICIES) - {
         cls.name for cls in PEERS_2026}
-    got = {(name, eta): _fingerprint(Simulator(make_policy(name, eta), workload, cost,
+    got = {(name, eta): fingerprint(Simulator(make_policy(name, eta), workload, cost,
                                                batches=12, batch_size=4).run())
            for name, eta in SIM_FINGERPRINTS}
     assert got == SIM_FINGERPRINTS

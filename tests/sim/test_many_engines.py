@@ -8,8 +8,6 @@ changes), on deployments of 8 and 32 engines where ties and near-ties between en
 
 from __future__ import annotations
 
-import hashlib
-import json
 
 import pytest
 
@@ -17,15 +15,7 @@ from reserve_occupy_peers import make_policy
 from reserve_occupy_sim.model.core import Simulator
 from reserve_occupy_sim.model.cost import preset, scale_nodes
 from reserve_occupy_sim.model.workload import MathReasoningShape, generate
-
-
-def _fingerprint(sim) -> str:  # as tests/runtime/test_peers.py
-    ledger = sim.ledger
-    blob = json.dumps([[(b.version, b.tids, b.staleness, round(b.t_consume, 9),
-                         round(b.t_published, 9)) for b in ledger.batches],
-                       ledger.dropped, ledger.filtered, [t for t, _ in ledger.aborted],
-                       round(sim.now, 9)])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+from tests.ledger import fingerprint
 
 
 def _cost(nodes: int, slowdown: float):
@@ -53,7 +43,7 @@ def test_many_engines_simulate_as_the_full_scan_did(key):
     workload = generate(2, MathReasoningShape(groups=256))
     sim = Simulator(make_policy(name, eta, **dict(options)), workload, _cost(nodes, slowdown),
                     batches=6, batch_size=4 * nodes)
-    assert _fingerprint(sim.run()) == PINNED[key]
+    assert fingerprint(sim.run()) == PINNED[key]
 
 
 def test_the_earliest_event_is_the_full_scan_s_at_every_event(monkeypatch):
