@@ -458,11 +458,11 @@ def test_the_new_rules_simulate_as_recorded():
     from reserve_occupy_sim.model.cost import preset
     from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 
-    from tests.runtime.test_peers import _fingerprint
+    from tests.ledger import fingerprint
 
     workload, cost = generate(1, MathReasoningShape(groups=128)), preset("qwen3-8b-h20")
     assert {name for name, _ in SIM_FINGERPRINTS_2026} == set(NEW)
-    got = {(name, eta): _fingerprint(Simulator(make_policy(name, eta), workload, cost,
+    got = {(name, eta): fingerprint(Simulator(make_policy(name, eta), workload, cost,
                                                batches=12, batch_size=4).run())
            for name, eta in SIM_FINGERPRINTS_2026}
     assert got == SIM_FINGERPRINTS_2026
