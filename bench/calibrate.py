@@ -39,9 +39,16 @@ The fit (``fit_costs``), one term of ``reserve_occupy_sim/model/cost.py`` each
   a request losing ``g`` s of decoding per second of training decodes at ``1 / (1 + s)`` of its
   speed, ``s = g / (1 - g)``. This fit ties ``prefill_per_token_s`` to ``per_request_s`` (fresh
   prompts are all 4 tokens, so a free prefill term acts as a per-request constant).
+* the engine's contention for the trainer (``TrainCost.rollout_slowdown``, the other direction
+  of the same sharing): each step's share of its training time during which the engine had a
+  request (``busy``, from the requests' timings; a streamed chunk's span is its note's end
+  less the step's ``stream_s`` shared evenly over its chunks), and ``fit_train_contended``:
+  the train and chunk costs above fitted again as work alone, stretched by ``1 + s * busy``.
 
 Each row is simulated twice: with the cost model as it was (the first decode fit, no
-contention) and revised (the second fit, ``train_slowdown``); docs/calibration.md says why.
+contention) and revised (the second decode fit with ``train_slowdown``, and the trainer's
+work alone with ``rollout_slowdown``, when the steps identify it); docs/calibration.md says
+why.
 
 The simulator run of each row: one instance with ``(eta + 1) x batch_size x group_size``
 sequence slots (the in-flight bound the runtime's rules keep: ``(eta + 1) x batch_size`` groups),
@@ -153,6 +160,17 @@ def overlap(t0: float, t1: float, spans: list[tuple[float, float]]) -> float:
     return sum(max(0.0, min(t1, b) - max(t0, a)) for a, b in spans)
 
 
+def busy_spans(calls: list[Call]) -> list[tuple[float, float]]:
+    """The union of the requests' times in the engine: when it had at least one."""
+    out: list[list[float]] = []
+    for a, b in sorted((c.t0, c.t1) for c in calls if c.t1 > c.t0):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
 def request_features(calls: list[Call], pauses: list[tuple[float, float]],
                      training: list[tuple[float, float]]) -> list[dict[str, float]]:
     """Per request that produced tokens: its time in the engine less the pauses it spanned
@@ -213,17 +231,17 @@ def fit_decode(rows: list[dict[str, float]], with_training: bool = False,
     return out
 
 
-def fit_train(steps: list[tuple[float, float]]) -> dict[str, float]:
-    """``train_s = fixed_s + per_token_s * tokens`` over (tokens, train_s) of whole-batch
+def fit_train(steps: list[tuple[float, ...]]) -> dict[str, float]:
+    """``train_s = fixed_s + per_token_s * tokens`` over (tokens, train_s, ...) of whole-batch
     steps."""
     term = "train time per token"
     if len(steps) < 3:
         raise FitError(term, f"{len(steps)} whole-batch steps (at least 3)")
-    tokens = [t for t, _ in steps]
+    tokens = [t[0] for t in steps]
     if max(tokens) <= min(tokens):
         raise FitError(term, "every step trained the same number of tokens")
     x = np.array([[1.0, t] for t in tokens])
-    y = np.array([s for _, s in steps], dtype=float)
+    y = np.array([t[1] for t in steps], dtype=float)
     coef = nnls(x, y)
     return {"fixed_s": float(coef[0]), "per_token_s": float(coef[1]), "r2": _r2(x, y, coef),
             "steps": len(steps)}
@@ -232,13 +250,64 @@ def fit_train(steps: list[tuple[float, float]]) -> dict[str, float]:
 def fit_chunk(steps: list[tuple[int, float, float]], per_token_s: float) -> dict[str, float]:
     """``stream_s = chunks * chunk_overhead_s + per_token_s * tokens`` over (chunks, tokens,
     stream_s) of streaming steps, ``per_token_s`` the whole-batch fit's."""
-    used = [s for s in steps if s[0] > 0]
+    used = [s[:3] for s in steps if s[0] > 0]
     if not used:
         raise FitError("the chunk overhead", "no streaming step trained a chunk")
     num = sum(n * (s - per_token_s * t) for n, t, s in used)
     den = sum(n * n for n, _, _ in used)
     return {"chunk_overhead_s": max(0.0, num / den), "chunk_share": 1.0, "steps": len(used),
             "chunks": sum(n for n, _, _ in used)}
+
+
+SLOWDOWN_GRID = np.round(np.arange(0.0, 4.0 + 1e-9, 0.01), 2)  # rollout_slowdown's search
+
+
+def fit_train_contended(whole: list[tuple[float, ...]], streamed: list[tuple[float, ...]]
+                        ) -> dict[str, float]:
+    """The trainer's work alone and how much the engine's decoding stretches it: over the
+    whole-batch steps (tokens, train_s, busy) and the streaming steps (chunks, tokens,
+    stream_s, busy), ``busy`` the share of the step's training time during which the engine
+    had a request,
+
+        train_s  = (fixed_s + per_token_s * tokens) * (1 + rollout_slowdown * busy)
+        stream_s = (chunk_overhead_s * chunks + per_token_s * tokens)
+                   * (1 + rollout_slowdown * busy)
+
+    (the simulator's ``TrainCost.rollout_slowdown``: training at ``1 / (1 + s)`` of its speed
+    while the engine decodes). Linear in the three costs for a given ``s``: non-negative least
+    squares at each ``s`` of ``SLOWDOWN_GRID`` (0 to 4 by 0.01), the ``s`` of the smallest
+    squared error kept. The share ``busy`` varies because eta 0's steps train with the engine
+    idle (whole batch) or decoding the step's last groups (streaming), eta 1's with it mostly
+    decoding; without that spread ``s`` is not identified, and this says so."""
+    term = "the engine's contention for the trainer"
+    used = [s for s in streamed if s[0] > 0]
+    if len(whole) + len(used) < 8:
+        raise FitError(term, f"{len(whole) + len(used)} steps (at least 8)")
+    if any(len(s) < 3 for s in whole) or any(len(s) < 4 for s in used):
+        raise FitError(term, "no step recorded the engine's busy share (a --raw file of an "
+                             "earlier calibrate.py)")
+    busy = [s[2] for s in whole] + [s[3] for s in used]
+    if max(busy) - min(busy) < 0.25:
+        raise FitError(term, f"the engine's busy share during training hardly varied ("
+                             f"{min(busy):.2f}-{max(busy):.2f}): the slowdown is not "
+                             f"identified")
+    y = np.array([s[1] for s in whole] + [s[2] for s in used], dtype=float)
+    b = np.array(busy, dtype=float)
+    base = np.array([[1.0, s[0], 0.0] for s in whole] + [[0.0, s[1], s[0]] for s in used],
+                    dtype=float)
+    best = None
+    for slow in SLOWDOWN_GRID:
+        x = base * (1.0 + slow * b)[:, None]
+        coef = nnls(x, y)
+        sse = float(np.sum((x @ coef - y) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, float(slow), coef, x)
+    _, slow, coef, x = best
+    return {"fixed_s": float(coef[0]), "per_token_s": float(coef[1]),
+            "chunk_overhead_s": float(coef[2]), "rollout_slowdown": slow,
+            "r2": _r2(x, y, coef), "steps": len(whole), "streamed_steps": len(used),
+            "busy_min": min(busy), "busy_max": max(busy),
+            "at_limit": slow == float(SLOWDOWN_GRID[-1])}
 
 
 # ------------------------------------------------------------------------ from the runs -----
@@ -269,19 +338,26 @@ def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str,
     pauses, training, whole, streamed, syncs = [], [], [], [], []
     prev_t, prev_tokens = 0.0, 0
     chunks = [n for n in notes if n.get("event") == "train_chunk"]
+    engine = busy_spans(calls)
     for r in rows:
         end = r["time_s"]
         pauses.append((origin + end - r["sync_s"], origin + end))
-        training.append((origin + end - r["sync_s"] - r["train_s"], origin + end - r["sync_s"]))
+        span = (origin + end - r["sync_s"] - r["train_s"], origin + end - r["sync_s"])
+        training.append(span)
         syncs.append(r["sync_s"])
         tokens = r["tokens_trained"] - prev_tokens + samples * prompt_mean
         mine = [n for n in chunks if prev_t < n["t"] <= end]
         if mine or r.get("streamed_units"):
             chunk_tokens = sum(unit_tokens.get(u, 0) + shape[1] * prompts.get(u, prompt_mean)
                                for n in mine for u in n["units"])
-            streamed.append((len(mine), chunk_tokens, r["stream_s"]))
+            # each chunk's note is written when it ends; the step's stream_s shared evenly
+            d = r["stream_s"] / len(mine) if mine else 0.0
+            busy = fmean(overlap(origin + n["t"] - d, origin + n["t"], engine) / d
+                         for n in mine) if mine and d > 0 else 0.0
+            streamed.append((len(mine), chunk_tokens, r["stream_s"], busy))
         else:
-            whole.append((tokens, r["train_s"]))
+            busy = overlap(*span, engine) / r["train_s"] if r["train_s"] > 0 else 0.0
+            whole.append((tokens, r["train_s"], busy))
         prev_t, prev_tokens = end, r["tokens_trained"]
     return {"requests": request_features(calls, pauses, training), "whole": whole,
             "streamed": streamed, "syncs": syncs, "prompts": prompts,
@@ -303,6 +379,13 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
         raise FitError("the refit pause", "no step synced weights")
     streamed = [s for m in measured for s in m["streamed"]]
     chunk = fit_chunk(streamed, train["per_token_s"]) if streamed else None
+    try:
+        contended: dict[str, Any] | None = fit_train_contended(
+            [s for m in measured for s in m["whole"]], streamed)
+    except FitError as e:  # the revised model then keeps the train fit above, unstretched
+        contended, why = None, str(e)
+    else:
+        why = ""
     g = diag["trainer_overlap_s"]
     if g >= 1.0:
         raise FitError("the trainer's contention", f"decode loses {g:.2f} s per second of "
@@ -310,7 +393,8 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
     # decode at 1 / (1 + s) of its speed while training loses s / (1 + s) of each second
     return {"decode": decode, "train": train, "sync_s": sync, "chunk": chunk,
             "trainer_overlap_s": g, "train_slowdown": g / (1.0 - g),
-            "decode_with_overlap": diag}
+            "decode_with_overlap": diag, "train_contended": contended,
+            "train_contended_why": why}
 
 
 def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
@@ -322,6 +406,10 @@ def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
 
     d = fit["decode_with_overlap"] if revised else fit["decode"]
     t, c = fit["train"], fit["chunk"]
+    both = fit.get("train_contended") if revised else None  # training stretched by decoding
+    if both:
+        t = both
+        c = dict(c, chunk_overhead_s=both["chunk_overhead_s"]) if c else None
     if refit not in fit["sync_s"]:
         raise FitError("the refit pause", f"no {refit!r} step was measured")
     if streaming and c is None:
@@ -333,7 +421,8 @@ def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
     train = TrainCost(fixed_s=t["fixed_s"], per_token_s=t["per_token_s"],
                       sync_s=fit["sync_s"][refit], chunk_groups=1 if streaming else 0,
                       chunk_overhead_s=c["chunk_overhead_s"] if c else 0.0,
-                      chunk_share=c["chunk_share"] if c else 1.0)
+                      chunk_share=c["chunk_share"] if c else 1.0,
+                      rollout_slowdown=both["rollout_slowdown"] if both else 0.0)
     return CostModel(name="calibrated", rollout=rollout, train=train, instances=1,
                      concurrency=min(ENGINE_SEQS, (eta + 1) * shape[0] * shape[1]),
                      derivation={"status": "fitted by bench/calibrate.py"})
@@ -467,10 +556,12 @@ def _fit_lines(results: dict[str, Any]) -> list[str]:
     """The fitted terms' table."""
     fit = results["fit"]
     d, t, c, o = fit["decode"], fit["train"], fit["chunk"], fit["decode_with_overlap"]
+    b = fit.get("train_contended")
     return [f"Fitted on this machine from {d['requests']} engine requests and "
              f"{t['steps']} whole-batch steps ({len(results['runs'])} runs, "
-             f"{results['grid_wall_s']:.0f} s); the revised model adds the trainer's "
-             f"contention and ties prefill to the per-request cost (see below):", "",
+             f"{results['grid_wall_s']:.0f} s); the revised model adds the trainer's and the "
+             f"engine's contention for the cores, each slowing the other, and ties prefill to "
+             f"the per-request cost (see below):", "",
              "| term of the cost model | as it was | revised | fit |",
              "|---|---|---|---|",
              f"| decode step: `step_s` + `per_request_s` x running requests | "
@@ -484,13 +575,24 @@ def _fit_lines(results: dict[str, Any]) -> list[str]:
              f"| {fit['train_slowdown']:.2f} ({fit['trainer_overlap_s']:.2f} s of decode lost "
              f"per s of training) | (same fit) |",
              f"| train per trajectory token `per_token_s` + per step `fixed_s` | "
-             f"{t['per_token_s'] * 1e3:.4f} ms + {t['fixed_s']:.3f} s | (same) | "
-             f"R² {t['r2']:.2f} over {t['steps']} steps |",
+             f"{t['per_token_s'] * 1e3:.4f} ms + {t['fixed_s']:.3f} s | "
+             + (f"{b['per_token_s'] * 1e3:.4f} ms + {b['fixed_s']:.3f} s alone | R² "
+                f"{t['r2']:.2f} / {b['r2']:.2f} over {t['steps']} / {b['steps']} + "
+                f"{b['streamed_steps']} steps |" if b else
+                f"(same) | R² {t['r2']:.2f} over {t['steps']} steps |"),
+             (f"| training slowdown while the engine decodes `rollout_slowdown` | (not in the "
+              f"model) | {b['rollout_slowdown']:.2f}"
+              f"{' (the limit of the search)' if b['at_limit'] else ''} (the engine busy "
+              f"{b['busy_min']:.0%}-{b['busy_max']:.0%} of a step) | (same fit) |" if b else
+              f"| training slowdown while the engine decodes | not fitted: "
+              f"{fit.get('train_contended_why', '')} | | |"),
              "| refit pause `sync_s` | " + ", ".join(
                  f"{m} {s:.3f} s" for m, s in fit["sync_s"].items()) + " | (same) | "
              "mean per mode |",
              ("| streaming chunk overhead `chunk_overhead_s` (`chunk_share` 1) | "
-              f"{c['chunk_overhead_s']:.3f} s | (same) | {c['chunks']} chunks in "
+              f"{c['chunk_overhead_s']:.3f} s | "
+              + (f"{b['chunk_overhead_s']:.3f} s alone" if b else "(same)")
+              + f" | {c['chunks']} chunks in "
               f"{c['steps']} steps |"
               if c else "| streaming chunk overhead | not measured | | no streaming run |"),]
 
@@ -500,7 +602,8 @@ TERM_NAMES = {"step_s": ("decode step", 1e3, "ms"), "per_request_s": ("decode pe
               "ms"), "fixed_s": ("train per step", 1.0, "s"), "per_token_s": (
               "train per trajectory token", 1e3, "ms"), "chunk_overhead_s": (
               "streaming chunk overhead", 1.0, "s"), "train_slowdown": (
-              "decode slowdown while training", 1.0, "")}
+              "decode slowdown while training", 1.0, ""), "rollout_slowdown": (
+              "training slowdown while decoding", 1.0, "")}
 
 
 def _halves_lines(results: dict[str, Any]) -> list[str]:
@@ -673,7 +776,8 @@ async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], st
 
 FIT_TERMS = (("decode", "step_s"), ("decode", "per_request_s"),
              ("decode", "prefill_per_token_s"), ("train", "fixed_s"), ("train", "per_token_s"),
-             ("chunk", "chunk_overhead_s"), (None, "train_slowdown"))
+             ("chunk", "chunk_overhead_s"), (None, "train_slowdown"),
+             ("train_contended", "rollout_slowdown"))
 
 
 def fit_halves(runs: list[dict[str, Any]], measured: list[dict[str, Any]]

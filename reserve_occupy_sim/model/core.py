@@ -189,6 +189,10 @@ class Simulator:
         self._step: BatchRecord | None = None  # streaming: the step whose chunks are training
         self._step_lengths: list[int] = []
         self._trainer_until = INF
+        # the rollout's contention for the trainer (TrainCost.rollout_slowdown): the training
+        # work left (seconds alone) when last re-timed, since when, and the stretch then
+        self._retime = cost.train.rollout_slowdown > 0
+        self._train_left, self._train_since, self._train_factor = 0.0, 0.0, 1.0
         self._published = 0
         self._idle_since = 0.0
         self.trainer_idle_time = 0.0
@@ -390,6 +394,8 @@ class Simulator:
                 if due is None:
                     self._trainer_event()
             self._settle()
+            if self._retime:
+                self._retime_training()
         if self._trainer == "idle":
             self.trainer_idle_time += self.now - self._idle_since
         return self
@@ -536,7 +542,7 @@ class Simulator:
         self.ledger.batches.append(record)
         self.trainer_idle_time += self.now - self._idle_since
         self._trainer = "training"
-        self._trainer_until = self.now + self.cost.train.batch_time(lengths)
+        self._start_training(self.cost.train.batch_time(lengths))
         self._contend(True)
 
     def _stream(self) -> None:
@@ -574,9 +580,40 @@ class Simulator:
             duration += train.finish_time(self._step_lengths)
         self.trainer_idle_time += self.now - self._idle_since
         self._trainer = "training"
-        self._trainer_until = self.now + duration
+        self._start_training(duration)
         self._contend(True)
         self.policy.admit()
+
+    def _start_training(self, work: float) -> None:
+        """The trainer trains ``work`` seconds (alone); with ``TrainCost.rollout_slowdown``
+        stretched while the rollout decodes (``_retime_training``)."""
+        if not self._retime:
+            self._trainer_until = self.now + work
+            return
+        self._train_left, self._train_since = work, self.now
+        self._train_factor = self._training_stretch()
+        self._trainer_until = self.now + work * self._train_factor
+
+    def _training_stretch(self) -> float:
+        """How many times as long training takes now: ``1 + rollout_slowdown`` while any
+        instance has a running request, 1 otherwise."""
+        if any(inst.k for inst in self.instances):
+            return 1.0 + self.cost.train.rollout_slowdown
+        return 1.0
+
+    def _retime_training(self) -> None:
+        """After every event: if the rollout started or stopped decoding during a training
+        step, the work done so far is taken off at the old stretch and the rest is scheduled
+        at the new one."""
+        if self._trainer != "training":
+            return
+        factor = self._training_stretch()
+        if factor == self._train_factor:
+            return
+        done = (self.now - self._train_since) / self._train_factor
+        self._train_left = max(0.0, self._train_left - done)
+        self._train_since, self._train_factor = self.now, factor
+        self._trainer_until = self.now + self._train_left * factor
 
     def _contend(self, training: bool) -> None:
         """A trainer on the rollout's processors (``RolloutCost.train_slowdown``) slows every

@@ -9,6 +9,10 @@ KV cache computed with the old weights is not reused). ``train_slowdown`` (defau
 trainer that shares the rollout's processors: while the trainer trains, every decode step takes
 ``1 + train_slowdown`` times as long (fitted by bench/calibrate.py on the CPU runtime, where
 vLLM and the torch trainer share the cores; 0 for separate GPUs, as in every preset).
+``TrainCost.rollout_slowdown`` (default 0) is the other direction of the same sharing: while
+any instance decodes, training runs at ``1 / (1 + rollout_slowdown)`` of its speed, so a step
+(or chunk) whose work is ``w`` seconds alone takes ``w`` stretched by the time the engine was
+busy during it (the simulator re-times the trainer when the engine starts or stops decoding).
 
 Training (one batch): ``(fixed + per_token * tokens + per_token_sq * sum(L_i^2)) * (1 + bubble)``
 where ``bubble = (pipeline_stages - 1) / microbatches`` (1F1B pipeline) and ``L_i`` is the length
@@ -77,6 +81,7 @@ class TrainCost:
     chunk_groups: int = 0  # 0: whole-batch trainer; n >= 1: chunks of at least min(n, left)
     chunk_overhead_s: float = 1.0  # paid by every chunk (streaming only)
     chunk_share: float = 1.0  # share of the per-token work a chunk runs (streaming only)
+    rollout_slowdown: float = 0.0  # training runs 1 / (1 + this) as fast while rollout decodes
 
     @property
     def streaming(self) -> bool:
