@@ -12,5 +12,7 @@
   vectors.
 * ``conformance`` -- the ``conformance`` command line (run, ``--check``, ``--regenerate``).
 
-The trace format itself lives in the core, ``reserve_occupy.trace``.
+The trace format itself lives in the core, ``reserve_occupy.trace``. ``workload`` and ``runner``
+are the old names of ``drive`` and ``vector_runner``, kept as shims for one release (the
+simulator has modules of those names).
 """
