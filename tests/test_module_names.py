@@ -1,10 +1,17 @@
-"""One module name, one thing (issue 35 item 5). ``workload``, ``runner`` and ``checks`` each
-named a module of the simulator and another of the porting kit or the fault harness; the
-simulator kept its names and the others were renamed (``RENAMED``). The old paths stay for one
-release as shims that re-export the new module's public names: (a) each still gives the very
-same objects, and warns that it is deprecated; (b) nothing in the repo imports a shim (the code,
-the benchmarks and the tests use the new names), read from every import statement of every .py
-file, including lazy ones and the old ``runtime.*`` aliases (``runtime/_moved.py``).
+"""One module name, one thing, and one name for one value (issue 35 item 5).
+
+``workload``, ``runner`` and ``checks`` each named a module of the simulator and another of the
+porting kit or the fault harness; the simulator kept its names and the others were renamed
+(``RENAMED``). The old paths stay for one release as shims that re-export the new module's public
+names: (a) each still gives the very same objects, and warns that it is deprecated; (b) nothing
+in the repo imports a shim (the code, the benchmarks and the tests use the new names), read from
+every import statement of every .py file, including lazy ones and the old ``runtime.*`` aliases
+(``runtime/_moved.py``).
+
+``REFERENCE`` named Reserve–Occupy's policy in two modules and NeMo's in_order row in a third;
+those are ``RESERVE_OCCUPY`` and ``IN_ORDER_AS_SHIPPED``, and ``REFERENCE`` is only an old name
+that each module still answers, with a warning, for one release (``OLD_REFERENCE``): the repo's
+code uses it nowhere.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from reserve_occupy_peers import RESERVE_OCCUPY
 
 from runtime._moved import new_name
 
@@ -119,3 +128,51 @@ def test_the_scan_finds_each_kind_of_import(tmp_path: Path) -> None:
     found = shim_users(tmp_path)
     assert sorted(f.split(":")[0] for f in found) == [
         "bench/c.py", "bench/d.py", "reserve_occupy_porting/a.py", "reserve_occupy_porting/b.py"]
+
+
+# module that answered REFERENCE -> the name of what it meant there
+OLD_REFERENCE = {
+    "runtime.peers": "RESERVE_OCCUPY",
+    "runtime.config": "RESERVE_OCCUPY",
+    "reserve_occupy_porting.checker": "RESERVE_OCCUPY",
+    "reserve_occupy_sim.studies.streaming_compute": "IN_ORDER_AS_SHIPPED",
+    "reserve_occupy_sim.studies.streaming": "IN_ORDER_AS_SHIPPED",
+}
+
+
+@pytest.mark.parametrize("module, new", sorted(OLD_REFERENCE.items()))
+def test_reference_is_an_old_name_that_warns(module: str, new: str) -> None:
+    mod = importlib.import_module(module)
+    assert "REFERENCE" not in vars(mod) and "REFERENCE" not in getattr(mod, "__all__", ())
+    with pytest.warns(DeprecationWarning, match=new):
+        value = mod.REFERENCE
+    assert value == getattr(mod, new)
+    with pytest.raises(AttributeError):
+        getattr(mod, "NO_SUCH_NAME_HERE")
+
+
+def test_reserve_occupy_is_one_value() -> None:
+    for module, new in OLD_REFERENCE.items():
+        if new == "RESERVE_OCCUPY":
+            assert getattr(importlib.import_module(module), new) is RESERVE_OCCUPY, module
+
+
+def test_nothing_in_the_repo_uses_the_name_reference() -> None:
+    """No name, attribute or import called REFERENCE in the repo's code, benchmarks and tests
+    (the old-name hooks compare a string, which is not a name)."""
+    here = Path(__file__).resolve()
+    found = []
+    for top in sorted(p for p in ROOT.iterdir() if p.is_dir() and (
+            p.name in ("runtime", "bench", "tests", "proofs")
+            or p.name.startswith("reserve_occupy"))):
+        for path in sorted(top.rglob("*.py")):
+            if path.resolve() == here:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                name = (node.id if isinstance(node, ast.Name) else
+                        node.attr if isinstance(node, ast.Attribute) else
+                        node.name if isinstance(node, ast.alias) else None)
+                if name == "REFERENCE":
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "REFERENCE is an old name; use RESERVE_OCCUPY or IN_ORDER_AS_SHIPPED:\n" \
+        + "\n".join(found)
