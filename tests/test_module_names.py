@@ -10,8 +10,9 @@ every import statement of every .py file, including lazy ones and the old ``runt
 
 ``REFERENCE`` named Reserve–Occupy's policy in two modules and NeMo's in_order row in a third;
 those are ``RESERVE_OCCUPY`` and ``IN_ORDER_AS_SHIPPED``, and ``REFERENCE`` is only an old name
-that each module still answers, with a warning, for one release (``OLD_REFERENCE``): the repo's
-code uses it nowhere.
+that each module still answers, with a warning, for one release (``OLD_REFERENCE``); so are the
+safetensors weight writer's ``write_streamed`` and ``StreamError`` (``OLD_WRITER_NAMES``), which
+said "stream" as unit streaming does. The repo's code uses none of the old names.
 """
 
 from __future__ import annotations
@@ -157,9 +158,24 @@ def test_reserve_occupy_is_one_value() -> None:
             assert getattr(importlib.import_module(module), new) is RESERVE_OCCUPY, module
 
 
-def test_nothing_in_the_repo_uses_the_name_reference() -> None:
-    """No name, attribute or import called REFERENCE in the repo's code, benchmarks and tests
-    (the old-name hooks compare a string, which is not a name)."""
+# the safetensors weight writer's names that said "stream" (which names unit streaming)
+OLD_WRITER_NAMES = {"write_streamed": "write_file", "StreamError": "WriteError"}
+
+
+@pytest.mark.parametrize("old, new", sorted(OLD_WRITER_NAMES.items()))
+def test_the_weight_writer_s_old_names_warn(old: str, new: str) -> None:
+    mod = importlib.import_module("runtime.trainer.safetensors_writer")
+    assert old not in vars(mod)
+    with pytest.warns(DeprecationWarning, match=f"{old} is now {new}"):
+        value = getattr(mod, old)
+    assert value is getattr(mod, new)
+
+
+def test_nothing_in_the_repo_uses_an_old_name() -> None:
+    """No name, attribute or import called REFERENCE, write_streamed or StreamError in the
+    repo's code, benchmarks and tests (the old-name hooks compare strings, which are not
+    names)."""
+    old_names = {"REFERENCE", *OLD_WRITER_NAMES}
     here = Path(__file__).resolve()
     found = []
     for top in sorted(p for p in ROOT.iterdir() if p.is_dir() and (
@@ -172,7 +188,7 @@ def test_nothing_in_the_repo_uses_the_name_reference() -> None:
                 name = (node.id if isinstance(node, ast.Name) else
                         node.attr if isinstance(node, ast.Attribute) else
                         node.name if isinstance(node, ast.alias) else None)
-                if name == "REFERENCE":
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert not found, "REFERENCE is an old name; use RESERVE_OCCUPY or IN_ORDER_AS_SHIPPED:\n" \
-        + "\n".join(found)
+                if name in old_names:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert not found, ("old names (REFERENCE: RESERVE_OCCUPY or IN_ORDER_AS_SHIPPED; "
+                       f"{OLD_WRITER_NAMES}):\n" + "\n".join(found))
