@@ -450,7 +450,7 @@ def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: boo
     cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised, shape)
     # Reserve-Occupy streams only when told (Config.streaming); the peers that stream
     # (runtime.peers) hand chunks whenever the trainer takes them, as their policies do here
-    options = (("streaming", True),) if run["streaming"] and run["policy"] == peers.REFERENCE \
+    options = (("streaming", True),) if run["streaming"] and run["policy"] == peers.RESERVE_OCCUPY \
         else ()
     _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
                               batch_size=shape[0], options=options), wl, cost)

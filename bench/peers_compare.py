@@ -78,7 +78,7 @@ from refit_compare import _g  # noqa: E402
 import instrument  # noqa: E402
 from bench.cli import Parser, float_in, int_in  # noqa: E402
 
-from runtime.peers import POLICY_CHOICES, REFERENCE, peer_streams  # noqa: E402
+from runtime.peers import POLICY_CHOICES, RESERVE_OCCUPY, peer_streams  # noqa: E402
 from reserve_occupy_peers import PEERS_2026  # noqa: E402
 
 # The default grid: the rules the published table measured (issue 38's rules are run when named)
@@ -312,7 +312,7 @@ def grid(policies: list[str], etas: list[int], refits: list[str],
     """(policy, streaming, refit, eta) in the table's order; streaming on only for the rules
     that stream (reserve_occupy, and a peer whose simulator policy streams)."""
     return [(p, s, r, eta) for eta in etas for p in policies
-            for s in (streaming if p == REFERENCE or peer_streams(p)
+            for s in (streaming if p == RESERVE_OCCUPY or peer_streams(p)
                       else [m for m in streaming if not m])
             for r in refits]
 
@@ -521,7 +521,7 @@ def comparisons(runs_grid: list[Config]) -> list[dict[str, Any]]:
                 if c[3] == eta and c != ref]
         if shipped in runs_grid:
             out += [{"a": c, "b": shipped, "against": "shipped", "aa": False}
-                    for c in runs_grid if c[3] == eta and c[0] == REFERENCE]
+                    for c in runs_grid if c[3] == eta and c[0] == RESERVE_OCCUPY]
     return out
 
 
@@ -532,7 +532,7 @@ def headline() -> list[dict[str, Any]]:
     (the reference) and ``verl_drop`` at eta 1, and at eta 1 against itself at eta 0; and
     Reserve-Occupy whole batch against the reference at eta 1: the rules' decisions alone,
     which the first workload left identical."""
-    ro = (REFERENCE, True, "keep")
+    ro = (RESERVE_OCCUPY, True, "keep")
     ref1 = (*REF, 1)
     return [{"a": ref1, "b": ref1, "against": "ref", "aa": True},
             {"a": (*ro, 1), "b": (*SHIPPED, 1), "against": "shipped", "aa": False},
@@ -541,7 +541,7 @@ def headline() -> list[dict[str, Any]]:
             {"a": (*ro, 1), "b": ("verl_drop", False, "keep", 1), "against": "verl_drop",
              "aa": False},
             {"a": (*ro, 1), "b": (*ro, 0), "against": "itself at eta 0", "aa": False},
-            {"a": (REFERENCE, False, "keep", 1), "b": ref1, "against": "ref", "aa": False}]
+            {"a": (RESERVE_OCCUPY, False, "keep", 1), "b": ref1, "against": "ref", "aa": False}]
 
 
 def ranking(etas: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
@@ -550,7 +550,7 @@ def ranking(etas: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
     keep) against each rule of ``RANKED`` at its best settings; then, at the first eta,
     Reserve-Occupy's own levers: keep against abort, streaming against whole batch, and the
     eta against eta 0."""
-    ro = (REFERENCE, True, "keep")
+    ro = (RESERVE_OCCUPY, True, "keep")
     out: list[dict[str, Any]] = []
     for eta in etas:
         ref = (*REF, eta)
@@ -561,9 +561,9 @@ def ranking(etas: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
     eta = etas[0]
     # (``lever``: the same rule on both sides, so the same decisions are expected and the ratio
     # is printed anyway: it is the lever's cost or gain, not the rules')
-    out += [{"a": (*ro, eta), "b": (REFERENCE, True, "abort", eta), "against": "itself, abort",
+    out += [{"a": (*ro, eta), "b": (RESERVE_OCCUPY, True, "abort", eta), "against": "itself, abort",
              "aa": False, "lever": True},
-            {"a": (*ro, eta), "b": (REFERENCE, False, "keep", eta),
+            {"a": (*ro, eta), "b": (RESERVE_OCCUPY, False, "keep", eta),
              "against": "itself, whole batch", "aa": False, "lever": True},
             {"a": (*ro, eta), "b": (*ro, 0), "against": "itself at eta 0", "aa": False}]
     return out
@@ -576,7 +576,7 @@ def filtering_headline() -> list[dict[str, Any]]:
     then Reserve-Occupy as it ships (streaming, keep, the runtime's filter) against NeMo-RL as
     shipped (streaming, keep, no filter), ``nemo_in_order`` whole batch (no filter) and
     ``verl_drop`` (its filter: evict and refill 1:1), all at eta 1."""
-    ro = (REFERENCE, True, "keep", 1)
+    ro = (RESERVE_OCCUPY, True, "keep", 1)
     ref1 = (*REF, 1)
     return [{"a": ref1, "b": ref1, "against": "ref", "aa": True},
             {"a": ro, "b": (*SHIPPED, 1), "against": "shipped", "aa": False},

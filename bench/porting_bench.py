@@ -20,9 +20,9 @@ from bench.cli import Parser, float_in, in_path, int_in, int_list, out_path  # n
 from reserve_occupy import Config, StalenessController
 from reserve_occupy.trace import dumps
 from reserve_occupy_porting.checker import check
-from reserve_occupy_porting.runner import ReferenceAdapter, run
+from reserve_occupy_porting.vector_runner import ReferenceAdapter, run
 from reserve_occupy_porting.vectors import load
-from reserve_occupy_porting.workload import Profile, drive
+from reserve_occupy_porting.drive import Profile, drive
 
 
 def main() -> None:

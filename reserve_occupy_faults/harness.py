@@ -15,7 +15,7 @@ driver stops the run: its tasks end, in-flight units are aborted, the store is c
 exception leaves ``Driver.run``, as ``train`` then exits 1); the incarnation must end with that
 ``RankLost``, and the next one resumes from the run directory on a new trainer of the fault's
 world size, as ``train --resume`` with another ``trainer.world_size`` does. The ``Evidence``
-collected on the way feeds ``checks``.
+collected on the way feeds ``properties``.
 
 Termination: at most ``MAX_INCARNATIONS`` incarnations, and the virtual clock (``WatchedClock``)
 ends a run still going at ``MAX_VIRTUAL_S`` simulated seconds or after ``MAX_WAKEUPS`` jumps
@@ -48,7 +48,7 @@ from runtime.tasks.base import Prompt
 from runtime.records import DriverSettings
 from runtime.trainer.sharded import RankLost
 
-from .checks import CHECKS, CrashPoint, Evidence, RankLoss
+from .properties import CHECKS, CrashPoint, Evidence, RankLoss
 from .fakes import INITIAL, Crash, CrashableRollout, HashTrainer, SimulatedCrash, Weights
 from .schedule import FIRST_WORLD_SIZE, RESTARTS, Schedule
 

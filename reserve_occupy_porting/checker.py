@@ -19,6 +19,7 @@ that into exit code 2.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,8 +43,7 @@ from .safety import SafetyTracker, Violation
 
 STRICT, LENIENT = "strict", "lenient"
 PEER = "peer"  # a peer's log, checked by ``peer_safety`` when the caller names its rule
-# x_policy of a Reserve–Occupy log (absent: the same) is RESERVE_OCCUPY; REFERENCE: its old name
-REFERENCE = RESERVE_OCCUPY
+# x_policy of a Reserve–Occupy log (absent: the same) is RESERVE_OCCUPY
 PROGRESS_EVERY = 100_000
 # A problem report draws the buffers before and after the offending event only up to this many
 # open slots: larger tables are unreadable, and snapshotting a million slots costs ~1 GB.
@@ -319,3 +319,13 @@ def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, boun
     report.staleness = dict(sorted(tracker.staleness.items()))
     report.dropped, report.aborted = tracker.dropped, tracker.aborted
     return report
+
+
+def __getattr__(name: str) -> str:
+    """``REFERENCE``: the old name of ``RESERVE_OCCUPY`` here, kept for one release (issue
+    35: the word also named other things); it warns (``DeprecationWarning``)."""
+    if name == "REFERENCE":
+        warnings.warn(f"{__name__}.REFERENCE is now RESERVE_OCCUPY (issue 35); the old "
+                      "name is kept for one release", DeprecationWarning, stacklevel=2)
+        return RESERVE_OCCUPY
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,7 +31,7 @@ from runtime import atomic_io, inputs
 from runtime.inputs import InputError
 
 from . import vectors as vec
-from .runner import (
+from .vector_runner import (
     STUCK_GRACE_S,
     Adapter,
     AdapterError,
@@ -40,7 +40,7 @@ from .runner import (
     ReferenceAdapter,
     SubprocessAdapter,
 )
-from .runner import run as run_vectors
+from .vector_runner import run as run_vectors
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "a port through an adapter, or check / regenerate the committed corpus.")
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--adapter", metavar="MODULE:CLASS",
-                     help="a Python adapter class (see reserve_occupy_porting.runner.Adapter); "
+                     help="a Python adapter class (see "
+                          "reserve_occupy_porting.vector_runner.Adapter); "
                           "default: the reference core")
     who.add_argument("--adapter-cmd", metavar="COMMAND",
                      help="a port in any language, spoken to in JSON Lines on stdin/stdout")
@@ -202,7 +203,7 @@ def _construct(args: argparse.Namespace, guard: CallGuard, module_name: str, att
     missing = [m for m in ADAPTER_METHODS if not callable(getattr(obj, m, None))]
     if missing:
         raise UsageError(f"adapter {args.adapter!r} is not an adapter: it lacks "
-                         f"{', '.join(missing)} (see reserve_occupy_porting.runner.Adapter)")
+                         f"{', '.join(missing)} (see reserve_occupy_porting.vector_runner.Adapter)")
     return obj
 
 

@@ -38,7 +38,7 @@ from reserve_occupy.trace import SCHEMA_VERSION, dumps, header, loads_bounded
 
 from runtime import atomic_io, inputs
 
-from .workload import Profile, Step, drive, play
+from .drive import Profile, Step, drive, play
 
 # The normative corpus, package data (spec/conformance/README.md says why it lives here).
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"

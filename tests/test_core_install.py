@@ -25,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.venv  # every test here runs in the fresh environment (about a minute)
 
 ROOT = Path(__file__).resolve().parents[1]
-ADAPTER = "from reserve_occupy_porting.runner import ReferenceAdapter as Adapter\n"
+ADAPTER = "from reserve_occupy_porting.vector_runner import ReferenceAdapter as Adapter\n"
 
 
 def _copy_distribution(name: str, site: Path) -> None:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from reserve_occupy.config import MAX_STALENESS
@@ -62,7 +63,6 @@ from .streaming_compute import (
     MAP_PEERS,
     MAP_RO,
     PEER_FRAMEWORKS,
-    REFERENCE,
     TARGET_CEILING,
     TARGET_FULL,
     TARGET_SHIPPED,
@@ -99,7 +99,6 @@ __all__ = [
     "CHUNK_SWEEP",
     "PSRL_SHARE",
     "IN_ORDER_AS_SHIPPED",
-    "REFERENCE",
     "TARGET_FULL",
     "TARGET_SHIPPED",
     "TARGET_CEILING",
@@ -255,6 +254,17 @@ def _stored(path: Path) -> dict:
     if not isinstance(data, dict) or not {"setting", "frameworks", "runs", "bounds"} <= set(data):
         raise inputs.InputError(f"--add: {path} is not a streaming study's results")
     return data
+
+
+def __getattr__(name: str) -> str:
+    """``REFERENCE``: the old name of ``IN_ORDER_AS_SHIPPED`` here, kept for one release (issue
+    35: the word also named other things); it warns (``DeprecationWarning``)."""
+    if name == "REFERENCE":
+        warnings.warn(f"{__name__}.REFERENCE is now IN_ORDER_AS_SHIPPED (issue 35); the old "
+                      "name is kept for one release", DeprecationWarning, stacklevel=2)
+        return IN_ORDER_AS_SHIPPED
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 if __name__ == "__main__":
     from runtime.cli import script

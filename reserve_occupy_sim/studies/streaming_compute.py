@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import json
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,6 @@ CHUNK_GROUPS = 1  # the streaming setting: NeMo-RL's smallest min_groups_for_str
 CHUNK_SWEEP = (1, 2, 4, 8, 16)
 PSRL_SHARE = 0.2  # recompute scope: the old-log-prob forward, 2N of the preset's 10N FLOP/token
 IN_ORDER_AS_SHIPPED = "NeMo in_order stream"  # the row every ratio is to
-REFERENCE = IN_ORDER_AS_SHIPPED  # its old name (not the policy runtime.peers called REFERENCE)
 TARGET_FULL = 1.08  # RO streaming >= 1.08x NeMo in_order full-batch at eta = 1
 TARGET_SHIPPED = 0.99  # ... >= 0.99x NeMo in_order as shipped, every regime-map cell
 TARGET_CEILING = 0.97  # ... >= 0.97x the unbounded ceiling on the same trainer at eta = 2
@@ -421,3 +421,13 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print, peers=(),
     say(f"regime map: {len(cells)} cells, peers run in {added}, "
         f"in {time.perf_counter() - start:.0f} s")
     return {"sweep": dataclasses.asdict(sweep), "cells": cells}
+
+
+def __getattr__(name: str) -> str:
+    """``REFERENCE``: the old name of ``IN_ORDER_AS_SHIPPED`` here, kept for one release (issue
+    35: the word also named other things); it warns (``DeprecationWarning``)."""
+    if name == "REFERENCE":
+        warnings.warn(f"{__name__}.REFERENCE is now IN_ORDER_AS_SHIPPED (issue 35); the old "
+                      "name is kept for one release", DeprecationWarning, stacklevel=2)
+        return IN_ORDER_AS_SHIPPED
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

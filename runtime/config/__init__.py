@@ -13,10 +13,12 @@ the YAML-bomb guard, duplicate keys, old key names). What only this machine can 
 does not import it back (no import circle).
 """
 
+import warnings
+
 from reserve_occupy.config import MAX_STALENESS
 from reserve_occupy.trace import MAX_JSON_DEPTH
 
-from ..peers import POLICY_CHOICES, REFERENCE, peer_streams, unhonoured
+from ..peers import POLICY_CHOICES, RESERVE_OCCUPY, peer_streams, unhonoured
 from ..records import DriverSettings
 from .files import (
     MAX_CONFIG_BYTES,
@@ -76,7 +78,7 @@ __all__ = [
     "MAX_COLLECTIVE_TIMEOUT_S", "MAX_CONFIG_BYTES", "MAX_ETA", "MAX_GROUPS", "MAX_JSON_DEPTH",
     "MAX_SEED", "MAX_STALENESS", "MAX_TINY_HIDDEN", "MAX_TINY_LAYERS", "MAX_TINY_PARAMS",
     "MAX_WORLD", "MAX_YAML_VALUES", "NAME_SETTINGS", "PATH_SETTINGS", "POLICY_CHOICES",
-    "REFERENCE", "RENAMED_KEYS",
+    "RENAMED_KEYS", "RESERVE_OCCUPY",
     "ConfigFileError", "CorrectionConfig", "DataConfig", "DriverSettings", "ModelConfig",
     "RayConfig", "RecoveryConfig", "RewardConfig", "RolloutConfig", "RunConfig",
     "StalenessConfig", "TimeoutConfig", "TinyModelConfig", "TrainConfig", "TrainerConfig",
@@ -87,3 +89,13 @@ __all__ = [
     "_check_texts", "_deprecated", "_describe", "_finite_mapping", "_non_finite",
     "_rename_keys", "_stderr",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """``REFERENCE``: the old name of ``RESERVE_OCCUPY`` here, kept for one release (issue
+    35: the word also named other things); it warns (``DeprecationWarning``)."""
+    if name == "REFERENCE":
+        warnings.warn(f"{__name__}.REFERENCE is now RESERVE_OCCUPY (issue 35); the old "
+                      "name is kept for one release", DeprecationWarning, stacklevel=2)
+        return RESERVE_OCCUPY
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

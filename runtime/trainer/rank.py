@@ -276,8 +276,8 @@ class RankTrainer(GRPOTrainer):
         # A write that fails (a full disk: OSError) fails rank 0's answer; the driver then
         # stops every rank (runtime.trainer.sharded), so none is left waiting in a gather.
         path.mkdir(parents=True, exist_ok=True)
-        safetensors_writer.write_streamed(path / "model.safetensors", entries, fetch,
-                                          metadata={"format": "pt"})
+        safetensors_writer.write_file(path / "model.safetensors", entries, fetch,
+                                      metadata={"format": "pt"})
         self.model.config.save_pretrained(path)
         gen = getattr(self.model, "generation_config", None)
         if gen is not None:

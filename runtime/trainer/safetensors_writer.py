@@ -15,6 +15,7 @@ transformers and by vLLM; ``runtime.inputs.safetensors_file`` checks it as any o
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
@@ -27,7 +28,7 @@ DTYPE_NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16
                torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
 
 
-class StreamError(ValueError):
+class WriteError(ValueError):
     """A tensor that does not match what the header announced, or a dtype the writer lacks."""
 
 
@@ -39,7 +40,7 @@ def plan(entries: Iterable[tuple[str, torch.dtype, tuple[int, ...]]],
     listed = list(entries)
     for name, dtype, _ in listed:
         if dtype not in DTYPE_NAMES:
-            raise StreamError(f"tensor {name!r}: dtype {dtype} has no safetensors name here")
+            raise WriteError(f"tensor {name!r}: dtype {dtype} has no safetensors name here")
     return sorted(listed, key=lambda e: -e[1].itemsize)
 
 
@@ -63,15 +64,15 @@ def write_tensor(f: BinaryIO, name: str, dtype: torch.dtype, shape: tuple[int, .
                  t: torch.Tensor) -> None:
     """``t``'s bytes (little-endian, row-major), after checking it is what the header says."""
     if t.dtype != dtype or tuple(t.shape) != tuple(shape):
-        raise StreamError(f"tensor {name!r}: announced {dtype} {list(shape)}, got {t.dtype} "
+        raise WriteError(f"tensor {name!r}: announced {dtype} {list(shape)}, got {t.dtype} "
                           f"{list(t.shape)}")
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     f.write(memoryview(flat.view(torch.uint8).numpy()))
 
 
-def write_streamed(path: Path, entries: Iterable[tuple[str, torch.dtype, tuple[int, ...]]],
-                   fetch: Callable[[str], torch.Tensor], metadata: dict[str, str] | None = None,
-                   ) -> int:
+def write_file(path: Path, entries: Iterable[tuple[str, torch.dtype, tuple[int, ...]]],
+               fetch: Callable[[str], torch.Tensor], metadata: dict[str, str] | None = None,
+               ) -> int:
     """Write ``path`` as one safetensors file: the header from ``entries`` (name, dtype,
     shape), then ``fetch(name)`` for each in ``plan``'s order, each tensor dropped once
     written. Returns the file's size in bytes."""
@@ -83,3 +84,18 @@ def write_streamed(path: Path, entries: Iterable[tuple[str, torch.dtype, tuple[i
             write_tensor(f, name, dtype, shape, t)
             del t
         return f.tell()
+
+
+# the old names (issue 35: "stream" also names unit streaming), kept for one release
+_OLD_NAMES = {"write_streamed": "write_file", "StreamError": "WriteError"}
+
+
+def __getattr__(name: str) -> object:
+    """``write_streamed`` and ``StreamError``: the old names of ``write_file`` and
+    ``WriteError``, kept for one release; they warn (``DeprecationWarning``)."""
+    if name in _OLD_NAMES:
+        new = _OLD_NAMES[name]
+        warnings.warn(f"{__name__}.{name} is now {new} (issue 35); the old name is kept for "
+                      "one release", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

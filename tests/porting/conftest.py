@@ -8,7 +8,7 @@ import pytest
 
 from reserve_occupy import Config, StalenessController
 from reserve_occupy.trace import dumps
-from reserve_occupy_porting.workload import Profile, drive
+from reserve_occupy_porting.drive import Profile, drive
 
 CONFIGS = [
     Config(0, 2),

@@ -19,8 +19,8 @@ import pytest
 
 from reserve_occupy import StalenessController
 from runtime.cli import main
-from reserve_occupy_porting import runner, vectors
-from reserve_occupy_porting.runner import AdapterError, ReferenceAdapter, SubprocessAdapter
+from reserve_occupy_porting import vector_runner, vectors
+from reserve_occupy_porting.vector_runner import AdapterError, ReferenceAdapter, SubprocessAdapter
 
 
 class ExitsInPublish(ReferenceAdapter):
@@ -166,13 +166,13 @@ def test_an_over_long_answer_is_refused_once_it_passes_the_limit(monkeypatch):
         reads.append(n)
         return chunk[:n]
 
-    monkeypatch.setattr(runner.os, "read", read)
-    monkeypatch.setattr(runner.select, "select", lambda r, w, x, t: (r, [], []))
+    monkeypatch.setattr(vector_runner.os, "read", read)
+    monkeypatch.setattr(vector_runner.select, "select", lambda r, w, x, t: (r, [], []))
     adapter = SubprocessAdapter("port", answer_timeout_s=3600)
     adapter.proc = _FakeProc(0)  # its fd is never read: os.read is the fake above
     with pytest.raises(AdapterError, match="longer than 64 MiB: too long for one trace record"):
         adapter._readline()
-    assert sum(reads) <= runner.MAX_ANSWER_BYTES + (1 << 20)
+    assert sum(reads) <= vector_runner.MAX_ANSWER_BYTES + (1 << 20)
 
 
 def test_an_external_port_that_sends_100_mb_without_a_newline(tmp_path, capsys):

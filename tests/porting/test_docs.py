@@ -9,7 +9,7 @@ from reserve_occupy import Config, StalenessController
 from reserve_occupy_porting.checker import check
 from reserve_occupy_porting.report import render_text
 from reserve_occupy_porting.vectors import load
-from reserve_occupy_porting.workload import Profile, drive
+from reserve_occupy_porting.drive import Profile, drive
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -4,7 +4,7 @@ invariant are also rejected in lenient mode, naming that invariant, and the othe
 differently, or only stall -- pass lenient mode, as a legal-but-different port should.
 
 Traces come from driving each mutant with the rule scenarios, spec/scenarios and the first seeds
-of every conformance family (``reserve_occupy_porting.workload``); the mutant's own event log is the
+of every conformance family (``reserve_occupy_porting.drive``); the mutant's own event log is the
 trace.
 """
 
@@ -20,7 +20,7 @@ from proofs.mutants import MUTANTS
 from reserve_occupy import Config
 from reserve_occupy.trace import dumps
 from reserve_occupy_porting.checker import check
-from reserve_occupy_porting.runner import ReferenceAdapter, run
+from reserve_occupy_porting.vector_runner import ReferenceAdapter, run
 from reserve_occupy_porting.vectors import (
     FAMILIES,
     SCENARIOS,
@@ -29,7 +29,7 @@ from reserve_occupy_porting.vectors import (
     load,
     spec_scenario,
 )
-from reserve_occupy_porting.workload import drive, play
+from reserve_occupy_porting.drive import drive, play
 
 SEEDS_PER_FAMILY = 8
 

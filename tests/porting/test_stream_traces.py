@@ -11,7 +11,7 @@ import pytest
 from reserve_occupy import Config, replay
 from reserve_occupy.trace import TraceFormatError, header, parse_header, parse_lines, parse_record
 from reserve_occupy_porting.checker import check
-from reserve_occupy_porting.runner import ReferenceAdapter, run
+from reserve_occupy_porting.vector_runner import ReferenceAdapter, run
 from reserve_occupy_porting.vectors import load
 
 from .conftest import lines_of, records, reference_lines

@@ -20,7 +20,7 @@ from reserve_occupy.trace import (
     parse_record,
     trace_records,
 )
-from reserve_occupy_porting.workload import Profile, drive
+from reserve_occupy_porting.drive import Profile, drive
 
 from .conftest import CONFIGS
 

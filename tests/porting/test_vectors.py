@@ -16,7 +16,7 @@ import pytest
 
 from reserve_occupy_porting import conformance, vectors
 from reserve_occupy_porting.checker import check
-from reserve_occupy_porting.runner import ReferenceAdapter, SubprocessAdapter, run
+from reserve_occupy_porting.vector_runner import ReferenceAdapter, SubprocessAdapter, run
 from reserve_occupy_porting.vectors import SCENARIOS, load
 
 from .test_trace import HEADER_VALIDATOR, VALIDATOR

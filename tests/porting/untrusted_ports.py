@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from reserve_occupy_porting.runner import ReferenceAdapter
+from reserve_occupy_porting.vector_runner import ReferenceAdapter
 
 
 class HangsInPublish(ReferenceAdapter):

@@ -1,8 +1,8 @@
 """Audits of a run directory after a kill and a resume, from its durable files only.
 
 ``audit_run`` returns a list of problems (empty: the run is sound). It is the same judgement the
-fault harness makes (``reserve_occupy_faults.checks``), restated for a real run whose engine is not
-the harness's fake: the log passes ``check-trace`` strictly; every admitted unit ends consumed,
+fault harness makes (``reserve_occupy_faults.properties``), restated for a real run whose engine is
+not the harness's fake: the log passes ``check-trace`` strictly; every admitted unit ends consumed,
 aborted or filtered with a reason (or still finished); nothing is in flight at the end; the units
 the log had in flight at the kill were salvaged or aborted as lost and their prompts re-admitted;
 the units it had finished were trained after the restart; and every trained unit respects eta by the
@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reserve_occupy import UnitState
-from reserve_occupy_faults.checks import CrashPoint, Evidence, check_conservation, check_recovery
+from reserve_occupy_faults.properties import (
+    CrashPoint,
+    Evidence,
+    check_conservation,
+    check_recovery,
+)
 from reserve_occupy_porting.checker import STRICT, check
 from runtime.recovery.journal import read_log, rebuild
 from runtime.recovery.store import unit_filename

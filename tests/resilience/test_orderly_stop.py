@@ -8,8 +8,8 @@ prompts were drawn from the stream and never trained, so ``--resume`` re-admits 
 
 The runs are the fault harness's (``reserve_occupy_faults.harness``): the production driver, durable
 store and recovery on a virtual clock, the fake engine and the hash-chain trainer, every check
-of ``reserve_occupy_faults.checks`` at the end. The same run is stopped at the same point twice: by
-a lost trainer rank (orderly) and by a process crash just before the first write the orderly stop
+of ``reserve_occupy_faults.properties`` at the end. The same run is stopped at the same point twice:
+by a lost trainer rank (orderly) and by a process crash just before the first write the orderly stop
 made (its first ``shutdown`` abort), so both durable logs hold the same units in flight.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import pytest
 
-from reserve_occupy_faults.checks import check_conservation
+from reserve_occupy_faults.properties import check_conservation
 from reserve_occupy_faults.harness import Run, Variant
 from reserve_occupy_faults.schedule import Fault, Schedule
 from runtime.recovery.journal import read_log

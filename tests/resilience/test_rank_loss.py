@@ -2,8 +2,8 @@
 handled by the production driver and recovery (``reserve_occupy_faults.harness``). The run stops
 with the ``RankLost`` (nothing of the failed step is published), is resumed from its run directory
 on a trainer of another world size, and ends with the log's lineage; every check of
-``reserve_occupy_faults.checks`` runs at the end, and the broken variants that mishandle the loss
-are caught."""
+``reserve_occupy_faults.properties`` runs at the end, and the broken variants that mishandle the
+loss are caught."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ and without a torn log line), and the interesting ones named, with what recovery
 
 The runs are the fault harness's (``reserve_occupy_faults.harness``): the production driver, durable
 store and recovery on a virtual clock, the fake engine and the hash-chain trainer, every check
-of ``reserve_occupy_faults.checks`` at the end.
+of ``reserve_occupy_faults.properties`` at the end.
 """
 
 from __future__ import annotations

@@ -361,7 +361,7 @@ def test_check_refuses_a_tiny_model_cache_it_cannot_write(tmp_path, capsys, monk
 
 @pytest.mark.parametrize("argv, option", [
     # before: each accepted and ignored (exit 0)
-    (["--list", "--adapter", "reserve_occupy_porting.runner:ReferenceAdapter"], "--adapter"),
+    (["--list", "--adapter", "reserve_occupy_porting.vector_runner:ReferenceAdapter"], "--adapter"),
     (["--check", "--stride", "5"], "--stride"),
     (["--check", "--lenient"], "--lenient"),
     (["--export", "basic/00000", "--family", "spec"], "--family"),

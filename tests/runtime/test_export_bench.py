@@ -2,7 +2,7 @@
 small size end to end over two ranks (no engine: the push is the runtime's
 ``VLLMRollout.load_weights``, tested with the real engine in test_vllm_refit.py). The bench's
 numbers are its output, not asserted; what is asserted is structural (what the streamed file
-holds is tested in test_streamed.py and test_sharded_trainer.py)."""
+holds is tested in test_safetensors_writer.py and test_sharded_trainer.py)."""
 
 from __future__ import annotations
 

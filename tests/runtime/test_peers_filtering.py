@@ -75,7 +75,7 @@ def test_the_workload_s_options():
     w = bench.WORKLOADS["filtering"]
     args = bench.parse(["--workload", "filtering", "--headline", "--seeds", "0,1,2,3,4"])
     assert args.comps == bench.filtering_headline()
-    ro, ref, shipped = (bench.REFERENCE, True, "keep", 1), (*bench.REF, 1), (*bench.SHIPPED, 1)
+    ro, ref, shipped = (bench.RESERVE_OCCUPY, True, "keep", 1), (*bench.REF, 1), (*bench.SHIPPED, 1)
     assert [(c["a"], c["b"], c["aa"]) for c in args.comps] == [
         (ref, ref, True), (ro, shipped, False), (ro, ref, False),
         (ro, ("verl_drop", False, "keep", 1), False)]
@@ -179,7 +179,7 @@ async def test_a_tiny_filtering_grid_filters_and_its_table_agrees(engine, tmp_pa
                      "filtered": {str(r["unit"]) for r in events if r.get("op") == "abort"
                                   and r["meta"].get("reason") == "no_gradient"}})
 
-    ro, shipped = (bench.REFERENCE, True, "keep", 1), (*bench.SHIPPED, 1)
+    ro, shipped = (bench.RESERVE_OCCUPY, True, "keep", 1), (*bench.SHIPPED, 1)
     comps = [{"a": ro, "b": shipped, "against": "shipped", "aa": False}]
     results = await bench.main([ro, shipped], [seed], steps, w["median"], w["sigma"],
                                engine=engine, warmup_steps=1, comps=comps, shape=shape,

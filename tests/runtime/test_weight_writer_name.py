@@ -19,7 +19,7 @@ def test_the_old_name_is_the_safetensors_writer(monkeypatch):
         warnings.simplefilter("always")
         old = importlib.import_module("runtime.trainer.streamed")
     assert old is new
-    assert old.write_streamed is new.write_streamed and old.StreamError is new.StreamError
+    assert old.write_file is new.write_file and old.WriteError is new.WriteError
     assert [str(w.message) for w in seen if issubclass(w.category, DeprecationWarning)] == [
         "runtime.trainer.streamed moved to runtime.trainer.safetensors_writer (issue 35); the "
         "old name is an alias for one release"]

@@ -181,14 +181,14 @@ def test_study_tiny_writes_its_tables(tmp_path):
                             chunk_sweep=(1,), say=lambda _m: None)
     keys = {r["framework"] for r in payload["rows"]}
     assert keys == {fw.key for fw in streaming.FRAMEWORKS}
-    ref = [r for r in payload["rows"] if r["framework"] == streaming.REFERENCE][0]
+    ref = [r for r in payload["rows"] if r["framework"] == streaming.IN_ORDER_AS_SHIPPED][0]
     assert ref["vs_reference"] == pytest.approx(1.0)
     page = tmp_path / "page.md"
     page.write_text("a\n<!-- BEGIN generated:streaming-table -->\nold\n"
                     "<!-- END generated:streaming-table -->\nb\n")
     streaming.write_page(page, {"streaming-table": streaming.table(payload)})
     text = page.read_text()
-    assert "old" not in text and streaming.REFERENCE in text and text.endswith("b\n")
+    assert "old" not in text and streaming.IN_ORDER_AS_SHIPPED in text and text.endswith("b\n")
 
 
 def test_the_page_shows_the_results_file():

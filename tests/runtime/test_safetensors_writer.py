@@ -1,4 +1,5 @@
-"""``runtime.trainer.safetensors_writer`` (``runtime.trainer.streamed`` before): the
+"""``runtime.trainer.safetensors_writer`` (``runtime.trainer.streamed`` before; its
+``write_file`` and ``WriteError`` were ``write_streamed`` and ``StreamError``): the
 tensor-by-tensor safetensors writer of the sharded export.
 What it writes is read back by the safetensors library itself and passes the runtime's own file
 check; it holds one fetched tensor at a time; a tensor unlike its announcement is refused."""
@@ -14,7 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from runtime.inputs import safetensors_file
-from runtime.trainer import safetensors_writer as streamed
+from runtime.trainer import safetensors_writer as writer
 
 
 def _tensors() -> dict[str, torch.Tensor]:
@@ -36,8 +37,8 @@ def _entries(t: dict[str, torch.Tensor]) -> list[tuple[str, torch.dtype, tuple[i
 def test_round_trip_through_the_library(tmp_path):
     t = _tensors()
     path = tmp_path / "model.safetensors"
-    size = streamed.write_streamed(path, _entries(t), lambda n: t[n].clone(),
-                                   metadata={"format": "pt"})
+    size = writer.write_file(path, _entries(t), lambda n: t[n].clone(),
+                             metadata={"format": "pt"})
     assert size == path.stat().st_size
     back = load_file(str(path))
     assert back.keys() == t.keys()
@@ -54,8 +55,8 @@ def test_round_trip_through_the_library(tmp_path):
 
 def test_every_tensor_starts_at_a_multiple_of_its_element_size(tmp_path):
     t = _tensors()
-    order = streamed.plan(_entries(t))
-    head = streamed.header(order)
+    order = writer.plan(_entries(t))
+    head = writer.header(order)
     assert len(head) % 8 == 0
     import json
 
@@ -66,8 +67,8 @@ def test_every_tensor_starts_at_a_multiple_of_its_element_size(tmp_path):
 
 
 def test_one_tensor_held_at_a_time(tmp_path):
-    """The writer drops each tensor before it asks for the next (the point of streaming:
-    rank 0 never holds the whole model)."""
+    """The writer drops each tensor before it asks for the next (the point of writing tensor
+    by tensor: rank 0 never holds the whole model)."""
     t = _tensors()
     alive: list[weakref.ref] = []
     held_at_fetch: list[int] = []
@@ -79,24 +80,24 @@ def test_one_tensor_held_at_a_time(tmp_path):
         alive.append(weakref.ref(out))
         return out
 
-    streamed.write_streamed(tmp_path / "m.safetensors", _entries(t), fetch)
+    writer.write_file(tmp_path / "m.safetensors", _entries(t), fetch)
     assert held_at_fetch == [0] * len(t)
 
 
 def test_a_tensor_unlike_its_announcement_is_refused(tmp_path):
     t = _tensors()
-    with pytest.raises(streamed.StreamError, match="'f.weight': announced torch.float32 "
-                                                   r"\[4, 4\], got torch.float32 \[4, 5\]"):
-        streamed.write_streamed(tmp_path / "m.safetensors", _entries(t),
-                                lambda n: torch.zeros(4, 5) if n == "f.weight" else t[n])
-    with pytest.raises(streamed.StreamError, match="'b.bias': announced torch.bfloat16"):
-        streamed.write_streamed(tmp_path / "m.safetensors", _entries(t),
-                                lambda n: t[n].float() if n == "b.bias" else t[n])
+    with pytest.raises(writer.WriteError, match="'f.weight': announced torch.float32 "
+                                               r"\[4, 4\], got torch.float32 \[4, 5\]"):
+        writer.write_file(tmp_path / "m.safetensors", _entries(t),
+                          lambda n: torch.zeros(4, 5) if n == "f.weight" else t[n])
+    with pytest.raises(writer.WriteError, match="'b.bias': announced torch.bfloat16"):
+        writer.write_file(tmp_path / "m.safetensors", _entries(t),
+                          lambda n: t[n].float() if n == "b.bias" else t[n])
 
 
 def test_a_dtype_without_a_name_is_refused_before_writing(tmp_path):
     path = tmp_path / "m.safetensors"
-    with pytest.raises(streamed.StreamError, match="'z': dtype torch.complex64"):
-        streamed.write_streamed(path, [("z", torch.complex64, (2,))],
-                                lambda n: torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(writer.WriteError, match="'z': dtype torch.complex64"):
+        writer.write_file(path, [("z", torch.complex64, (2,))],
+                          lambda n: torch.zeros(2, dtype=torch.complex64))
     assert not path.exists()
