@@ -19,7 +19,6 @@ that into exit code 2.
 from __future__ import annotations
 
 import itertools
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +39,7 @@ from reserve_occupy_peers import RESERVE_OCCUPY
 from .compare import Difference, differences, rule_for
 from .peer_safety import PeerTracker
 from .safety import SafetyTracker, Violation
+from runtime._moved import renamed
 
 STRICT, LENIENT = "strict", "lenient"
 PEER = "peer"  # a peer's log, checked by ``peer_safety`` when the caller names its rule
@@ -321,11 +321,6 @@ def _check_peer(config: Config, entries: Iterable[TraceEntry], policy: str, boun
     return report
 
 
-def __getattr__(name: str) -> str:
-    """``REFERENCE``: the old name of ``RESERVE_OCCUPY`` here, kept for one release (issue
-    35: the word also named other things); it warns (``DeprecationWarning``)."""
-    if name == "REFERENCE":
-        warnings.warn(f"{__name__}.REFERENCE is now RESERVE_OCCUPY (issue 35); the old "
-                      "name is kept for one release", DeprecationWarning, stacklevel=2)
-        return RESERVE_OCCUPY
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``REFERENCE``, the old name of ``RESERVE_OCCUPY`` here (the word also named other things), kept
+# for one release; it warns (``DeprecationWarning``)
+__getattr__ = renamed(__name__, {"REFERENCE": "RESERVE_OCCUPY"}, globals())

@@ -23,6 +23,7 @@ import importlib.abc
 import importlib.util
 import sys
 import warnings
+from collections.abc import Callable
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
@@ -84,3 +85,21 @@ def install() -> None:
     """Put the finder first on ``sys.meta_path`` (once)."""
     if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _AliasFinder())
+
+
+def renamed(module: str, names: dict[str, str], space: dict) -> Callable[[str], object]:
+    """A module's ``__getattr__`` answering its renamed attributes, kept for one release:
+    ``names`` maps each old name to the new one, looked up in ``space`` (the module's
+    ``globals()``) when asked, with a ``DeprecationWarning`` naming the new name. Any other
+    missing name is an ``AttributeError``, as without it. One helper for the modules that
+    renamed a public name (issue 35), so each says only what was renamed."""
+
+    def __getattr__(name: str) -> object:
+        new = names.get(name)
+        if new is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} is now {new} (issue 35); the old name is kept for "
+                      "one release", DeprecationWarning, stacklevel=2)
+        return space[new]
+
+    return __getattr__

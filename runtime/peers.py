@@ -88,7 +88,6 @@ streams finer than groups (PSRL's fine-grained rule is about chunks of trajector
 from __future__ import annotations
 
 import math
-import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -113,6 +112,7 @@ from reserve_occupy.types import BatchUnit, SlotRef
 from reserve_occupy_peers import POLICIES, RESERVE_OCCUPY, Group, Policy, make_policy
 
 from .records import STALE  # meta.reason of a finished unit the rule dropped untrained
+from ._moved import renamed
 
 # The simulator's policies the runtime can drive, in the order tables use.
 PEER_POLICIES = ("nemo_in_order", "nemo_weight_fifo", "verl_drop", "roll", "areal", "synchronous",
@@ -610,11 +610,6 @@ class PeerController:
         return self._units[unit_id], state
 
 
-def __getattr__(name: str) -> str:
-    """``REFERENCE``: the old name of ``RESERVE_OCCUPY`` here, kept for one release (issue
-    35: the word also named other things); it warns (``DeprecationWarning``)."""
-    if name == "REFERENCE":
-        warnings.warn(f"{__name__}.REFERENCE is now RESERVE_OCCUPY (issue 35); the old "
-                      "name is kept for one release", DeprecationWarning, stacklevel=2)
-        return RESERVE_OCCUPY
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``REFERENCE``, the old name of ``RESERVE_OCCUPY`` here (the word also named other things), kept
+# for one release; it warns (``DeprecationWarning``)
+__getattr__ = renamed(__name__, {"REFERENCE": "RESERVE_OCCUPY"}, globals())

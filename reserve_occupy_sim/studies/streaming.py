@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
 from pathlib import Path
 
 from reserve_occupy.config import MAX_STALENESS
@@ -93,6 +92,7 @@ from .streaming_render import (
     targets_table,
     write_page,
 )
+from runtime._moved import renamed
 
 __all__ = [
     "CHUNK_GROUPS",
@@ -256,14 +256,9 @@ def _stored(path: Path) -> dict:
     return data
 
 
-def __getattr__(name: str) -> str:
-    """``REFERENCE``: the old name of ``IN_ORDER_AS_SHIPPED`` here, kept for one release (issue
-    35: the word also named other things); it warns (``DeprecationWarning``)."""
-    if name == "REFERENCE":
-        warnings.warn(f"{__name__}.REFERENCE is now IN_ORDER_AS_SHIPPED (issue 35); the old "
-                      "name is kept for one release", DeprecationWarning, stacklevel=2)
-        return IN_ORDER_AS_SHIPPED
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``REFERENCE``, the old name of ``IN_ORDER_AS_SHIPPED`` here (the word also named other
+# things), kept for one release; it warns (``DeprecationWarning``)
+__getattr__ = renamed(__name__, {"REFERENCE": "IN_ORDER_AS_SHIPPED"}, globals())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import json
 import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ from ..model.core import SimulationStalled
 from ..model.cost import CostModel, preset
 from ..model.runner import RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
+from runtime._moved import renamed
 
 
 CHUNK_GROUPS = 1  # the streaming setting: NeMo-RL's smallest min_groups_for_streaming_train
@@ -423,11 +423,6 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print, peers=(),
     return {"sweep": dataclasses.asdict(sweep), "cells": cells}
 
 
-def __getattr__(name: str) -> str:
-    """``REFERENCE``: the old name of ``IN_ORDER_AS_SHIPPED`` here, kept for one release (issue
-    35: the word also named other things); it warns (``DeprecationWarning``)."""
-    if name == "REFERENCE":
-        warnings.warn(f"{__name__}.REFERENCE is now IN_ORDER_AS_SHIPPED (issue 35); the old "
-                      "name is kept for one release", DeprecationWarning, stacklevel=2)
-        return IN_ORDER_AS_SHIPPED
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``REFERENCE``, the old name of ``IN_ORDER_AS_SHIPPED`` here (the word also named other
+# things), kept for one release; it warns (``DeprecationWarning``)
+__getattr__ = renamed(__name__, {"REFERENCE": "IN_ORDER_AS_SHIPPED"}, globals())

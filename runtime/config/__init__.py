@@ -13,7 +13,6 @@ the YAML-bomb guard, duplicate keys, old key names). What only this machine can 
 does not import it back (no import circle).
 """
 
-import warnings
 
 from reserve_occupy.config import MAX_STALENESS
 from reserve_occupy.trace import MAX_JSON_DEPTH
@@ -72,6 +71,7 @@ from .schema import (
     _non_finite,
     _Section,
 )
+from .._moved import renamed
 
 __all__ = [
     "CORRECTION_OPTIONS", "DEFAULT_CAP", "DEFAULT_HIGH", "DEFAULT_LOW", "MAX_CANDIDATES",
@@ -91,11 +91,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
-    """``REFERENCE``: the old name of ``RESERVE_OCCUPY`` here, kept for one release (issue
-    35: the word also named other things); it warns (``DeprecationWarning``)."""
-    if name == "REFERENCE":
-        warnings.warn(f"{__name__}.REFERENCE is now RESERVE_OCCUPY (issue 35); the old "
-                      "name is kept for one release", DeprecationWarning, stacklevel=2)
-        return RESERVE_OCCUPY
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``REFERENCE``, the old name of ``RESERVE_OCCUPY`` here (the word also named other things), kept
+# for one release; it warns (``DeprecationWarning``)
+__getattr__ = renamed(__name__, {"REFERENCE": "RESERVE_OCCUPY"}, globals())

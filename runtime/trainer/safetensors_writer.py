@@ -15,12 +15,13 @@ transformers and by vLLM; ``runtime.inputs.safetensors_file`` checks it as any o
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
 import torch
+
+from .._moved import renamed
 
 # torch dtype -> the format's name (the subset a trainer's weights take)
 DTYPE_NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
@@ -87,15 +88,7 @@ def write_file(path: Path, entries: Iterable[tuple[str, torch.dtype, tuple[int, 
 
 
 # the old names (issue 35: "stream" also names unit streaming), kept for one release
-_OLD_NAMES = {"write_streamed": "write_file", "StreamError": "WriteError"}
-
-
-def __getattr__(name: str) -> object:
-    """``write_streamed`` and ``StreamError``: the old names of ``write_file`` and
-    ``WriteError``, kept for one release; they warn (``DeprecationWarning``)."""
-    if name in _OLD_NAMES:
-        new = _OLD_NAMES[name]
-        warnings.warn(f"{__name__}.{name} is now {new} (issue 35); the old name is kept for "
-                      "one release", DeprecationWarning, stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``write_streamed`` and ``StreamError``, the old names of ``write_file`` and ``WriteError``
+# (they read as unit streaming), kept for one release; they warn (``DeprecationWarning``)
+__getattr__ = renamed(__name__, {"write_streamed": "write_file", "StreamError": "WriteError"},
+                      globals())
