@@ -104,7 +104,8 @@ class LogCounts:
     * ``aborted``: every other unit that ended ABORTED: ``abort`` lines and the units each
       operation's ``aborted`` list names (closing rule, STUCK release), by reason in
       ``aborted_by_reason``;
-    * ``released_stuck``: units aborted by ``release_stuck``;
+    * ``released_stuck``: units aborted by ``release_stuck``; ``truncated``: units it placed
+      instead (``staleness.stuck_action=truncate``: its moves with reason ``truncate``);
     * ``staleness``: {staleness: units} over the consumed batches.
 
     ``fates`` maps each unit whose fate the log settled to it, in the words the counts use:
@@ -112,7 +113,8 @@ class LogCounts:
     ``UNSETTLED`` is ``unsettled:<reason>``; a unit still live has none. ``LengthLog`` joins
     it with the samples' lengths."""
 
-    FIELDS = ("steps", "admitted", "trained", "filtered", "aborted", "released_stuck")
+    FIELDS = ("steps", "admitted", "trained", "filtered", "aborted", "released_stuck",
+              "truncated")
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(self.FIELDS, 0)
@@ -155,6 +157,8 @@ class LogCounts:
         aborted = record.get("aborted", ())
         if op == "release_stuck":
             c["released_stuck"] += len(aborted)
+            c["truncated"] += sum(1 for m in record.get("moves", ())
+                                  if m.get("reason") == "truncate")
             self._aborted("released_stuck", len(aborted))
         elif op in ("occupy", "abort", "filter"):
             self._aborted("closing_rule", len(aborted))
