@@ -100,7 +100,8 @@ class LogCounts:
     * ``admitted``: ``reserve`` lines; ``trained``: units in ``consume`` batches;
     * ``filtered``: ``abort`` lines with ``meta.reason == "no_gradient"`` and ``filter`` lines
       (but a ``filter`` with ``meta.reason == "stale"``, a peer's rule dropping a finished unit,
-      is aborted, reason ``stale``);
+      is aborted, reason ``stale``, and one with ``lost_in_crash``, recovery dropping a truncated
+      unit the crash left without its file, aborted, reason ``lost_in_crash``);
     * ``aborted``: every other unit that ended ABORTED: ``abort`` lines and the units each
       operation's ``aborted`` list names (closing rule, STUCK release), by reason in
       ``aborted_by_reason``;
@@ -141,9 +142,11 @@ class LogCounts:
             for u in units:
                 self.staleness[u["staleness"]] = self.staleness.get(u["staleness"], 0) + 1
                 self.fates[u["unit"]] = "trained"
-        elif op == "filter" and reason == STALE:
-            self._aborted(STALE)
-            self.fates[record["unit"]] = f"aborted:{STALE}"
+        elif op == "filter" and reason in (STALE, "lost_in_crash"):
+            # a peer's rule dropping a finished unit; recovery filtering a truncated unit the
+            # crash left without its file (its prompt re-admitted, as an aborted one's)
+            self._aborted(reason)
+            self.fates[record["unit"]] = unsettled or f"aborted:{reason}"
         elif op == "filter":
             c["filtered"] += 1
             self.fates[record["unit"]] = unsettled or "filtered"
