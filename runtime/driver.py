@@ -446,7 +446,8 @@ class Driver:
             self._dropped_by_controller(removal.aborted)
         else:
             if self.persist is not None:  # the data is durable before the log says FINISHED
-                self.persist.group_finished(g)  # (truncated: as soon as it exists, see below)
+                self.persist.group_finished(g)  # (truncated: placed at the release, written
+                # now; recovery knows the window, docs/recovery.md invariant 1)
             if not truncated:
                 placement = self.controller.occupy(g.unit_id)
                 self._note("occupy", g, slot=tuple(placement.slot))
