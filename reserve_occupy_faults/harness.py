@@ -202,12 +202,15 @@ class Run:
         cp = CrashPoint(len(contents.events),
                         {u.unit_id for u in units if u.state is UnitState.FINISHED},
                         {u.unit_id for u in units if u.state is UnitState.IN_FLIGHT})
-        if self.lose and cp.finished:
-            f = self.lose.pop(0)
-            victim = sorted(cp.finished, key=str)[f.target % len(cp.finished)]
-            path = self.root / "trajectories"
-            from runtime.recovery.store import unit_filename
+        from runtime.recovery.store import unit_filename
 
+        path = self.root / "trajectories"
+        cp.unwritten = {u for u in cp.finished - self.deleted
+                        if not (path / unit_filename(u)).exists()}
+        written = cp.finished - cp.unwritten  # (a fault removes a file that was written)
+        if self.lose and written:
+            f = self.lose.pop(0)
+            victim = sorted(written, key=str)[f.target % len(written)]
             (path / unit_filename(victim)).unlink(missing_ok=True)
             self.deleted.add(victim)
             self.outcome.injected["lose_trajectory"] += 1

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from reserve_occupy import Batch, UnitId, UnitState
+from reserve_occupy import Batch, MoveReason, UnitId, UnitState
 
 from runtime.recovery.durable import group_from_record
 from runtime.recovery.journal import read_log, rebuild
@@ -52,6 +52,9 @@ class CrashPoint:
     finished: set[UnitId]
     in_flight: set[UnitId]
     deleted: set[UnitId] = field(default_factory=set)  # trajectory files a fault removed
+    # FINISHED without a file, no fault involved: only a unit a truncating STUCK release placed
+    # before its partial output was rewarded and written (docs/recovery.md, invariant 1)
+    unwritten: set[UnitId] = field(default_factory=set)
     report: Any = None
 
 
@@ -124,8 +127,9 @@ def check_conservation(ev: Evidence) -> tuple[list[str], int]:
                 consumed[u] = e.batch.version  # type: ignore[union-attr]
         elif e.op in ("abort", "filter") and not meta.get("reason"):
             out.append(f"{e.op} of {e.unit_id!r} (seq {e.seq}) has no reason")
-        if meta.get("reason") in ("lost_in_crash", "recovered") and e.op in ("abort", "occupy"):
-            lost += ([e.unit_id] if e.op == "abort" else []) + list(e.aborted)
+        if meta.get("reason") in ("lost_in_crash", "recovered") and e.op in ("abort", "occupy",
+                                                                             "filter"):
+            lost += ([e.unit_id] if e.op in ("abort", "filter") else []) + list(e.aborted)
         elif meta.get("reason") == "shutdown" and e.op == "abort" and e.seq < resumed:
             stopped += [e.unit_id, *e.aborted]
         n += 1
@@ -188,11 +192,25 @@ def check_recovery(ev: Evidence) -> tuple[list[str], int]:
                 out.append(f"restart {k}: unit {unit!r} was IN_FLIGHT at the crash; next in "
                            f"its window of the log: {first.get(unit, 'nothing')}, not a "
                            f"recovery abort or occupy")
+        truncated = {m.unit_id for e in events[:cp.events] if e.op == "release_stuck"
+                     for m in e.moves if m.reason is MoveReason.TRUNCATE}
         for unit in sorted(cp.finished, key=str):
             n += 1
             state = at_end.unit_state(unit)
             reason = filtered.get(unit)
-            if unit in cp.deleted:
+            if unit in cp.unwritten:
+                deferred = not last and state is UnitState.FINISHED
+                if unit not in truncated:
+                    out.append(f"restart {k}: unit {unit!r} was FINISHED at the crash without "
+                               f"its trajectory file, and no truncating STUCK release placed "
+                               f"it (the file comes before the occupy line)")
+                elif not deferred and (state is not UnitState.FILTERED
+                                       or reason != "lost_in_crash"):
+                    out.append(f"restart {k}: truncated unit {unit!r} was FINISHED at the "
+                               f"crash before its file was written, and was {state.value} "
+                               f"when this restart's window of the log ended (filter reason "
+                               f"{reason!r}, not lost_in_crash)")
+            elif unit in cp.deleted:
                 deferred = not last and state is UnitState.FINISHED
                 if not deferred and (state is not UnitState.FILTERED
                                      or reason != "trajectory_missing"):

@@ -100,11 +100,13 @@ class LogCounts:
     * ``admitted``: ``reserve`` lines; ``trained``: units in ``consume`` batches;
     * ``filtered``: ``abort`` lines with ``meta.reason == "no_gradient"`` and ``filter`` lines
       (but a ``filter`` with ``meta.reason == "stale"``, a peer's rule dropping a finished unit,
-      is aborted, reason ``stale``);
+      is aborted, reason ``stale``, and one with ``lost_in_crash``, recovery dropping a truncated
+      unit the crash left without its file, aborted, reason ``lost_in_crash``);
     * ``aborted``: every other unit that ended ABORTED: ``abort`` lines and the units each
       operation's ``aborted`` list names (closing rule, STUCK release), by reason in
       ``aborted_by_reason``;
-    * ``released_stuck``: units aborted by ``release_stuck``;
+    * ``released_stuck``: units aborted by ``release_stuck``; ``truncated``: units it placed
+      instead (``staleness.stuck_action=truncate``: its moves with reason ``truncate``);
     * ``staleness``: {staleness: units} over the consumed batches.
 
     ``fates`` maps each unit whose fate the log settled to it, in the words the counts use:
@@ -112,7 +114,8 @@ class LogCounts:
     ``UNSETTLED`` is ``unsettled:<reason>``; a unit still live has none. ``LengthLog`` joins
     it with the samples' lengths."""
 
-    FIELDS = ("steps", "admitted", "trained", "filtered", "aborted", "released_stuck")
+    FIELDS = ("steps", "admitted", "trained", "filtered", "aborted", "released_stuck",
+              "truncated")
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(self.FIELDS, 0)
@@ -139,9 +142,11 @@ class LogCounts:
             for u in units:
                 self.staleness[u["staleness"]] = self.staleness.get(u["staleness"], 0) + 1
                 self.fates[u["unit"]] = "trained"
-        elif op == "filter" and reason == STALE:
-            self._aborted(STALE)
-            self.fates[record["unit"]] = f"aborted:{STALE}"
+        elif op == "filter" and reason in (STALE, "lost_in_crash"):
+            # a peer's rule dropping a finished unit; recovery filtering a truncated unit the
+            # crash left without its file (its prompt re-admitted, as an aborted one's)
+            self._aborted(reason)
+            self.fates[record["unit"]] = unsettled or f"aborted:{reason}"
         elif op == "filter":
             c["filtered"] += 1
             self.fates[record["unit"]] = unsettled or "filtered"
@@ -155,6 +160,8 @@ class LogCounts:
         aborted = record.get("aborted", ())
         if op == "release_stuck":
             c["released_stuck"] += len(aborted)
+            c["truncated"] += sum(1 for m in record.get("moves", ())
+                                  if m.get("reason") == "truncate")
             self._aborted("released_stuck", len(aborted))
         elif op in ("occupy", "abort", "filter"):
             self._aborted("closing_rule", len(aborted))

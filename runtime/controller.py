@@ -111,6 +111,13 @@ class Controller(Protocol):
     def release_stuck(self, meta: Meta = None) -> Sequence[UnitId]:
         ...
 
+    def drop_finished(self, unit_id: UnitId, meta: Meta = None) -> Removal:
+        """Drop a FINISHED unit not yet handed to the trainer: a unit a truncating STUCK
+        release placed (``staleness.stuck_action=truncate``) whose reward, computed after the
+        placement, failed or carries no gradient (Reserve–Occupy: the core's ``filter``). A
+        peer's rule never truncates: it refuses."""
+        ...
+
     # ------------------------------------------------------------------ the peers' calls ------
 
     @property

@@ -24,6 +24,10 @@ and acts on the answers. Its own job is the I/O around them. Four tasks share on
   buffer's finished units (``stream``) and trains them in chunks, so that at ``consume`` only
   the rest is left before the optimiser step (``_train_chunk``);
 * watchdog: the unit timeout and the STUCK timeout (``release_stuck``), measured by ``clock``.
+  With ``staleness.stuck_action=truncate`` a release may place units still generating (the
+  core's truncate, spec/PROTOCOL.md §6.2): the driver then stops their requests, commits the
+  partial outputs as the group's samples, rewards them and writes them, and the trainer's
+  next ``consume`` waits for that (``_truncate_group``).
 
 A weight sync pauses the engine, which ends every running request; each candidate keeps its
 tokens (partial rollout) and resumes with them as prompt under the new weights. With
@@ -155,6 +159,9 @@ class Driver:
         self._handed_trained: set[Any] = set()
         self._ready_at: float | None = None  # when the head buffer became READY
         self._scoring: dict[Any, asyncio.Future[Any]] = {}  # complete groups being rewarded
+        # units a truncating STUCK release placed whose samples are not rewarded and written
+        # yet: the trainer does not consume (or stream) until this is empty
+        self._truncating: set[Any] = set()
 
     # ------------------------------------------------------------------ the run --------------
 
@@ -258,6 +265,11 @@ class Driver:
 
     async def _run_group(self, g: GroupRun) -> None:
         await asyncio.gather(*(self._run_candidate(g, c) for c in g.candidates))
+        if g.fate == "truncated" and not g.group.complete:
+            # a truncating release placed it: every request has returned with its partial
+            # output, which now makes up the group (then rewarded as any complete group)
+            self._commit_truncated(g)
+            self._scoring[g.unit_id] = self._spawn(self._score_group(g))
         # Every request of the group has returned, the aborted ones with the tokens they had
         # decoded: the lengths are final now (the unit's fate was logged before, see LengthLog)
         committed = g.group.committed
@@ -336,7 +348,7 @@ class Driver:
         try:
             rewards = await score_group(self.reward_fn, g.prompt, texts)
         except RewardTimeout as exc:  # the group's failure, like the unit timeout
-            if not g.closed:
+            if not g.closed or g.fate == "truncated":
                 self._note("reward_timeout", g, error=str(exc))
                 self._last_error = f"reward function: {exc}"
                 self._abort_group(g, "reward_timeout")
@@ -344,14 +356,14 @@ class Driver:
         except (RewardError, RewardAborted):
             raise  # stops the run (its task fails): no group is scored by a broken reward
         except Exception as exc:  # a group that cannot be scored fairly is dropped whole
-            if not g.closed:
+            if not g.closed or g.fate == "truncated":
                 self._note("reward_error", g, error=repr(exc))
                 self._last_error = f"reward function: {exc!r}"
                 self._abort_group(g, "reward_error")
             return
         finally:
             self._scoring.pop(g.unit_id, None)
-        if g.closed:
+        if g.closed and g.fate != "truncated":
             return
         for c, reward in zip(committed, rewards):
             c.reward = reward
@@ -363,6 +375,47 @@ class Driver:
         c.stop, c.failed = why, True
         self._report(g, g.group.fail(c.index))
 
+    def _truncate_group(self, g: GroupRun) -> None:
+        """A truncating STUCK release placed ``g`` (spec/PROTOCOL.md §6.2: it counts as finished
+        with what it generated so far). Stop its running requests; each returns the tokens it
+        decoded before the abort, and ``_run_group`` then commits them (``_commit_truncated``)
+        and rewards the group as any complete group (``_score_group``: the user's reward, in
+        its worker, on the truncated text). Until the group is written (or, its reward failed
+        or equal, filtered) the trainer does not consume. A group already complete, its
+        reward being computed, keeps its whole samples: nothing is cut."""
+        g.closed, g.fate, g.truncated = True, "truncated", True
+        self._truncating.add(g.unit_id)
+        if g.group.complete:
+            self._note("truncate", g, cut=[], samples=[], max_tokens=self.s.max_tokens)
+            return
+        self._stop_candidates(g, [g.candidates[i] for i in g.group.running], "truncate")
+
+    def _commit_truncated(self, g: GroupRun) -> None:
+        """Commit ``group_size`` of a truncated group's candidates, as the simulator's truncate
+        does (``reserve_occupy_sim``'s ``Simulator.truncate``): those committed already, then
+        any that finished on their own as the abort reached them, then the ones that decoded
+        most (index order on ties). A kept candidate cut short has ``finish_reason
+        "truncated"``; one stopped before its first token is kept with an empty response (its
+        reward computed on the empty text), as the simulator keeps a queued member. The rest
+        are surplus. The ``truncate`` note records, per candidate cut, the tokens it kept and
+        at most how many the cut took (``max_tokens`` minus those: a real engine cannot know
+        how long the answer would have been)."""
+        order = sorted(g.group.running, key=lambda i: (g.candidates[i].finish_reason is None,
+                                                       -len(g.candidates[i].token_ids), i))
+        cut = []
+        for i in order:
+            if g.group.complete:
+                break
+            c = g.candidates[i]
+            if c.finish_reason is None:
+                c.finish_reason = "truncated"
+                cut.append(i)
+            g.group.finish(i)
+        kept = [len(g.candidates[i].token_ids) for i in cut]
+        self._note("truncate", g, cut=cut, samples=[
+            {"candidate": i, "tokens_kept": n, "at_most_cut": max(0, self.s.max_tokens - n)}
+            for i, n in zip(cut, kept)], max_tokens=self.s.max_tokens)
+
     def _report(self, g: GroupRun, progress: Any) -> None:
         self._stop_candidates(g, [g.candidates[i] for i in progress.surplus], "surplus")
         if progress.complete:
@@ -371,7 +424,9 @@ class Driver:
             self._abort_group(g, "candidates_failed")
 
     def _complete_group(self, g: GroupRun) -> None:
+        truncated = g.fate == "truncated"  # placed already, by a truncating STUCK release
         g.closed, g.fate = True, "finished"
+        self._truncating.discard(g.unit_id)
         rewards = [g.candidates[i].reward for i in g.group.committed]
         self.accounting.completed_rewards += rewards  # type: ignore[arg-type]
         if self.s.filter_zero_variance and max(rewards) == min(rewards):  # type: ignore
@@ -379,8 +434,11 @@ class Driver:
             # reservation is dropped (spec §6.2: a unit found faulty) rather than occupied and
             # then filtered: occupying could complete a buffer and, under batch-level
             # oversampling, close spare slots and abort other groups' reservations for a group
-            # that is dropped a moment later.
-            removal = self.controller.abort(g.unit_id, meta={"reason": "no_gradient"})
+            # that is dropped a moment later. A truncated unit is placed before its rewards
+            # exist: it is filtered (spec §6.3), the same count.
+            removal = (self.controller.drop_finished(g.unit_id, meta={"reason": "no_gradient"})
+                       if truncated else
+                       self.controller.abort(g.unit_id, meta={"reason": "no_gradient"}))
             g.fate = "filtered"
             self.groups.pop(g.unit_id, None)
             self._note("filter", g, reward=rewards[0])
@@ -388,10 +446,12 @@ class Driver:
             self._dropped_by_controller(removal.aborted)
         else:
             if self.persist is not None:  # the data is durable before the log says FINISHED
-                self.persist.group_finished(g)
-            placement = self.controller.occupy(g.unit_id)
-            self._note("occupy", g, slot=tuple(placement.slot))
-            self._dropped_by_controller(placement.aborted)
+                self.persist.group_finished(g)  # (truncated: placed at the release, written
+                # now; recovery knows the window, docs/recovery.md invariant 1)
+            if not truncated:
+                placement = self.controller.occupy(g.unit_id)
+                self._note("occupy", g, slot=tuple(placement.slot))
+                self._dropped_by_controller(placement.aborted)
             self._dropped_in_a_row = 0  # a group will train: the run makes progress
             self._dropped_reasons.clear()
         self._check()
@@ -442,8 +502,13 @@ class Driver:
                 f"failing?{hint}"))
 
     def _abort_group(self, g: GroupRun, reason: str) -> None:
-        """Drop a group: tell the controller (if it still holds it) and stop its requests."""
-        if not g.closed and self.controller.unit_state(g.unit_id) is UnitState.IN_FLIGHT:
+        """Drop a group: tell the controller (if it still holds it) and stop its requests. A
+        truncated group whose reward failed is FINISHED there: it is filtered (spec §6.3)."""
+        if g.fate == "truncated":
+            self._truncating.discard(g.unit_id)
+            removal = self.controller.drop_finished(g.unit_id, meta={"reason": reason})
+            self._dropped_by_controller(removal.aborted)
+        elif not g.closed and self.controller.unit_state(g.unit_id) is UnitState.IN_FLIGHT:
             removal = self.controller.abort(g.unit_id, meta={"reason": reason})
             self._dropped_by_controller(removal.aborted)
         self._close_aborted(g, reason)
@@ -492,6 +557,9 @@ class Driver:
             stream_s = 0.0  # of the wait, spent training streamed chunks
             while True:
                 change = self._change
+                if self._truncating:  # truncated units' samples not rewarded and written yet
+                    await change.wait()
+                    continue
                 batch = self.controller.consume()
                 self._after_peer_consume()
                 if batch is not None:
@@ -681,19 +749,28 @@ class Driver:
             if not g.closed and now >= g.admitted_at + self.s.unit_s:
                 self._abort_group(g, "timeout")
         if self._stuck_since is not None and now >= self._stuck_since + self.stuck_rule.timeout:
-            # staleness.stuck_action=retry (spec/PROTOCOL.md §6.2, "Options of the release"):
+            # staleness.stuck_action (spec/PROTOCOL.md §6.2, "Options of the release"): retry:
             # the release is the same; the released groups' prompts are admitted again before
-            # the stream's next, through the re-admission queue (recovery re-admits them too)
-            retry = self.controller.release_action == "retry"
-            released = self.controller.release_stuck(
-                meta={"reason": "stuck_retry" if retry else "stuck_timeout"})
+            # the stream's next, through the re-admission queue (recovery re-admits them too).
+            # truncate: the core placed the units it names FINISHED (it returns them first);
+            # the driver ends their requests and makes their partial outputs their samples.
+            action = self.controller.release_action
+            retry = action == "retry"
+            released = self.controller.release_stuck(meta={"reason": {
+                "retry": "stuck_retry", "truncate": "stuck_truncate"}.get(
+                    action or "", "stuck_timeout")})
+            truncated = [u for u in released
+                         if self.controller.unit_state(u) is UnitState.FINISHED]
             self.notes.append({"t": self.accounting.elapsed(), "event": "release_stuck",
-                               "units": list(released), **({"retry": True} if retry else {})})
+                               "units": list(released), **({"retry": True} if retry else {}),
+                               **({"truncated": truncated} if truncated else {})})
             if retry:
                 self._readmit += [(self.groups[u].prompt_position, u) for u in released
                                   if u in self.groups]
             self._stuck_since = None
-            self._dropped_by_controller(released)
+            for u in truncated:
+                self._truncate_group(self.groups[u])
+            self._dropped_by_controller([u for u in released if u not in truncated])
             # A release with no placement since the previous one: the next waits twice as
             # long, and units in flight since before the previous release are aborted wherever
             # their buffer (reserve_occupy.stuck; spec/PROTOCOL.md §6.2).

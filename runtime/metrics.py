@@ -273,7 +273,7 @@ def summarize(rows: list[dict[str, Any]], log: dict[str, Any] | None = None,
             hist.update(r["staleness"])
         out.update({"steps": len(rows), "staleness": dict(sorted(hist.items())),
                     **{k: last[k] for k in ("admitted", "aborted", "filtered", "released_stuck",
-                                            *LENGTH_KEYS) if k in last}})
+                                            "truncated", *LENGTH_KEYS) if k in last}})
     out["steps_with_metrics"] = len(rows)  # fewer than steps: a crash lost a step's row
     if not rows:
         return out
@@ -335,8 +335,10 @@ def summary_table(summary: dict[str, Any], extra: dict[str, Any] | None = None) 
         "filtered": "groups filtered (no gradient)",
         "aborted": "groups aborted", "resumed": "requests resumed (partial rollout)",
         "released_stuck": "units released by the STUCK timeout",
+        "truncated": "units truncated by the STUCK timeout (stuck_action truncate)",
     }
-    rows = [(label, _fmt(summary.get(key))) for key, label in labels.items() if key in summary]
+    rows = [(label, _fmt(summary.get(key))) for key, label in labels.items() if key in summary
+            and (key != "truncated" or summary[key])]  # a row only in runs that truncated
     if summary.get("steps_with_metrics", summary.get("steps")) != summary.get("steps"):
         rows.insert(1, ("steps with a metrics row", _fmt(summary["steps_with_metrics"])))
     reasons = summary.get("aborted_by_reason")

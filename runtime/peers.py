@@ -468,6 +468,11 @@ class PeerController:
     def release_action(self) -> None:
         return None  # the head is never STUCK: no release to choose an action for
 
+    def drop_finished(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Removal:
+        # only a truncating STUCK release leaves a finished unit to drop, and a peer has none
+        raise UnsupportedByRuntime(f"{self.policy_name}: a peer's rule has no truncating STUCK "
+                                   f"release, so no finished unit {unit_id!r} to drop")
+
     def check(self) -> None:
         """The adapter's own invariants: unit counts agree with the states."""
         flying = sum(1 for s in self._states.values() if s is UnitState.IN_FLIGHT)

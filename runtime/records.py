@@ -71,8 +71,9 @@ class DriverSettings:
     # through the simulator's policy to be measured against it
     policy: str = "reserve_occupy"
     # The STUCK release's options (Config.stuck_action, spec/PROTOCOL.md §6.2): "release" (the
-    # source protocol) or "retry" (the released groups' prompts are admitted again first);
-    # stuck_threshold: retry only when at most this many of the head's groups are missing
+    # source protocol), "retry" (the released groups' prompts are admitted again first) or
+    # "truncate" (they finish with what they generated so far); stuck_threshold: the option
+    # acts only when at most this many of the head's groups are missing
     stuck_action: str = "release"
     stuck_threshold: int | None = None
 
@@ -151,7 +152,10 @@ class GroupRun:
     group: Group
     candidates: list[CandidateRun]
     closed: bool = False  # completed or aborted: later candidate reports are ignored
-    fate: str = "in_flight"  # in_flight, finished, filtered, aborted:<reason>, consumed
+    # in_flight, finished, filtered, aborted:<reason>, consumed; "truncated" while a truncating
+    # STUCK release placed it and its partial outputs are still being collected and rewarded
+    fate: str = "in_flight"
+    truncated: bool = False  # a truncating STUCK release placed it (staleness.stuck_action)
     task: asyncio.Task[Any] | None = None
     prompt_position: int = -1  # index into the driver's prompt list (recovery re-admits it)
 

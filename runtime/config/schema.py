@@ -224,8 +224,9 @@ class StalenessConfig(_Section):
     # default, or a peer's rule from the simulator (runtime.peers), to be measured against it
     policy: str = RESERVE_OCCUPY
     # The STUCK release's options (docs/runtime.md, "staleness.stuck_action"; spec/PROTOCOL.md
-    # §6.2): what the STUCK timeout does to the head's groups; release (the source protocol)
-    # or retry (their prompts are admitted again first); truncate runs in the simulator only
+    # §6.2): what the STUCK timeout does to the head's groups; release (the source protocol),
+    # retry (their prompts are admitted again first) or truncate (they finish with what they
+    # generated so far, rewarded on that text)
     stuck_action: Literal["release", "retry", "truncate"] = "release"
     stuck_threshold: int | None = Field(None, ge=1, le=MAX_GROUPS)
 
@@ -244,11 +245,9 @@ class StalenessConfig(_Section):
         if self.capacity is not None and self.capacity < self.batch_size:
             raise ValueError(f"capacity ({self.capacity}) must be >= batch_size "
                              f"({self.batch_size})")
-        if self.stuck_action == "truncate":
-            raise ValueError("stuck_action=truncate runs in the simulator only "
-                             "(reserve_occupy_sim); the runtime takes release or retry")
         if self.stuck_threshold is not None and self.stuck_action == "release":
-            raise ValueError("stuck_threshold applies only with stuck_action=retry")
+            raise ValueError("stuck_threshold applies only with stuck_action=retry or "
+                             "truncate")
         if self.stuck_threshold is not None and self.stuck_threshold > self.batch_size:
             raise ValueError(f"stuck_threshold ({self.stuck_threshold}) must be <= batch_size "
                              f"({self.batch_size}): it counts the head's groups not finished")

@@ -178,6 +178,11 @@ class JournaledController(StalenessController):
     def release_stuck(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().release_stuck)
 
+    def drop_finished(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Any:
+        """The driver's name for ``filter`` (runtime.controller.Controller.drop_finished): a
+        truncated unit whose reward failed or carries no gradient."""
+        return self.filter(unit_id, meta)
+
     def consume(self, meta=None):  # type: ignore[no-untyped-def,override]
         return self._with(meta, super().consume)
 

@@ -14,6 +14,10 @@
    (``meta.reason = "shutdown"``): however the run stopped, no drawn prompt is skipped.
 4. Units the log has FINISHED get their data back from the store; a unit whose file is missing
    is filtered (``meta.reason = "trajectory_missing"``) and reported, never silently dropped.
+   A unit a truncating STUCK release placed (``staleness.stuck_action=truncate``) is FINISHED
+   in the log before its file exists (its partial output is rewarded after the release): one
+   without its file was lost in the crash, not by the disk; it is filtered with reason
+   ``lost_in_crash`` and its prompt re-admitted, as an in-flight unit's.
    With streaming, units the log has STREAMED (handed to the trainer before the crash) get their
    data back the same way: their partial gradients died with the trainer, so they are trained
    again at the next consume (``report.restream``). One without its file cannot be filtered (the
@@ -35,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reserve_occupy import Batch, Phase, UnitId, UnitState
+from reserve_occupy import Batch, MoveReason, Phase, UnitId, UnitState
 
 from ..tasks.base import Prompt
 from ..trainer.base import Trainer
@@ -231,6 +235,8 @@ class Recovery:
     def reload_finished(self) -> None:
         """4. Finished units get their data back; a missing file is filtered and reported."""
         controller, report = self.controller, self.report
+        truncated = {m.unit_id for e in controller.events if e.op == "release_stuck"
+                     for m in e.moves if m.reason is MoveReason.TRUNCATE}
         for unit in self.order:
             state = controller.unit_state(unit)
             if state is UnitState.STREAMED:
@@ -246,6 +252,9 @@ class Recovery:
                 continue
             if self.load(unit) is not None:
                 report.finished.append(unit)
+            elif unit in truncated:  # the crash fell before its file: lost with the process
+                controller.filter(unit, meta={"reason": "lost_in_crash"})
+                report.lost.append(unit)
             else:
                 controller.filter(unit, meta={"reason": "trajectory_missing"})
                 report.missing.append(unit)
@@ -344,8 +353,9 @@ def _pending_readmits(controller: JournaledController,
         if e.op == "reserve" and "readmit_of" in meta:
             readmitted.add(meta["readmit_of"])
             reserve_meta.setdefault(e.unit_id, meta)  # type: ignore[arg-type]
-        elif meta.get("reason") in reasons and e.op in ("abort", "occupy", "release_stuck"):
-            if e.op == "abort":
+        elif meta.get("reason") in reasons and e.op in ("abort", "occupy", "release_stuck",
+                                                        "filter"):
+            if e.op in ("abort", "filter"):  # filter: a truncated unit the crash left unwritten
                 lost.append(e.unit_id)  # type: ignore[arg-type]
             lost.extend(e.aborted)
     out = []

@@ -67,7 +67,6 @@ def test_over_the_threshold_the_release_is_the_sources():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"staleness.stuck_action": "truncate"}, "simulator only"),
     ({"staleness.stuck_action": "drop"}, "'release', 'retry' or 'truncate'"),
     ({"staleness.stuck_threshold": 1}, "only with stuck_action=retry"),
     ({"staleness.stuck_action": "retry", "staleness.stuck_threshold": 99,
