@@ -305,6 +305,8 @@ def regimes_losses_table(reg: dict) -> str:
              + " | ".join(names) + " | its max trained staleness | cells it trains past η |",
              "|---|---|---|" + "---|" * len(names) + "---|---|"]
     for key, row in got["rows"].items():
+        if not row["cells"]:  # a peer the map has not run
+            continue
         stale = "—" if row["max_staleness"] is None else str(row["max_staleness"])
         past = "—" if row["max_staleness"] is None else str(row["past_eta_cells"])
         lines.append(f"| {key} | {'yes' if key in got['strict'] else 'no'} | "

@@ -70,7 +70,9 @@ def test_strictly_bounded_is_measured_and_counts_follow():
     got = regimes_losses(reg)
     assert "tinker" not in strictly_bounded(reg) and got["rows"]["tinker"]["past_eta_cells"] == 1
     assert got["strict_met"] == 2
-    assert "**2 of 2**" in regimes_losses_table(reg)
+    table = regimes_losses_table(reg)
+    assert "**2 of 2**" in table
+    assert "| tinker |" in table and "| prime-rl |" not in table  # rows that ran in no cell
 
 
 def test_the_page_shows_the_stored_map_computed():
