@@ -21,7 +21,11 @@ open, after the commit read). This peer implements the shipped formula.
   target_offpolicy_steps``, ``P = num_prompts_per_train_step`` = the batch size). A slot is
   charged when the group is admitted (before it generates) and returns only when its step's
   weights are pulled (``release_active_groups(P, "trained")``: ``on_publish`` here) or, for a
-  group with no trainable sample, at once. No version check.
+  group with no trainable sample, at once, when the batcher takes it, and the freed slot admits
+  the next group right away (the release's ``notify_all`` wakes ``wait_for_slot``; ``take_batch``
+  calls ``admit`` itself, since its host need not ask again when no batch came back: without it
+  the rule stalled at eta 1 with filtering, the B = P slots all held by the batch it could not
+  finish). No version check.
 * L3: ``take_finalized``: the window is the groups ``[head, head + W - 1]`` in admission order,
   ``head`` the oldest group not yet taken; the oldest *finished* group inside it is taken
   (groups beyond it wait even if finished; taking a non-head group does not move the window);
@@ -135,7 +139,8 @@ class WindowFifo(Policy):
                 return None
             if g.no_grad:  # no trainable sample: the slot returns at once
                 self.sim.filter(g)
-                self.active -= 1
+                self.active -= 1  # release_active_groups(1, reason="untrainable_group")
+                self.admit()  # whose notify_all wakes the data-input loop's wait_for_slot
                 continue
             self.batch.append(g)
         batch, self.batch = self.batch, []

@@ -21,8 +21,10 @@ the checks in ``checks.py`` judge them afterwards (so that a broken policy is *c
 hidden).
 
 Reward filtering (optional, ``filtering.RewardFilter``): when a group finishes, the simulator
-decides -- seeded, by admission index, so every policy sees the same outcome for its k-th group --
-whether the group carries no gradient (all rewards equal). ``group.no_grad`` tells the policy,
+decides -- seeded, by the workload index of the prompt the group rolls out, so every policy sees
+the same outcome for the same prompt (its k-th group, for a policy that admits in workload order;
+the prompt it chose, for one that admits with ``spec``) -- whether the group carries no gradient
+(all rewards equal). ``group.no_grad`` tells the policy,
 which either ``filter``s it (it is never trained) or trains it anyway, as its source does.
 A policy may also set one timer (``set_timer``); ``on_timer`` is called when it expires (the
 Reserve–Occupy timeout of spec §6.2 uses it).
@@ -96,11 +98,13 @@ class SimGroup(Group):
     """One admitted GRPO group: ``size`` requests, all admitted together (the rule API's
     ``Group`` with the simulator's fields)."""
 
-    __slots__ = ("spec", "v_gen", "t_admit", "t_done", "n_done", "surplus")
+    __slots__ = ("spec", "index", "v_gen", "t_admit", "t_done", "n_done", "surplus")
 
-    def __init__(self, gid: int, spec: GroupSpec, v_tag: int, now: float) -> None:
+    def __init__(self, gid: int, spec: GroupSpec, v_tag: int, now: float,
+                 index: int | None = None) -> None:
         self.gid = gid
         self.spec = spec
+        self.index = gid if index is None else index  # the workload position it rolls out
         self.v_tag = v_tag  # the version the policy stamped (its own notion of v_traj)
         self.v_gen = -1  # oldest weight version that decoded any of its tokens
         self.t_admit = now
@@ -233,7 +237,8 @@ class Simulator:
         gid = len(self.groups)
         index = gid if spec is None else spec
         group_spec = self.workload.groups[index % len(self.workload)]
-        group = SimGroup(gid, group_spec, self.version if v_tag is None else v_tag, self.now)
+        group = SimGroup(gid, group_spec, self.version if v_tag is None else v_tag, self.now,
+                         index)
         size = self.candidates
         lengths = (group_spec.candidate_lens(size) if size > self.group_size
                    else group_spec.response_lens)
@@ -316,7 +321,7 @@ class Simulator:
         group.state = SimGroup.DONE
         group.t_done = self.now
         if self.filtering is not None:
-            group.no_grad = self.filtering.no_gradient(group.gid)
+            group.no_grad = self.filtering.no_gradient(group.index)
 
     def filter(self, group: SimGroup) -> None:
         """Discard a finished group that carries no gradient; it is never trained."""
@@ -504,7 +509,7 @@ class Simulator:
             group.state = SimGroup.DONE
             group.t_done = self.now
             if self.filtering is not None:
-                group.no_grad = self.filtering.no_gradient(group.gid)
+                group.no_grad = self.filtering.no_gradient(group.index)
             self.policy.on_group_done(group)
 
     def _commit(self, group: SimGroup) -> None:

@@ -15,9 +15,13 @@ The model (an assumption, documented in docs/simulator.md):
   ``skew > 0`` puts the degenerate groups among the long ones (all wrong), ``skew < 0`` among the
   short ones (all right: an easy data set late in training), ``skew = 0`` makes it independent of
   length.
-* The outcome of the ``k``-th admitted group is ``u_k < p_{k mod N}`` where ``u_k`` is the
-  ``k``-th draw of ``numpy.random.default_rng(seed)``. It depends only on the admission index, so
-  every policy that admits groups in workload order sees the same outcome for the same group.
+* The outcome of a group that rolls out workload position ``k`` is ``u_k < p_{k mod N}`` where
+  ``u_k`` is the ``k``-th draw of ``numpy.random.default_rng(seed)``. ``k`` is the admission
+  index for a policy that admits in workload order, and the prompt the policy chose for one that
+  admits with ``spec`` (tinker's requeue, the clairvoyant schedule, Reserve–Occupy's ``retry``),
+  so every policy sees the same outcome for the same prompt, and a prompt rolled out again gets
+  the outcome it had (the simulator passed the admission index until issue 38's regime map
+  showed tinker filtering other prompts' outcomes: tests/sim/test_filter_follows_the_prompt.py).
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ class RewardFilter:
 
 
 class FilterOutcomes:
-    """The outcomes for one workload: ``no_gradient(k)`` for the k-th admitted group."""
+    """The outcomes for one workload: ``no_gradient(k)`` for a group of workload position k."""
 
     _BLOCK = 4096
 

@@ -334,7 +334,8 @@ section("bound", "make sim-bound")
 for _name, _func in (("streaming-table", "table"), ("streaming-bound", "bound_table"),
                      ("streaming-sweep", "sweep_table"), ("streaming-targets", "targets_table"),
                      ("streaming-regimes", "regimes_block"),
-                     ("streaming-regimes-peers", "regimes_peers_block")):
+                     ("streaming-regimes-peers", "regimes_peers_block"),
+                     ("streaming-regimes-losses", "regimes_losses_block")):
     from_json(_name, "make sim-streaming", "streaming.json",
               f"reserve_occupy_sim.studies.streaming_render:{_func}")
 

@@ -84,6 +84,8 @@ from .streaming_render import (
     bound_table,
     figure,
     regimes_block,
+    regimes_losses_block,
+    regimes_losses_table,
     regimes_peers_block,
     regimes_peers_table,
     regimes_table,
@@ -128,6 +130,8 @@ __all__ = [
     "regimes_table",
     "regimes_peers_block",
     "regimes_peers_table",
+    "regimes_losses_block",
+    "regimes_losses_table",
     "write_page",
     "figure",
 ]
@@ -200,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.page:  # before the runs: a missing marker must not cost a 30-minute run
             inputs.output_file(args.page, "--page")  # rewritten in place: not a link
             text = inputs.text_file(args.page, "--page")
-            names = list(BLOCKS) + (["streaming-regimes", "streaming-regimes-peers"]
-                                    if args.regimes else [])
+            names = list(BLOCKS) + (["streaming-regimes", "streaming-regimes-peers",
+                                     "streaming-regimes-losses"] if args.regimes else [])
             for name in names:
                 if f"<!-- BEGIN generated:{name} -->" not in text \
                         or f"<!-- END generated:{name} -->" not in text:
@@ -229,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                                          select=select, jobs=jobs)
         blocks["streaming-regimes"] = regimes_table(payload["regimes"])
         blocks["streaming-regimes-peers"] = regimes_peers_table(payload["regimes"])
+        blocks["streaming-regimes-losses"] = regimes_losses_table(payload["regimes"])
     results, img = Path(args.results_dir), Path(args.img_dir)
     results.mkdir(parents=True, exist_ok=True)
     img.mkdir(parents=True, exist_ok=True)

@@ -203,6 +203,126 @@ def regimes_peers_table(reg: dict) -> str:
     return "\n".join(lines)
 
 
+# Why Reserve–Occupy is below a row (``loss_cause``), checked in this order; each reads only the
+# stored cell (the row's runs and Reserve–Occupy's), so the page's classification is computed.
+LOSS_CAUSES = (
+    ("past η", "trains trajectories older than η: not bounded per trajectory"),
+    ("drops, shorter", "drops or aborts generated work (≥ 1 % of its tokens) and trains shorter "
+                       "answers than Reserve–Occupy (length ratio ÷ RO's < 0.97)"),
+    ("trains no-gradient", "with reward filtering, trains the groups without gradient (NeMo-RL's "
+                           "asynchronous trainers have no filter path), so it generates fewer "
+                           "groups per batch"),
+    ("drops", "drops or aborts generated work (≥ 1 % of its tokens), answers not shorter"),
+    ("seed spread", "none of the above; the cell mean is ≥ 0.99, one seed below"),
+    ("unexplained", "none of the above; the cell mean is below 0.99"),
+)
+DROP_SHARE = 0.01  # a row "drops" when at least this share of its generated tokens is thrown away
+
+
+def _row_policy(key: str):
+    from reserve_occupy_peers import POLICIES
+
+    return POLICIES[next(fw.policy for fw in FRAMEWORKS if fw.key == key)]
+
+
+def loss_cause(c: dict, key: str) -> str | None:
+    """Why RO stream in-flight is below ``key`` (min over seeds < TARGET_SHIPPED) in cell ``c``
+    of the streaming regime map: the first of ``LOSS_CAUSES`` that the stored runs show, or None
+    where it is not below. ``key`` is a peer of ``MAP_PEERS`` or the in_order row."""
+    from ..model.metrics import SHORT_BIAS
+
+    if key == IN_ORDER_AS_SHIPPED:
+        r, p = c["ratios"][MAP_RO], None
+    else:
+        r = p = c["peers"][key]
+    if not r["min"] == r["min"] or r["min"] >= TARGET_SHIPPED:  # nan: every run stalled
+        return None
+    if p is not None and p["max_staleness"] > c["eta"]:
+        return "past η"
+    drops = p is not None and p["waste"] >= DROP_SHARE
+    if drops and p["length_ratio"] < SHORT_BIAS * _ro_length(c):
+        return "drops, shorter"
+    if c["filter_rate"] > 0 and not _row_policy(key)(c["eta"]).filters:
+        return "trains no-gradient"
+    if drops:
+        return "drops"
+    return "seed spread" if r["mean"] >= TARGET_SHIPPED else "unexplained"
+
+
+def strictly_bounded(reg: dict) -> list[str]:
+    """The rows bounded per trajectory in the map: the rule promises it (``Policy.bounded``)
+    and no cell's run trained a trajectory older than its η (the in_order row first; a peer that
+    ran in no cell is not listed)."""
+    cells = [c for c in reg["cells"] if c.get("peers")]
+    out = [IN_ORDER_AS_SHIPPED]
+    for k in MAP_PEERS:
+        ran = [c for c in cells if k in c["peers"]]
+        if ran and _bounded(k) and all(c["peers"][k]["max_staleness"] <= c["eta"] for c in ran):
+            out.append(k)
+    return out
+
+
+def regimes_losses(reg: dict) -> dict:
+    """Per row (in_order, then ``MAP_PEERS``): the cells RO stream in-flight is below it, by
+    cause, its largest trained staleness and the cells where it exceeds η; and the target counted
+    over the strictly bounded rows, and over those of them that drop nothing."""
+    cells = [c for c in reg["cells"] if c.get("peers")]
+    rows = {}
+    for key in (IN_ORDER_AS_SHIPPED,) + MAP_PEERS:
+        mine = [c for c in cells if key == IN_ORDER_AS_SHIPPED or key in c["peers"]]
+        causes = {name: 0 for name, _ in LOSS_CAUSES}
+        for c in mine:
+            cause = loss_cause(c, key)
+            if cause is not None:
+                causes[cause] += 1
+        stale = [(c["peers"][key]["max_staleness"], c["eta"]) for c in mine
+                 if key != IN_ORDER_AS_SHIPPED]
+        rows[key] = {"cells": len(mine), "below": sum(causes.values()), "causes": causes,
+                     "max_staleness": max((s for s, _ in stale), default=None),
+                     "past_eta_cells": sum(1 for s, e in stale if s > e)}
+    strict = strictly_bounded(reg)
+    free = [k for k in strict if k == IN_ORDER_AS_SHIPPED or not _drops(k)]
+
+    def met(keys: list[str]) -> int:
+        return sum(1 for c in cells if all(loss_cause(c, k) is None for k in keys
+                                           if k == IN_ORDER_AS_SHIPPED or k in c["peers"]))
+    return {"rows": rows, "cells": len(cells), "strict": strict, "strict_met": met(strict),
+            "strict_free": free, "strict_free_met": met(free)}
+
+
+def regimes_losses_block(payload: dict) -> str:
+    """The regime map's losses by cause of a payload that has peers in its map."""
+    return regimes_losses_table(payload.get("regimes", {"cells": []}))
+
+
+def regimes_losses_table(reg: dict) -> str:
+    if not any(c.get("peers") for c in reg["cells"]):
+        return "No peer has run in the regime map yet."
+    got = regimes_losses(reg)
+    names = [name for name, _ in LOSS_CAUSES]
+    lines = ["| row (RO stream in-flight below it: min over seeds < "
+             f"{TARGET_SHIPPED}) | strictly bounded | cells below | "
+             + " | ".join(names) + " | its max trained staleness | cells it trains past η |",
+             "|---|---|---|" + "---|" * len(names) + "---|---|"]
+    for key, row in got["rows"].items():
+        if not row["cells"]:  # a peer the map has not run
+            continue
+        stale = "—" if row["max_staleness"] is None else str(row["max_staleness"])
+        past = "—" if row["max_staleness"] is None else str(row["past_eta_cells"])
+        lines.append(f"| {key} | {'yes' if key in got['strict'] else 'no'} | "
+                     f"{row['below']} of {row['cells']} | "
+                     + " | ".join(str(row["causes"][n]) for n in names)
+                     + f" | {stale} | {past} |")
+    lines += ["", "Causes, the first that applies: "
+              + "; ".join(f"*{name}*: {what}" for name, what in LOSS_CAUSES) + ".", "",
+              f"Strictly bounded per trajectory (the rule promises it and no cell trained past "
+              f"η): {', '.join(got['strict'])}. RO stream in-flight ≥ {TARGET_SHIPPED} × every "
+              f"one of them in **{got['strict_met']} of {got['cells']}** cells; against those "
+              f"that drop nothing ({', '.join(got['strict_free'])}): "
+              f"**{got['strict_free_met']} of {got['cells']}**."]
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- output ---------
 
 def write_page(page: Path, blocks: dict[str, str]) -> None:
