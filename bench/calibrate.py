@@ -398,7 +398,8 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
-               revised: bool = False, shape: tuple[int, int] = SHAPE) -> Any:
+               revised: bool = False, shape: tuple[int, int] = SHAPE,
+               two_way: bool = True) -> Any:
     """The simulator's ``CostModel`` of one row, from ``fit_costs``. ``revised``: the model
     with the trainer's contention (``train_slowdown``) and its decode fit, which separates the
     time requests lost to training and ties ``prefill_per_token_s`` to ``per_request_s``."""
@@ -406,7 +407,8 @@ def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
 
     d = fit["decode_with_overlap"] if revised else fit["decode"]
     t, c = fit["train"], fit["chunk"]
-    both = fit.get("train_contended") if revised else None  # training stretched by decoding
+    # training stretched by decoding (``two_way=False``: the revised model without it)
+    both = fit.get("train_contended") if revised and two_way else None
     if both:
         t = both
         c = dict(c, chunk_overhead_s=both["chunk_overhead_s"]) if c else None
@@ -443,11 +445,11 @@ def workload(seed: int, prompts: dict[str, int], prompt_mean: float, groups: int
 
 
 def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: bool = False,
-                 shape: tuple[int, int] = SHAPE) -> dict[str, float]:
+                 shape: tuple[int, int] = SHAPE, two_way: bool = True) -> dict[str, float]:
     """The simulator's figures of one run (answer tokens, as the runtime counts)."""
     from reserve_occupy_sim.model.runner import RunSpec, simulate
 
-    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised, shape)
+    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised, shape, two_way)
     # Reserve-Occupy streams only when told (Config.streaming); the peers that stream
     # (runtime.peers) hand chunks whenever the trainer takes them, as their policies do here
     options = (("streaming", True),) if run["streaming"] and run["policy"] == peers.RESERVE_OCCUPY \
@@ -474,6 +476,9 @@ def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: boo
 
 
 SIMS = ("sim", "sim_revised")  # the cost model as it was; revised (``cost_model``)
+# the revised model without the engine's contention for the trainer (``rollout_slowdown``):
+# what the term itself changes, simulated for the instrument's grids (``compared_rows``)
+ONE_WAY = "sim_one_way"
 
 
 def add_sim_ratios(runs: list[dict[str, Any]]) -> None:
@@ -693,7 +698,7 @@ def compared_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         pairs = [p for p in results["pairs"] if p["comparison"] == j]
         row = dict(c)
         meas, lo, hi = c["trained"]["median"], c["trained"]["lo"], c["trained"]["hi"]
-        for sim in SIMS:
+        for sim in SIMS + ((ONE_WAY,) if all(ONE_WAY in r for r in results["runs"]) else ()):
             xs = [by_run[p["a"]["run"]][sim]["steady_trained_tok_s"]
                   / by_run[p["b"]["run"]][sim]["steady_trained_tok_s"] for p in pairs
                   if by_run[p["a"]["run"]][sim]["steady_trained_tok_s"]
@@ -713,12 +718,18 @@ def render_compared(results: dict[str, Any]) -> str:
     ins = results["instrument"]
     scored = [r for r in rows if not r["aa"]]
     peers_table = peers.render_compared(results).split("\n\n")[0]  # its method paragraph
+    one_way = all(ONE_WAY in r for r in rows)
     lines = _fit_lines(results) + _halves_lines(results) + [
         "", peers_table, "",
         f"Within {TARGET:.0%} of the measured trained tok/s ratio or inside its "
         f"{ins['level']:.0%} interval: **{sum(r['sim']['within'] for r in scored)} of "
         f"{len(scored)} rows** with the cost model as it was, **"
-        f"{sum(r['sim_revised']['within'] for r in scored)} of {len(scored)}** revised.",
+        f"{sum(r['sim_revised']['within'] for r in scored)} of {len(scored)}** revised"
+        + (f" ({sum(r[ONE_WAY]['within'] for r in scored)} of {len(scored)} revised without "
+           f"`rollout_slowdown`: " + ", ".join(
+               f"{_g(r[ONE_WAY]['ratio'], '.3f')} ({_g(r[ONE_WAY]['gap'], '+.1%')})"
+               for r in rows if not r["aa"]) + ", in the table's order)" if one_way else "")
+        + ".",
         "",
         "| eta | policy | streaming | refit | against | pairs | trained tok/s measured "
         "[interval] | resolved | simulated, as it was | gap | revised | gap | within |",
@@ -816,6 +827,8 @@ def finish(compared: dict[str, Any], measured: list[dict[str, Any]], steps: int,
                       shape[1])
         row["sim"] = simulate_row(row, fit, wl, shape=shape)
         row["sim_revised"] = simulate_row(row, fit, wl, revised=True, shape=shape)
+        if fit.get("train_contended"):
+            row[ONE_WAY] = simulate_row(row, fit, wl, revised=True, shape=shape, two_way=False)
     return {"steps": steps, "seeds": seeds, "lognormal": {"median": med, "sigma": sigma},
             "shape": list(shape),
             "reference": dict(zip(("policy", "streaming", "refit"), peers.REF)),

@@ -1,7 +1,7 @@
 """The simulator's prediction, per candidate workload of ``bench/peers_compare.py``, of the
 headline comparisons' trained tok/s ratios and of the headline grid's time, with the cost terms
 ``bench/calibrate.py`` fitted to this machine's vLLM CPU engine (docs/results/calibration.json,
-its revised model: decode with the trainer's contention). A prediction, not a measurement: it
+its revised model: the trainer and the engine slowing each other). A prediction, not a measurement: it
 chose ``peers_compare.WORKLOADS["separating"]`` (docs/peers.md, "The workload").
 
 ``--filtering``: the same for the filtering workload's comparisons
@@ -220,8 +220,9 @@ def main(argv: list[str] | None = None) -> None:
     base = json.loads((ROOT / "docs/results/calibration.json").read_text())["fit"]
     by_scale: dict[float, list[dict[str, Any]]] = {}
     for scale in scales:
-        fit = {**base, "train": {**base["train"], **{k: base["train"][k] * scale
-                                                     for k in ("fixed_s", "per_token_s")}}}
+        fit = {**base, **{part: {**base[part], **{k: base[part][k] * scale
+                                                  for k in ("fixed_s", "per_token_s")}}
+                          for part in ("train", "train_contended") if base.get(part)}}
         rows = by_scale[scale] = []
         for name, w in candidates.items():
             rows.append({"name": name, **w, **predict(w, seeds, fit, comps)})
