@@ -1,8 +1,8 @@
 """The simulator's prediction, per candidate workload of ``bench/peers_compare.py``, of the
 headline comparisons' trained tok/s ratios and of the headline grid's time, with the cost terms
 ``bench/calibrate.py`` fitted to this machine's vLLM CPU engine (docs/results/calibration.json,
-its revised model: the trainer and the engine slowing each other). A prediction, not a measurement: it
-chose ``peers_compare.WORKLOADS["separating"]`` (docs/peers.md, "The workload").
+its revised model: the trainer and the engine slowing each other). A prediction, not a
+measurement: it chose ``peers_compare.WORKLOADS["separating"]`` (docs/peers.md, "The workload").
 
 ``--filtering``: the same for the filtering workload's comparisons
 (``peers_compare.filtering_headline()``) on candidate shapes and shares of prompts without
