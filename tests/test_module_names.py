@@ -29,6 +29,8 @@ from reserve_occupy_peers import RESERVE_OCCUPY
 
 from runtime._moved import new_name
 
+from .test_import_structure import imported_names as imported_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # old module -> the module that replaced it
@@ -69,22 +71,6 @@ def test_the_old_path_gives_the_new_modules_objects(old: str, new: str) -> None:
         assert getattr(old_module, name) is getattr(new_module, name), f"{old}.{name}"
     doc = old_module.__doc__ or ""
     assert new in doc and "one release" in doc, f"{old}'s docstring names neither"
-
-
-def imported_modules(name: str, path: Path) -> set[str]:
-    """Every dotted name an import anywhere in the file names (lazy ones too), relative imports
-    resolved; ``from a import b`` names both ``a`` and ``a.b`` (b may be a module)."""
-    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
-            found.add(module)
-            found.update(f"{module}.{a.name}" for a in node.names)
-    return found
 
 
 def shim_users(root: Path) -> list[str]:
