@@ -86,7 +86,8 @@ def sim_workload(seed: int, w: dict[str, Any]) -> Any:
 
 
 def simulate(fit: dict[str, Any], wl: Any, w: dict[str, Any], policy: str, streaming: bool,
-             refit: str, eta: int, filtering: UnitFilter | None = None) -> dict[str, Any]:
+             refit: str, eta: int, filtering: UnitFilter | None = None,
+             verl_filter_at: str = "sample") -> dict[str, Any]:
     """One run of the grid, simulated: wall time, steady trained tok/s (the steps after the
     first, as the bench's window; with ``filtering``, of the groups with a gradient: useful
     tokens), each group's step."""
@@ -99,6 +100,8 @@ def simulate(fit: dict[str, Any], wl: Any, w: dict[str, Any], policy: str, strea
     # Reserve-Occupy streams when told; a peer whose policy streams hands chunks whenever a
     # streaming trainer takes them (cost.train.chunk_groups), as calibrate.simulate_row
     options = (("streaming", True),) if streaming and policy == "reserve_occupy" else ()
+    if policy == "verl_drop" and verl_filter_at != "sample":  # (VerlDrop's filter_at)
+        options = (("filter_at", verl_filter_at),)
     _, sim = run(RunSpec(policy, eta, batches=w["steps"], batch_size=w["batch_size"],
                          options=options, filtering=filtering), wl, cost)
     by_tid = {r.tid: r for r in sim.ledger.requests}
@@ -114,7 +117,8 @@ def simulate(fit: dict[str, Any], wl: Any, w: dict[str, Any], policy: str, strea
 
 
 def predict(w: dict[str, Any], seeds: list[int], fit: dict[str, Any],
-            comps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+            comps: list[dict[str, Any]] | None = None,
+            verl_filter_at: str = "sample") -> dict[str, Any]:
     """Per comparison of ``comps`` (default ``peers_compare.headline()``; the A/A one aside):
     the median over the seeds of its simulated trained tok/s ratio (useful tok/s when ``w``
     has a share ``no_gradient`` of prompts without gradient) and of the groups the two runs
@@ -136,7 +140,8 @@ def predict(w: dict[str, Any], seeds: list[int], fit: dict[str, Any],
         for c in comps:
             for x in (c["a"], c["b"]):
                 if x not in memo:
-                    memo[x] = simulate(fit, wl, w, *x, filtering=unit_filter)
+                    memo[x] = simulate(fit, wl, w, *x, filtering=unit_filter,
+                                       verl_filter_at=verl_filter_at)
                     walls.append(memo[x]["wall_s"])
         for name, c in zip(names, compared):
             a, b = memo[c["a"]], memo[c["b"]]
@@ -213,6 +218,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--filtering", action="store_true",
                         help="predict the filtering workload's comparisons on the candidates "
                              "with groups without gradient (FILTER_CANDIDATES)")
+    parser.add_argument("--verl-filter-at", choices=("sample", "finish"), default="sample",
+                        help="when the simulated verl_drop filters a group without gradient "
+                             "and refills its prompt: at the trainer's next sample (verl's "
+                             "own, default) or when the group finishes (what the runtime's "
+                             "driver filter does to the real-engine bench's verl_drop row)")
     args = parser.parse_args(argv)
     seeds, scales = args.seeds, args.train_scales
     candidates, comps, short = ((FILTER_CANDIDATES, peers.filtering_headline(), FILTER_SHORT)
@@ -225,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
                           for part in ("train", "train_contended") if base.get(part)}}
         rows = by_scale[scale] = []
         for name, w in candidates.items():
-            rows.append({"name": name, **w, **predict(w, seeds, fit, comps)})
+            rows.append({"name": name, **w, **predict(w, seeds, fit, comps,
+                                                       args.verl_filter_at)})
         print(f"Training cost x {scale:g}:\n\n" + render(rows, len(seeds), short) + "\n",
               flush=True)
     print("| workload | smallest separation | where |\n|---|---|---|")

@@ -31,7 +31,12 @@ policy with the same states and compares their decisions.
   with zero reward variance, and ``_evict_terminal_groups`` evicts them together with the stale
   ones, in the same poll of ``wait_for_sampleable``, with the same exact 1:1 refill ("async: evict
   k, refill k", the eviction/refill matrix of ``ReplayBuffer``). They count as filtered, not as
-  L3 waste.
+  L3 waste. ``filter_at="finish"`` (not verl's; default ``"sample"``, verl's) filters a group
+  without gradient the moment it finishes and refills its prompt at once: what this rule gets
+  on the runtime, where the driver's ``filter_zero_variance`` removes such a group before the
+  rule sees it and ``runtime.peers`` re-arms the rule's group (its 1:1 refill at reward time,
+  not at the trainer's next poll). It exists to simulate the real-engine bench's ``verl_drop``
+  row as it ran (docs/peers.md, "The filtering workload").
 
 Alignment: the drop rule admits a trajectory submitted at version ``v`` up to version
 ``v + threshold - 1`` (the step counter is one ahead of the version), so ``threshold = eta + 1``
@@ -53,9 +58,15 @@ class VerlDrop(Policy):
               "(ReplayBufferAsync), trainer_base.py")
     bounded = True
 
+    FILTER_AT = ("sample", "finish")
+
     def __init__(self, eta: int, num_warmup_batches: int = 1, threshold: int | None = None,
-                 parameter_sync_step: int = 4) -> None:
+                 parameter_sync_step: int = 4, filter_at: str = "sample") -> None:
         super().__init__(eta)
+        if filter_at not in self.FILTER_AT:
+            raise ValueError(f"verl_drop: filter_at must be one of {', '.join(self.FILTER_AT)},"
+                             f" got {filter_at!r}")
+        self.filter_at = filter_at
         if (isinstance(parameter_sync_step, bool) or not isinstance(parameter_sync_step, int)
                 or parameter_sync_step < 1):
             raise ValueError(f"verl_drop: parameter_sync_step must be an int >= 1, got "
@@ -85,6 +96,11 @@ class VerlDrop(Policy):
             self._to_submit -= 1
 
     def on_group_done(self, group: Group) -> None:
+        if group.no_grad and self.filter_at == "finish":
+            self.sim.filter(group)
+            self._to_submit += 1  # the refill, at once
+            self.admit()
+            return
         self._finished.append(group)
 
     def take_batch(self):
@@ -123,9 +139,12 @@ class VerlDrop(Policy):
         self._to_submit += self.batch_size  # prepare_step of the new step
 
     def settings(self) -> dict:
-        return {"eta": self.eta, "num_warmup_batches": self.warmup,
-                "max_off_policy_threshold": self.threshold, "strategy": "drop",
-                "parameter_sync_step": self.sync_step}
+        out = {"eta": self.eta, "num_warmup_batches": self.warmup,
+               "max_off_policy_threshold": self.threshold, "strategy": "drop",
+               "parameter_sync_step": self.sync_step}
+        if self.filter_at != "sample":  # (verl's own is not written: the stored runs keep theirs)
+            out["filter_at"] = self.filter_at
+        return out
 
     def describe_state(self) -> str:
         return (f"step={self.step} finished={len(self._finished)} to_submit={self._to_submit} "
