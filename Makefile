@@ -122,12 +122,12 @@ bench-learning-peers: $(STAMP)
 	$(PY) bench/learning.py --peers reserve_occupy,nemo_shipped,verl_drop,areal,synchronous --etas 1 --objectives plain,tis --seeds 0,1,2 --write
 
 ## The simulator held to the engine: the headline comparisons of bench-peers on the separating
-## workload, each pair run in both orders (crossover: 4 runs a pair, 8 pairs, 16 steps a run,
-## about 20 min on a quiet host) with every engine request timed; fits the simulator's cost
+## workload, each pair run in both orders (crossover: 4 runs a pair, 12 pairs, 16 steps a run,
+## about 28 min on a quiet host) with every engine request timed; fits the simulator's cost
 ## terms to it (and to each half of the seeds, for their spread), simulates each run with them
 ## and writes docs/results/calibration.json and the tables of docs/calibration.md.
 calibrate: $(STAMP)
-	$(PY) bench/calibrate.py --workload separating --headline --order crossover --seeds 0,1,2,3,4,5,6,7 --steps 16 --write
+	$(PY) bench/calibrate.py --workload separating --headline --order crossover --seeds 0,1,2,3,4,5,6,7,8,9,10,11 --steps 16 --write
 
 ## The trainer on CPU: tokens/s and padding fraction of padded vs packed micro-batches on one
 ## seeded long-tail batch, for the single process and the sharded trainer at 1 and 2 ranks,
