@@ -908,7 +908,8 @@ if __name__ == "__main__":
     if args.from_raw is not None:
         dump = args.dump
         try:
-            results = finish(dump["compared"], dump["measured"], dump["steps"], dump["seeds"],
+            compared = peers.resummarize(dump["compared"], args.interval, args.level)
+            results = finish(compared, dump["measured"], dump["steps"], dump["seeds"],
                              dump["median"], dump["sigma"], dump.get("grid_wall_s", 0.0),
                              tuple(dump.get("shape", SHAPE)))
         except FitError as e:

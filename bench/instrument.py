@@ -33,18 +33,37 @@ Design (issue 37, item 1)
   (``sign_interval``: ``[x_(k), x_(n+1-k)]`` with the largest ``k`` whose coverage ``1 - 2
   P(Bin(n, 1/2) <= k - 1)`` is at least the level; it needs only that the pairs' ratios are
   independent with median 1 when nothing differs). A row is *resolved* only when its interval
-  excludes 1. The percentile bootstrap of the median (``bootstrap_interval``, resampling pairs,
+  excludes 1. The sign interval is discrete: its coverage jumps between the levels ``k``
+  allows (with 12 pairs ``k = 3`` covers 96.1 %, ``k = 4`` 85.4 %), so at 90 % it is often
+  wider than a 90 % interval needs to be. ``--interval wilcoxon`` (``wilcoxon_interval``)
+  takes the pairs' *log* ratios instead: its ratio is their Hodges-Lehmann estimate (the
+  median of the ``M = n(n+1)/2`` Walsh averages ``(y_i + y_j) / 2``, ``i <= j``, exp'd back;
+  ``hl`` in every summary), its interval the exact signed-rank interval ``[W_(c),
+  W_(M+1-c)]`` of the sorted Walsh averages with the largest ``c`` whose coverage ``1 - 2
+  P(T+ <= c - 1)`` is at least the level, ``T+`` the signed-rank statistic under the null,
+  whose distribution over the ``2^n`` equally likely sign patterns is counted exactly
+  (``signed_rank_counts``); its steps are finer (with 12 pairs 90.8 %). As a test of "no
+  difference" it needs the log ratios symmetric about 0 when A and B are the same, and that
+  is what pairing with alternated or crossed-over order gives: the labels A and B are then
+  exchangeable within a pair, so each pair's log ratio is as likely ``y`` as ``-y``. As an
+  interval for a ratio other than 1 it assumes more: that the log ratios are symmetric about
+  their centre (the interval is then for that centre); the sign interval needs no symmetry.
+  The percentile bootstrap of the median (``bootstrap_interval``, resampling pairs,
   seeded) is kept as ``--interval bootstrap`` for comparison: with few pairs it is
   anti-conservative (with 4 pairs its interval is the range of the middle order statistics, and
   identical configurations are called resolved far more often than the nominal rate).
-  The level is 90 % (``LEVEL``): the sign interval needs at least 5 pairs for it
-  (``min_pairs``: with 4 the widest interval, the range, covers 87.5 %); with fewer the row is
-  printed *unresolved* whatever its ratios.
+  The level is 90 % (``LEVEL``): the sign and the signed-rank interval need at least 5 pairs
+  for it (``min_pairs``: with 4 the widest interval of either, the range, covers 87.5 %); with
+  fewer the row is printed *unresolved* whatever its ratios.
 * **The method checked.** ``false_positive_rate`` estimates how often an A/A comparison of ``n``
   pairs is called resolved, by simulation from the grid's own measured A/A pair ratios: the
-  ratios are first divided by their median (an A/A comparison's true ratio is 1), then ``n``
-  are drawn with replacement, the interval computed and its verdict counted, ``trials`` times
-  (seeded). The grid prints this rate for both methods next to the nominal ``1 - LEVEL``.
+  ratios are first divided by their median (an A/A comparison's true ratio is 1; in logs,
+  the log ratios shifted so that their median is 0), then ``n`` are drawn with replacement,
+  the interval computed and its verdict counted, ``trials`` times (seeded). The null is the
+  same for every method; for the signed-rank interval it is the measured A/A distribution,
+  not a symmetrised one, so its rate also shows what the measured asymmetry of the A/A
+  ratios costs it. The grid prints this rate for every method next to the nominal
+  ``1 - LEVEL``.
 * **Decisions.** Per pair, ``placement_diff`` counts the units the two runs trained in a
   different step (or only one of them trained), from each run's ``events.jsonl`` (the
   ``consume`` lines: a unit's step is the index of the batch it was consumed in). A row whose
@@ -59,11 +78,13 @@ Design (issue 37, item 1)
   than two usable cores refuse ``--pin``.
 
 Everything here is pure (no engine) except ``place``; the statistics are checked against hand
-computations in ``tests/runtime/test_bench_instrument.py``.
+computations in ``tests/runtime/test_bench_instrument.py`` (the signed-rank interval's in
+``tests/runtime/test_instrument_wilcoxon.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -73,7 +94,7 @@ from statistics import median
 from typing import Any, Callable, Iterable, Sequence
 
 LEVEL = 0.90  # the intervals' nominal coverage; an A/A row is called resolved at most 10 %
-METHODS = ("sign", "bootstrap")
+METHODS = ("sign", "bootstrap", "wilcoxon")
 ORDERS = ("alternate", "random", "crossover")
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -136,7 +157,9 @@ def binom_cdf(k: int, n: int) -> float:
 
 
 def min_pairs(level: float = LEVEL) -> int:
-    """The fewest pairs whose sign interval (the range, ``k = 1``) reaches ``level``."""
+    """The fewest pairs whose sign interval (the range, ``k = 1``) reaches ``level``; the
+    signed-rank interval's too (its ``c = 1`` is the range as well, of the same coverage
+    ``1 - 2 / 2^n``)."""
     n = 1
     while 1 - 2 * binom_cdf(0, n) < level:
         n += 1
@@ -172,6 +195,87 @@ def bootstrap_interval(ratios: Sequence[float], level: float = LEVEL,
     return _quantile(meds, (1 - level) / 2), _quantile(meds, (1 + level) / 2)
 
 
+@functools.lru_cache(maxsize=None)
+def signed_rank_counts(n: int) -> tuple[int, ...]:
+    """The exact null distribution of the signed-rank statistic ``T+`` (the sum of the ranks
+    of the positive ones among ``n`` values symmetric about 0 and without ties): entry ``t``
+    counts the sign patterns, of the ``2^n`` equally likely, whose ranks sum to ``t``, for
+    ``t = 0 .. n(n+1)/2``. Counted by the standard recursion over the largest rank ``i``
+    (positive or not): ``N_i(t) = N_{i-1}(t) + N_{i-1}(t - i)``. (Hand-rolled, in integers:
+    the project does not depend on scipy, and scipy's ``wilcoxon`` gives a p-value, not the
+    interval.)"""
+    if n < 0:
+        raise ValueError(f"signed_rank_counts needs n >= 0 (got {n})")
+    counts = [1]
+    for i in range(1, n + 1):
+        grown = counts + [0] * i
+        for t in range(i, len(grown)):
+            grown[t] += counts[t - i]
+        counts = grown
+    return tuple(counts)
+
+
+@functools.lru_cache(maxsize=None)
+def signed_rank_c(n: int, level: float = LEVEL) -> tuple[int, float]:
+    """``(c, coverage)``: the largest ``c`` whose signed-rank interval ``[W_(c), W_(M+1-c)]``
+    covers at least ``level``, its coverage ``1 - 2 P(T+ <= c - 1)`` (exact, as a float at the
+    end); ``(0, coverage of the range)`` when even ``c = 1`` (the range of the values, ``1 -
+    2 / 2^n``) falls short."""
+    counts, total = signed_rank_counts(n), 2 ** n
+    best, cover, below = 0, 0.0, 0  # below: the patterns with T+ <= c - 1
+    for c in range(1, len(counts) // 2 + 1):
+        below += counts[c - 1]
+        if 1 - 2 * below / total < level:
+            break
+        best, cover = c, 1 - 2 * below / total
+    if best == 0:
+        return 0, (1 - 2 / total) if n else 0.0
+    return best, cover
+
+
+def _logs(ratios: Sequence[float]) -> list[float]:
+    """The log ratios; a ratio of 0 (a run that trained nothing in its window) is ``-inf``, a
+    negative or non-finite one a ``ValueError`` naming it."""
+    out = []
+    for r in ratios:
+        if not (math.isfinite(r) and r >= 0):
+            raise ValueError(f"a pair's ratio must be a finite number >= 0 (got {r!r})")
+        out.append(math.log(r) if r > 0 else -math.inf)
+    return out
+
+
+def walsh_averages(values: Sequence[float]) -> list[float]:
+    """The ``n(n+1)/2`` Walsh averages ``(y_i + y_j) / 2``, ``i <= j``, sorted."""
+    return sorted((values[i] + values[j]) / 2 for i in range(len(values))
+                  for j in range(i, len(values)))
+
+
+def _exp(y: float) -> float:
+    return math.exp(y) if y > -math.inf else 0.0
+
+
+def hodges_lehmann(ratios: Sequence[float]) -> float | None:
+    """The Hodges-Lehmann estimate of the pairs' ratio: the median of the Walsh averages of
+    the log ratios, exp'd back (None without ratios)."""
+    if not ratios:
+        return None
+    return _exp(median(walsh_averages(_logs(ratios))))
+
+
+def wilcoxon_interval(ratios: Sequence[float], level: float = LEVEL
+                      ) -> tuple[float, float, float]:
+    """The exact signed-rank interval of the pairs' ratio, ``(lo, hi, coverage)``: ``[W_(c),
+    W_(M+1-c)]`` of the ``M`` sorted Walsh averages of the log ratios, exp'd back, with
+    ``c`` of ``signed_rank_c``. Too few pairs for ``level``: ``(-inf, inf, coverage of the
+    range)``, an interval that resolves nothing."""
+    n = len(ratios)
+    c, cover = signed_rank_c(n, level)
+    if c == 0:
+        return -math.inf, math.inf, cover
+    w = walsh_averages(_logs(ratios))
+    return _exp(w[c - 1]), _exp(w[len(w) - c]), cover
+
+
 def _quantile(sorted_xs: Sequence[float], q: float) -> float:
     """The nearest-rank ``q`` quantile: element ``ceil(q * n) - 1`` (at least 0)."""
     return sorted_xs[max(0, math.ceil(q * len(sorted_xs)) - 1)]
@@ -184,6 +288,9 @@ def interval(ratios: Sequence[float], method: str = "sign", level: float = LEVEL
         return lo, hi
     if method == "bootstrap":
         return bootstrap_interval(ratios, level, seed=seed)
+    if method == "wilcoxon":
+        lo, hi, _ = wilcoxon_interval(ratios, level)
+        return lo, hi
     raise ValueError(f"interval method {method!r}: one of {', '.join(METHODS)}")
 
 
@@ -194,21 +301,33 @@ def resolved(lo: float, hi: float) -> bool:
 
 def summarize(ratios: Sequence[float], method: str = "sign", level: float = LEVEL,
               seed: int = 0) -> dict[str, Any]:
-    """A row's ratio (the median of its pairs'), its interval and verdict."""
+    """A row's ratio (the median of its pairs'), its Hodges-Lehmann estimate (``hl``: the
+    estimate of ``method`` wilcoxon, whose interval is around it; ``estimate`` picks the one
+    of the summary's method), its interval and verdict."""
     ratios = [float(r) for r in ratios]
     if not ratios:
-        return {"pairs": 0, "ratios": [], "median": None, "lo": None, "hi": None,
+        return {"pairs": 0, "ratios": [], "median": None, "hl": None, "lo": None, "hi": None,
                 "resolved": False, "method": method, "level": level}
     lo, hi = interval(ratios, method, level, seed)
     return {"pairs": len(ratios), "ratios": ratios, "median": median(ratios),
-            "lo": lo if math.isfinite(lo) else None, "hi": hi if math.isfinite(hi) else None,
+            "hl": hodges_lehmann(ratios), "lo": lo if math.isfinite(lo) else None, "hi": hi if math.isfinite(hi) else None,
             "resolved": resolved(lo, hi), "method": method, "level": level}
+
+
+def estimate(summary: dict[str, Any]) -> float | None:
+    """The ratio a summary's interval is about: the Hodges-Lehmann estimate for the
+    signed-rank interval, the median of the pairs' ratios for the others (and for a summary
+    written before ``hl`` existed)."""
+    if summary.get("method") == "wilcoxon":
+        return summary.get("hl")
+    return summary["median"]
 
 
 def false_positive_rate(aa_ratios: Sequence[float], pairs: int, method: str = "sign",
                         level: float = LEVEL, trials: int = 2000, seed: int = 0) -> float:
     """How often an A/A comparison of ``pairs`` pairs is called resolved, by simulation from
-    measured A/A pair ratios: divided by their median (the true A/A ratio is 1), ``pairs`` of
+    measured A/A pair ratios: divided by their median (the true A/A ratio is 1; the same null
+    for every method, the signed-rank interval's included), ``pairs`` of
     them drawn with replacement per trial (``random.Random(seed)``), the interval of
     ``method`` computed, resolved verdicts counted over ``trials``."""
     if not aa_ratios or pairs < 1:

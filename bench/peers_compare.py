@@ -599,8 +599,8 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
                     level: float, seed: int = 0,
                     rate_key: str = "steady_trained_tok_s") -> dict[str, Any]:
     """Each comparison's pairs summarized by the instrument (trained and generated tok/s over
-    the steady-state window), and the A/A false-positive rates of both interval methods from
-    the grid's A/A pairs (at the grid's number of pairs and at the sign interval's minimum).
+    the steady-state window), and the A/A false-positive rates of every interval method
+    (``instrument.METHODS``) from the grid's A/A pairs, at the grid's number of pairs.
     ``rate_key``: the runs' figure the pairs' ratios are of (the filtering workload's:
     ``steady_useful_tok_s``), whose means per pair the rows' ``trained_tok_s`` hold."""
     rows = []
@@ -633,13 +633,43 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
     aa = [r for p in pairs for r in [p["ratio"]] if comps[p["comparison"]]["aa"]
           and r is not None]
     n = max((r["trained"]["pairs"] for r in rows), default=0)
-    fp = None
-    if len(aa) >= 2:
-        fp = {"aa_ratios": aa, "pairs": n, "nominal": round(1 - level, 6), "min_pairs":
-              instrument.min_pairs(level)}
-        for m in instrument.METHODS:
-            fp[m] = instrument.false_positive_rate(aa, n, m, level, trials=1000, seed=seed)
-    return {"rows": rows, "false_positive": fp}
+    return {"rows": rows, "false_positive": _false_positive(aa, n, level, seed)}
+
+
+def _false_positive(aa: list[float], n: int, level: float, seed: int) -> dict[str, Any] | None:
+    """The results' ``false_positive``: from the grid's A/A pair ratios ``aa``, how often each
+    interval method calls an A/A comparison of ``n`` pairs resolved (1000 trials)."""
+    if len(aa) < 2:
+        return None
+    fp: dict[str, Any] = {"aa_ratios": aa, "pairs": n, "nominal": round(1 - level, 6),
+                          "min_pairs": instrument.min_pairs(level)}
+    for m in instrument.METHODS:
+        fp[m] = instrument.false_positive_rate(aa, n, m, level, trials=1000, seed=seed)
+    return fp
+
+
+def resummarize(results: dict[str, Any], method: str, level: float) -> dict[str, Any]:
+    """A grid's results (``main``'s, or a results file of it) with every comparison's
+    ``trained`` and ``gen`` summarized again by ``method`` at ``level`` from its stored pairs,
+    and its ``false_positive`` rates again: another interval without another grid. The results
+    themselves when the method and level are the grid's own (its file as written)."""
+    ins = results["instrument"]
+    if (method, level) == (ins["interval"], ins["level"]):
+        return results
+    seed, pairs = ins["order_seed"], results["pairs"]
+    rows = []
+    for j, c in enumerate(results["comparisons"]):
+        mine = [p for p in pairs if p["comparison"] == j]
+        gen = [r for r in (instrument.pair_ratio(p, "steady_gen_tok_s") for p in mine)
+               if r is not None]
+        rows.append({**c, "trained": instrument.summarize(
+            [p["ratio"] for p in mine if p["ratio"] is not None], method, level, seed),
+            "gen": instrument.summarize(gen, method, level, seed)})
+    aa = [p["ratio"] for p in pairs if results["comparisons"][p["comparison"]]["aa"]
+          and p["ratio"] is not None]
+    n = max((r["trained"]["pairs"] for r in rows), default=0)
+    return {**results, "instrument": {**ins, "interval": method, "level": level},
+            "comparisons": rows, "false_positive": _false_positive(aa, n, level, seed)}
 
 
 async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: float,
@@ -734,12 +764,24 @@ PAIR_KEYS = ("run", "rate", "steady_trained_tok_s", "steady_gen_tok_s", "stalene
 
 
 def _cell(s: dict[str, Any]) -> str:
-    """``median [lo, hi]`` of an instrument summary."""
-    if s["median"] is None:
+    """``ratio [lo, hi]`` of an instrument summary: the median of the pairs' ratios, or with
+    the signed-rank interval the Hodges-Lehmann estimate it is around
+    (``instrument.estimate``)."""
+    x = instrument.estimate(s)
+    if x is None:
         return "n/a"
     lo = "-inf" if s["lo"] is None else f"{s['lo']:.3f}"
     hi = "inf" if s["hi"] is None else f"{s['hi']:.3f}"
-    return f"{s['median']:.3f} [{lo}, {hi}]"
+    return f"{x:.3f} [{lo}, {hi}]"
+
+
+# what the table's header calls each interval method, and the ratio it prints
+INTERVAL_NAMES = {"sign": "exact order-statistic (sign)", "bootstrap": "percentile bootstrap",
+                  "wilcoxon": "exact signed-rank (Wilcoxon), of the log ratios"}
+RATIO_NAMES = {"sign": "the median of the pairs' ratios",
+               "bootstrap": "the median of the pairs' ratios",
+               "wilcoxon": "the Hodges-Lehmann estimate of the pairs' ratios (the median of "
+                           "the Walsh averages of their logs, exp'd back)"}
 
 
 def render_compared(results: dict[str, Any]) -> str:
@@ -753,17 +795,21 @@ def render_compared(results: dict[str, Any]) -> str:
             + (": each pair runs A and B in both orders, its ratio the geometric mean of the two"
                if ins["order"] == "crossover" else "") + ", one discarded warm-up run, "
             f"trained and generated tok/s over the steps after the first "
-            f"{ins['warmup_steps']}; ratio: the median of the pairs' ratios, {pct} interval "
-            f"({'exact order-statistic (sign)' if ins['interval'] == 'sign' else 'percentile bootstrap'}"
-            f"), resolved when it excludes 1; cores "
+            f"{ins['warmup_steps']}; ratio: "
+            f"{RATIO_NAMES[ins['interval']]}"
+            f", {pct} interval ({INTERVAL_NAMES[ins['interval']]}), resolved when it excludes 1; cores "
             + ("pinned (engine " + ",".join(map(str, ins["pin"]["engine_cores"]))
                + ", driver and trainer " + ",".join(map(str, ins["pin"]["driver_cores"])) + ")"
                if ins.get("pin") else "not pinned") + "."]
     if fp:
         head.append(f"A/A check of the interval: with {fp['pairs']} pairs, an A/A comparison "
                     f"drawn from this grid's {len(fp['aa_ratios'])} A/A pair ratios is called "
-                    f"resolved {fp['sign']:.1%} of the time with the sign interval and "
-                    f"{fp['bootstrap']:.1%} with the percentile bootstrap (nominal "
+                    f"resolved {fp['sign']:.1%} of the time with the sign interval"
+                    + (f", {fp['bootstrap']:.1%} with the percentile bootstrap and "
+                       f"{fp['wilcoxon']:.1%} with the signed-rank interval"
+                       if "wilcoxon" in fp else  # (a grid from before it: as it printed)
+                       f" and {fp['bootstrap']:.1%} with the percentile bootstrap")
+                    + f" (nominal "
                     f"{fp['nominal']:.0%}; the sign interval needs {fp['min_pairs']} pairs).")
     head += workload_lines(results.get("workload"))
     useful = ins.get("rate") == "steady_useful_tok_s"  # the filtering workload
@@ -1100,6 +1146,31 @@ def apply_workload(args: argparse.Namespace, raw: list[str], bad: Any) -> None:
                               args.no_gradient)
 
 
+def read_results(path: Path, bad: Any) -> dict[str, Any]:
+    """A results file of a grid the instrument ran, checked before it is summarized again
+    (``bad``: one line, exit 2)."""
+    if not path.is_file():
+        bad(f"--from-results {path}: " + ("not a regular file" if path.exists() else
+                                           "no such file"))
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        bad(f"--from-results {path}: not a JSON results file ({e.__class__.__name__})")
+    if not (isinstance(results, dict) and isinstance(results.get("instrument"), dict)
+            and all(isinstance(results.get(k), list) for k in ("pairs", "comparisons"))):
+        bad(f"--from-results {path}: not the results of a grid the instrument ran (no "
+            f"instrument, pairs and comparisons)")
+    ok = all(isinstance(p, dict) and isinstance(p.get("comparison"), int)
+             and 0 <= p["comparison"] < len(results["comparisons"])
+             and (p.get("ratio") is None or isinstance(p["ratio"], (int, float))
+                  and not isinstance(p["ratio"], bool) and math.isfinite(p["ratio"])
+                  and p["ratio"] >= 0)
+             for p in results["pairs"])
+    if not ok:
+        bad(f"--from-results {path}: a pair without a valid comparison index or ratio")
+    return results
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = Parser(prog="peers_compare.py",
                                      description=__doc__.split("\n\n")[0])
@@ -1124,6 +1195,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              f"--workload filtering")
     parser.add_argument("--rows", type=Path, default=None,
                         help="append each run's row to this JSONL file as it ends")
+    parser.add_argument("--from-results", type=Path, default=None, metavar="RESULTS",
+                        help="run nothing: print the table of a results file of a grid (e.g. "
+                             "docs/results/peers_compare.json) with its pairs summarized again "
+                             "by --interval and --level")
     parser.add_argument("--results", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
     raw = list(sys.argv[1:] if argv is None else argv)
@@ -1133,6 +1208,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         print(f"peers_compare: {msg}", file=sys.stderr)
         raise SystemExit(2)
 
+    if args.from_results is not None:
+        if args.write:
+            bad("--from-results prints only: --write is for a grid that ran (the committed "
+                "tables are the grids' as run)")
+        if not (math.isfinite(args.level) and 0 < args.level < 1):
+            bad(f"--level must be a number in (0, 1) (got {args.level})")
+        args.stored = read_results(args.from_results, bad)
+        return args
     apply_workload(args, raw, bad)
     if args.results is None:
         args.results = (RANKING_RESULTS if args.ranking else
@@ -1148,6 +1231,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     args = parse()
+    if args.from_results is not None:
+        try:
+            print(render(resummarize(args.stored, args.interval, args.level)))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            print(f"peers_compare: --from-results {args.from_results}: not a results file of "
+                  f"this version ({e.__class__.__name__}: {e})", file=sys.stderr)
+            raise SystemExit(2)
+        raise SystemExit(0)
     t0 = time.perf_counter()
     workload = workload_record(args.workload, args.shape, args.median, args.sigma, args.steps,
                                args.seed_list, args.no_gradient)
