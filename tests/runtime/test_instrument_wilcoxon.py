@@ -198,3 +198,14 @@ def test_from_results_prints_and_refuses_what_it_cannot_do(tmp_path):
         assert p.returncode == 2 and says in p.stderr, (args, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1
 
+
+def test_the_methods_block_of_docs_peers_md_is_computed_from_the_results_files():
+    im = load_bench("interval_methods")
+    grids = im.load()
+    assert im.doc_block(im.DOC.read_text()) == im.render(grids)
+    r = im.compare(grids)
+    assert {x["grid"] for x in r["rows"]} == {name for _, name in im.GRIDS}
+    assert sum(x["aa"] for x in r["rows"]) == 5  # ranking: one A/A row per eta
+    edited = copy.deepcopy(grids)  # a changed pair ratio is caught
+    edited["calibration"]["comparisons"][0]["trained"]["ratios"][0] *= 1.05
+    assert im.doc_block(im.DOC.read_text()) != im.render(edited)
