@@ -43,12 +43,21 @@ The fit (``fit_costs``), one term of ``reserve_occupy_sim/model/cost.py`` each
   of the same sharing): each step's share of its training time during which the engine had a
   request (``busy``, from the requests' timings; a streamed chunk's span is its note's end
   less the step's ``stream_s`` shared evenly over its chunks), and ``fit_train_contended``:
-  the train and chunk costs above fitted again as work alone, stretched by ``1 + s * busy``.
+  the train and chunk costs above fitted again as work alone, stretched by ``1 + s * busy``
+  (a busy flag); and shaped by the engine's load: each step's load profile (``load_profile``:
+  the share of its training time at each number ``n`` of requests in the engine, at most its
+  64), stretched by ``1 + s * sum(share * f(n))``, ``f`` each of the simulator's shapes
+  (``TrainCost.rollout_load``: saturating ``min(1, n / N)``, hyperbolic ``n / (n + K)``), ``s``
+  and the scale fitted jointly and the shape of the smaller residual kept
+  (``fit_load_shapes``). A --raw file written before the profile was recorded holds no
+  request times: its steps' busy shares are spread over the load the simulator's replay of
+  the same run had during that kind of training (``replayed_load``; the page says which).
 
-Each row is simulated twice: with the cost model as it was (the first decode fit, no
-contention) and revised (the second decode fit with ``train_slowdown``, and the trainer's
-work alone with ``rollout_slowdown``, when the steps identify it); docs/calibration.md says
-why.
+Each row is simulated with the cost model as it was (the first decode fit, no contention) and
+revised (the second decode fit with ``train_slowdown``, and the trainer's work alone with
+``rollout_slowdown`` as a busy flag, when the steps identify it), and for the instrument's
+grids also revised with the term shaped by the load (``sim_load``) and without the term
+(``sim_one_way``); docs/calibration.md says why.
 
 The simulator run of each row: one instance with ``(eta + 1) x batch_size x group_size``
 sequence slots (the in-flight bound the runtime's rules keep: ``(eta + 1) x batch_size`` groups),
