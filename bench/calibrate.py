@@ -588,8 +588,12 @@ def with_replayed_load(measured: list[dict[str, Any]], replays: list[dict[str, A
     for m, rp in zip(measured, replays):
         def spread(p: list[list[float]], busy: float) -> list[list[float]]:
             return [[n, x * busy] for n, x in p] if p else ([[1, busy]] if busy > 0 else [])
-        whole = [(*s[:3], spread(rp["whole"] or rp["chunk"], s[2])) for s in m["whole"]]
-        streamed = [(*s[:4], spread(rp["chunk"] or rp["whole"], s[3])) for s in m["streamed"]]
+        # (a step without its busy share, of an older --raw still, is kept as it is: the fits
+        # then say the share is missing)
+        whole = [(*s[:3], spread(rp["whole"] or rp["chunk"], s[2])) if len(s) >= 3 else s
+                 for s in m["whole"]]
+        streamed = [(*s[:4], spread(rp["chunk"] or rp["whole"], s[3])) if len(s) >= 4 else s
+                    for s in m["streamed"]]
         out.append({**m, "whole": whole, "streamed": streamed})
     return out
 
@@ -1147,7 +1151,7 @@ if __name__ == "__main__":
                              tuple(dump.get("shape", SHAPE)))
         except FitError as e:
             _bad(f"--from-raw {args.from_raw}: {e}")
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as e:
             _bad(f"--from-raw {args.from_raw}: not a file of --raw ({e.__class__.__name__}: "
                  f"{e})")
     else:

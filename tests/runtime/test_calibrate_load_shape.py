@@ -131,6 +131,11 @@ def test_a_raw_file_without_loads_takes_them_from_the_replay():
     assert out[1]["whole"] == [(900, 0.2, 0.8, [[4, 0.4], [6, 0.4]])]
     assert out[2]["whole"] == [(900, 0.2, 0.4, [[1, 0.4]])]
     assert [m["x"] for m in out] == [1, 2, 3] and bench.has_load(out)
+    # a raw file older still, without busy shares: kept as it was, and the fits say why
+    older = bench.with_replayed_load([{"whole": [(900, 0.2)] * 8, "streamed": []}], replays)
+    assert older[0]["whole"] == [(900, 0.2)] * 8
+    _, best, why = bench.fit_load_shapes(older[0]["whole"], [])
+    assert best is None and "no step recorded the engine's busy share" in why
 
 
 def test_the_load_shaped_model_carries_the_shape_to_the_simulator():
