@@ -43,12 +43,21 @@ The fit (``fit_costs``), one term of ``reserve_occupy_sim/model/cost.py`` each
   of the same sharing): each step's share of its training time during which the engine had a
   request (``busy``, from the requests' timings; a streamed chunk's span is its note's end
   less the step's ``stream_s`` shared evenly over its chunks), and ``fit_train_contended``:
-  the train and chunk costs above fitted again as work alone, stretched by ``1 + s * busy``.
+  the train and chunk costs above fitted again as work alone, stretched by ``1 + s * busy``
+  (a busy flag); and shaped by the engine's load: each step's load profile (``load_profile``:
+  the share of its training time at each number ``n`` of requests in the engine, at most its
+  64), stretched by ``1 + s * sum(share * f(n))``, ``f`` each of the simulator's shapes
+  (``TrainCost.rollout_load``: saturating ``min(1, n / N)``, hyperbolic ``n / (n + K)``), ``s``
+  and the scale fitted jointly and the shape of the smaller residual kept
+  (``fit_load_shapes``). A --raw file written before the profile was recorded holds no
+  request times: its steps' busy shares are spread over the load the simulator's replay of
+  the same run had during that kind of training (``replayed_load``; the page says which).
 
-Each row is simulated twice: with the cost model as it was (the first decode fit, no
-contention) and revised (the second decode fit with ``train_slowdown``, and the trainer's
-work alone with ``rollout_slowdown``, when the steps identify it); docs/calibration.md says
-why.
+Each row is simulated with the cost model as it was (the first decode fit, no contention) and
+revised (the second decode fit with ``train_slowdown``, and the trainer's work alone with
+``rollout_slowdown`` as a busy flag, when the steps identify it), and for the instrument's
+grids also revised with the term shaped by the load (``sim_load``) and without the term
+(``sim_one_way``); docs/calibration.md says why.
 
 The simulator run of each row: one instance with ``(eta + 1) x batch_size x group_size``
 sequence slots (the in-flight bound the runtime's rules keep: ``(eta + 1) x batch_size`` groups),
@@ -171,6 +180,32 @@ def busy_spans(calls: list[Call]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
+def load_pieces(calls: list[Call], cap: int = ENGINE_SEQS) -> list[tuple[float, float, int]]:
+    """The engine's load as a step function: ``(from, to, n)`` with ``n`` >= 1 the requests in
+    the engine then, at most ``cap`` (the engine runs ``max_num_seqs``; the rest wait)."""
+    edges = sorted([(c.t0, 1) for c in calls if c.t1 > c.t0]
+                   + [(c.t1, -1) for c in calls if c.t1 > c.t0])
+    out, n, t = [], 0, -math.inf
+    for when, d in edges:
+        if when > t and n > 0:
+            out.append((t, when, min(n, cap)))
+        n, t = n + d, when
+    return out
+
+
+def load_profile(spans: list[tuple[float, float]], pieces: list[tuple[float, float, int]],
+                 total: float) -> list[list[float]]:
+    """``[[n, share], ...]``: the share of ``total`` seconds that ``spans`` spent with ``n``
+    requests running (``load_pieces``), ``n`` ascending; the shares sum to the busy share."""
+    at: dict[int, float] = {}
+    for a, b in spans:
+        for p0, p1, n in pieces:
+            o = min(b, p1) - max(a, p0)
+            if o > 0:
+                at[n] = at.get(n, 0.0) + o
+    return [[n, at[n] / total] for n in sorted(at)] if total > 0 else []
+
+
 def request_features(calls: list[Call], pauses: list[tuple[float, float]],
                      training: list[tuple[float, float]]) -> list[dict[str, float]]:
     """Per request that produced tokens: its time in the engine less the pauses it spanned
@@ -260,26 +295,42 @@ def fit_chunk(steps: list[tuple[int, float, float]], per_token_s: float) -> dict
 
 
 SLOWDOWN_GRID = np.round(np.arange(0.0, 4.0 + 1e-9, 0.01), 2)  # rollout_slowdown's search
+# the load's scale (``TrainCost.rollout_load_n``) searched for each shape: saturating at 1 is
+# the busy flag; the engine runs at most ENGINE_SEQS requests
+LOAD_GRIDS = {"saturating": (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0,
+                             40.0, 48.0, 56.0, 64.0),
+              "hyperbolic": (0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0,
+                             64.0, 96.0, 128.0)}
 
 
-def fit_train_contended(whole: list[tuple[float, ...]], streamed: list[tuple[float, ...]]
-                        ) -> dict[str, float]:
-    """The trainer's work alone and how much the engine's decoding stretches it: over the
-    whole-batch steps (tokens, train_s, busy) and the streaming steps (chunks, tokens,
-    stream_s, busy), ``busy`` the share of the step's training time during which the engine
-    had a request,
+def fit_train_contended(whole: list[tuple[Any, ...]], streamed: list[tuple[Any, ...]],
+                        shape: str | None = None) -> dict[str, Any]:
+    """The trainer's work alone and how much the engine stretches it: over the whole-batch
+    steps (tokens, train_s, busy[, load]) and the streaming steps (chunks, tokens, stream_s,
+    busy[, load]), ``busy`` the share of the step's training time during which the engine
+    had a request and ``load`` its profile (``load_profile``: the share at each number ``n`` of
+    running requests),
 
-        train_s  = (fixed_s + per_token_s * tokens) * (1 + rollout_slowdown * busy)
+        train_s  = (fixed_s + per_token_s * tokens) * (1 + rollout_slowdown * w)
         stream_s = (chunk_overhead_s * chunks + per_token_s * tokens)
-                   * (1 + rollout_slowdown * busy)
+                   * (1 + rollout_slowdown * w)
 
-    (the simulator's ``TrainCost.rollout_slowdown``: training at ``1 / (1 + s)`` of its speed
-    while the engine decodes). Linear in the three costs for a given ``s``: non-negative least
-    squares at each ``s`` of ``SLOWDOWN_GRID`` (0 to 4 by 0.01), the ``s`` of the smallest
-    squared error kept. The share ``busy`` varies because eta 0's steps train with the engine
-    idle (whole batch) or decoding the step's last groups (streaming), eta 1's with it mostly
-    decoding; without that spread ``s`` is not identified, and this says so."""
-    term = "the engine's contention for the trainer"
+    with ``w`` the step's load-weighted busy share: ``busy`` itself for ``shape`` None (the
+    busy flag), else the sum over its profile of ``share * f(n)``, ``f`` the simulator's
+    ``load_share`` of that shape at a scale ``rollout_load_n`` of ``LOAD_GRIDS`` (the
+    simulator's ``TrainCost``: training at ``1 / (1 + s * f(n))`` of its speed). Linear in the
+    three costs for a given ``s`` and scale: non-negative least squares at each ``s`` of
+    ``SLOWDOWN_GRID`` (0 to 4 by 0.01) and each scale, the pair of the smallest squared error
+    kept. The share ``busy`` varies because eta 0's steps train with the engine idle (whole
+    batch) or decoding the step's last groups (streaming), eta 1's with it mostly decoding,
+    and the load because those last groups are few requests; without either spread the term is
+    not identified, and this says so."""
+    from reserve_occupy_sim.model.cost import LOAD_SHAPES, load_share
+
+    term = "the engine's contention for the trainer" + (f" ({shape} in its load)"
+                                                        if shape else "")
+    if shape is not None and shape not in LOAD_SHAPES:
+        raise FitError(term, f"unknown shape (choose from {', '.join(LOAD_SHAPES)})")
     used = [s for s in streamed if s[0] > 0]
     if len(whole) + len(used) < 8:
         raise FitError(term, f"{len(whole) + len(used)} steps (at least 8)")
@@ -292,22 +343,42 @@ def fit_train_contended(whole: list[tuple[float, ...]], streamed: list[tuple[flo
                              f"{min(busy):.2f}-{max(busy):.2f}): the slowdown is not "
                              f"identified")
     y = np.array([s[1] for s in whole] + [s[2] for s in used], dtype=float)
-    b = np.array(busy, dtype=float)
     base = np.array([[1.0, s[0], 0.0] for s in whole] + [[0.0, s[1], s[0]] for s in used],
                     dtype=float)
+    extra: dict[str, Any] = {}
+    if shape is None:
+        weights = {1.0: np.array(busy, dtype=float)}
+    else:
+        if any(len(s) < 4 for s in whole) or any(len(s) < 5 for s in used):
+            raise FitError(term, "no step recorded the engine's load (a --raw file of an "
+                                 "earlier calibrate.py)")
+        profiles = [s[3] for s in whole] + [s[4] for s in used]
+        means = [sum(n * x for n, x in p) / sum(x for _, x in p) for p in profiles
+                 if sum(x for _, x in p) > 0]
+        if not means or max(means) - min(means) < 1.0:
+            raise FitError(term, "the engine's load during training hardly varied (mean "
+                                 "running requests while busy " + (
+                                     f"{min(means):.1f}-{max(means):.1f}" if means else
+                                     "never busy") + "): the shape is not identified")
+        weights = {scale: np.array([sum(x * load_share(shape, scale, n) for n, x in p)
+                                    for p in profiles]) for scale in LOAD_GRIDS[shape]}
+        extra = {"load_mean_min": min(means), "load_mean_max": max(means)}
     best = None
-    for slow in SLOWDOWN_GRID:
-        x = base * (1.0 + slow * b)[:, None]
-        coef = nnls(x, y)
-        sse = float(np.sum((x @ coef - y) ** 2))
-        if best is None or sse < best[0]:
-            best = (sse, float(slow), coef, x)
-    _, slow, coef, x = best
+    for scale, w in weights.items():
+        for slow in SLOWDOWN_GRID:
+            x = base * (1.0 + slow * w)[:, None]
+            coef = nnls(x, y)
+            sse = float(np.sum((x @ coef - y) ** 2))
+            if best is None or sse < best[0]:
+                best = (sse, float(slow), scale, coef, x)
+    sse, slow, scale, coef, x = best
     return {"fixed_s": float(coef[0]), "per_token_s": float(coef[1]),
             "chunk_overhead_s": float(coef[2]), "rollout_slowdown": slow,
-            "r2": _r2(x, y, coef), "steps": len(whole), "streamed_steps": len(used),
+            "rollout_load": shape or "saturating", "rollout_load_n": float(scale),
+            "sse": sse, "r2": _r2(x, y, coef), "steps": len(whole), "streamed_steps": len(used),
             "busy_min": min(busy), "busy_max": max(busy),
-            "at_limit": slow == float(SLOWDOWN_GRID[-1])}
+            "at_limit": slow == float(SLOWDOWN_GRID[-1]),
+            "load_at_limit": shape is not None and scale == LOAD_GRIDS[shape][-1], **extra}
 
 
 # ------------------------------------------------------------------------ from the runs -----
@@ -339,6 +410,7 @@ def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str,
     prev_t, prev_tokens = 0.0, 0
     chunks = [n for n in notes if n.get("event") == "train_chunk"]
     engine = busy_spans(calls)
+    pieces = load_pieces(calls)
     for r in rows:
         end = r["time_s"]
         pauses.append((origin + end - r["sync_s"], origin + end))
@@ -354,10 +426,13 @@ def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str,
             d = r["stream_s"] / len(mine) if mine else 0.0
             busy = fmean(overlap(origin + n["t"] - d, origin + n["t"], engine) / d
                          for n in mine) if mine and d > 0 else 0.0
-            streamed.append((len(mine), chunk_tokens, r["stream_s"], busy))
+            load = load_profile([(origin + n["t"] - d, origin + n["t"]) for n in mine],
+                                pieces, d * len(mine))
+            streamed.append((len(mine), chunk_tokens, r["stream_s"], busy, load))
         else:
             busy = overlap(*span, engine) / r["train_s"] if r["train_s"] > 0 else 0.0
-            whole.append((tokens, r["train_s"], busy))
+            whole.append((tokens, r["train_s"], busy, load_profile([span], pieces,
+                                                                   r["train_s"])))
         prev_t, prev_tokens = end, r["tokens_trained"]
     return {"requests": request_features(calls, pauses, training), "whole": whole,
             "streamed": streamed, "syncs": syncs, "prompts": prompts,
@@ -386,6 +461,8 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
         contended, why = None, str(e)
     else:
         why = ""
+    shaped, load, load_why = fit_load_shapes([s for m in measured for s in m["whole"]],
+                                             streamed)
     g = diag["trainer_overlap_s"]
     if g >= 1.0:
         raise FitError("the trainer's contention", f"decode loses {g:.2f} s per second of "
@@ -394,21 +471,42 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
     return {"decode": decode, "train": train, "sync_s": sync, "chunk": chunk,
             "trainer_overlap_s": g, "train_slowdown": g / (1.0 - g),
             "decode_with_overlap": diag, "train_contended": contended,
-            "train_contended_why": why}
+            "train_contended_why": why, "train_load": load, "train_load_why": load_why,
+            "train_load_shapes": shaped}
+
+
+def fit_load_shapes(whole: list[tuple[Any, ...]], streamed: list[tuple[Any, ...]]
+                    ) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+    """``fit_train_contended`` with each load shape of the simulator: every shape's fit (or
+    why not), the one of the smallest squared error (None when none fits) and why none did."""
+    from reserve_occupy_sim.model.cost import LOAD_SHAPES
+
+    shaped: dict[str, Any] = {}
+    for shape in LOAD_SHAPES:
+        try:
+            shaped[shape] = fit_train_contended(whole, streamed, shape)
+        except FitError as e:
+            shaped[shape] = {"why": str(e)}
+    fitted = [f for f in shaped.values() if "why" not in f]
+    best = min(fitted, key=lambda f: f["sse"]) if fitted else None
+    return shaped, best, "" if best else "; ".join(f["why"] for f in shaped.values())
 
 
 def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
                revised: bool = False, shape: tuple[int, int] = SHAPE,
-               two_way: bool = True) -> Any:
+               two_way: bool = True, load: bool = False) -> Any:
     """The simulator's ``CostModel`` of one row, from ``fit_costs``. ``revised``: the model
     with the trainer's contention (``train_slowdown``) and its decode fit, which separates the
-    time requests lost to training and ties ``prefill_per_token_s`` to ``per_request_s``."""
+    time requests lost to training and ties ``prefill_per_token_s`` to ``per_request_s``; and
+    the engine's contention for the trainer, as a busy flag (``train_contended``) or, with
+    ``load``, shaped by the engine's load (``train_load``); ``two_way=False``: without it."""
     from reserve_occupy_sim.model.cost import CostModel, RolloutCost, TrainCost
 
     d = fit["decode_with_overlap"] if revised else fit["decode"]
     t, c = fit["train"], fit["chunk"]
     # training stretched by decoding (``two_way=False``: the revised model without it)
-    both = fit.get("train_contended") if revised and two_way else None
+    both = fit.get("train_load" if load else "train_contended") if revised and two_way \
+        else None
     if both:
         t = both
         c = dict(c, chunk_overhead_s=both["chunk_overhead_s"]) if c else None
@@ -424,7 +522,10 @@ def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
                       sync_s=fit["sync_s"][refit], chunk_groups=1 if streaming else 0,
                       chunk_overhead_s=c["chunk_overhead_s"] if c else 0.0,
                       chunk_share=c["chunk_share"] if c else 1.0,
-                      rollout_slowdown=both["rollout_slowdown"] if both else 0.0)
+                      rollout_slowdown=both["rollout_slowdown"] if both else 0.0,
+                      rollout_load=both.get("rollout_load", "saturating") if both
+                      else "saturating",
+                      rollout_load_n=both.get("rollout_load_n", 1.0) if both else 1.0)
     return CostModel(name="calibrated", rollout=rollout, train=train, instances=1,
                      concurrency=min(ENGINE_SEQS, (eta + 1) * shape[0] * shape[1]),
                      derivation={"status": "fitted by bench/calibrate.py"})
@@ -444,18 +545,82 @@ def workload(seed: int, prompts: dict[str, int], prompt_mean: float, groups: int
     return Workload(f"long-tail(seed={seed})", specs)
 
 
+def replayed_load(sim: Any, train: Any) -> dict[str, list[list[float]]]:
+    """The engine's load during training in a simulated run, as ``load_profile`` gives it for
+    a measured step but over all of the run's steps of a kind and normalised to the busy time:
+    ``whole``, the whole-batch steps' training spans (``t_consume`` to ``t_trained``), and
+    ``chunk``, the streamed chunks' (each from its hand-over for ``train.chunk_time`` of its
+    trajectories, the last to ``t_trained``); ``[[n, share of the busy time], ...]``, empty
+    where the engine never ran a request during that kind of span. ``train``: the run's
+    ``TrainCost``, without ``rollout_slowdown`` (so a chunk's time is its work)."""
+    calls = [Call("", r.t_start, r.t_end, 0, 0) for g in sim.groups
+             for r in g.requests + g.surplus if r.t_start == r.t_start and r.t_end == r.t_end]
+    pieces = load_pieces(calls, cap=10 ** 9)  # the simulator's instances cap it already
+    by_tid = {r.tid: r for r in sim.ledger.requests}
+    spans: dict[str, list[tuple[float, float]]] = {"whole": [], "chunk": []}
+    for b in sim.ledger.batches:
+        if not math.isfinite(b.t_trained):
+            continue
+        if not b.chunks:
+            spans["whole"].append((b.t_consume, b.t_trained))
+            continue
+        first = 0
+        for j, (t, count) in enumerate(b.chunks):
+            lengths = [by_tid[x].prompt + by_tid[x].length for x in b.tids[first:first + count]]
+            first += count
+            end = b.t_trained if j == len(b.chunks) - 1 else t + train.chunk_time(lengths)
+            spans["chunk"].append((t, end))
+    out = {}
+    for kind, xs in spans.items():
+        prof = load_profile(xs, pieces, 1.0)
+        busy = sum(x for _, x in prof)
+        out[kind] = [[n, x / busy] for n, x in prof] if busy > 0 else []
+    return out
+
+
+def with_replayed_load(measured: list[dict[str, Any]], replays: list[dict[str, Any]]
+                       ) -> list[dict[str, Any]]:
+    """Measurements without the engine's load per step (a --raw of the calibrate.py before it
+    recorded one) given, per step, its measured busy share spread over the load the simulator's
+    replay of the same run had during that kind of training (``replayed_load``; the other
+    kind's where the replay had none, all at one request where it had neither)."""
+    out = []
+    for m, rp in zip(measured, replays):
+        def spread(p: list[list[float]], busy: float) -> list[list[float]]:
+            return [[n, x * busy] for n, x in p] if p else ([[1, busy]] if busy > 0 else [])
+        # (a step without its busy share, of an older --raw still, is kept as it is: the fits
+        # then say the share is missing)
+        whole = [(*s[:3], spread(rp["whole"] or rp["chunk"], s[2])) if len(s) >= 3 else s
+                 for s in m["whole"]]
+        streamed = [(*s[:4], spread(rp["chunk"] or rp["whole"], s[3])) if len(s) >= 4 else s
+                    for s in m["streamed"]]
+        out.append({**m, "whole": whole, "streamed": streamed})
+    return out
+
+
+def has_load(measured: list[dict[str, Any]]) -> bool:
+    """Whether every step of these measurements recorded the engine's load profile."""
+    return all(len(s) >= 4 for m in measured for s in m["whole"]) and \
+        all(len(s) >= 5 for m in measured for s in m["streamed"])
+
+
 def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: bool = False,
-                 shape: tuple[int, int] = SHAPE, two_way: bool = True) -> dict[str, float]:
-    """The simulator's figures of one run (answer tokens, as the runtime counts)."""
+                 shape: tuple[int, int] = SHAPE, two_way: bool = True, load: bool = False,
+                 replay: dict[str, Any] | None = None) -> dict[str, float]:
+    """The simulator's figures of one run (answer tokens, as the runtime counts); ``replay``:
+    a dict to receive the run's ``replayed_load``."""
     from reserve_occupy_sim.model.runner import RunSpec, simulate
 
-    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised, shape, two_way)
+    cost = cost_model(fit, run["eta"], run["streaming"], run["refit"], revised, shape, two_way,
+                      load)
     # Reserve-Occupy streams only when told (Config.streaming); the peers that stream
     # (runtime.peers) hand chunks whenever the trainer takes them, as their policies do here
     options = (("streaming", True),) if run["streaming"] and run["policy"] == peers.RESERVE_OCCUPY \
         else ()
     _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
                               batch_size=shape[0], options=options), wl, cost)
+    if replay is not None:
+        replay.update(replayed_load(sim, cost.train))
     by_tid = {r.tid: r for r in sim.ledger.requests}
     trained = sum(by_tid[t].length for b in sim.ledger.batches for t in b.tids)
     decoded = sum(i.decoded for i in sim.instances)
@@ -479,6 +644,8 @@ SIMS = ("sim", "sim_revised")  # the cost model as it was; revised (``cost_model
 # the revised model without the engine's contention for the trainer (``rollout_slowdown``):
 # what the term itself changes, simulated for the instrument's grids (``compared_rows``)
 ONE_WAY = "sim_one_way"
+# the revised model with that contention shaped by the engine's load (``train_load``)
+LOADED = "sim_load"
 
 
 def add_sim_ratios(runs: list[dict[str, Any]]) -> None:
@@ -585,12 +752,13 @@ def _fit_lines(results: dict[str, Any]) -> list[str]:
                 f"{t['r2']:.2f} / {b['r2']:.2f} over {t['steps']} / {b['steps']} + "
                 f"{b['streamed_steps']} steps |" if b else
                 f"(same) | R² {t['r2']:.2f} over {t['steps']} steps |"),
-             (f"| training slowdown while the engine decodes `rollout_slowdown` | (not in the "
-              f"model) | {b['rollout_slowdown']:.2f}"
+             (f"| training slowdown while the engine decodes `rollout_slowdown` (a busy flag) "
+              f"| (not in the model) | {b['rollout_slowdown']:.2f}"
               f"{' (the limit of the search)' if b['at_limit'] else ''} (the engine busy "
               f"{b['busy_min']:.0%}-{b['busy_max']:.0%} of a step) | (same fit) |" if b else
               f"| training slowdown while the engine decodes | not fitted: "
               f"{fit.get('train_contended_why', '')} | | |"),
+             _load_line(fit),
              "| refit pause `sync_s` | " + ", ".join(
                  f"{m} {s:.3f} s" for m, s in fit["sync_s"].items()) + " | (same) | "
              "mean per mode |",
@@ -602,13 +770,49 @@ def _fit_lines(results: dict[str, Any]) -> list[str]:
               if c else "| streaming chunk overhead | not measured | | no streaming run |"),]
 
 
+def _shape_text(f: dict[str, Any]) -> str:
+    """``s x min(1, n / N)`` or ``s x n / (n + K)``: a load-shaped fit's term."""
+    s, k = f["rollout_slowdown"], f["rollout_load_n"]
+    return (f"{s:.2f} x min(1, n / {k:g})" if f["rollout_load"] == "saturating" else
+            f"{s:.2f} x n / (n + {k:g})")
+
+
+def _load_line(fit: dict[str, Any]) -> str:
+    """The fitted-terms table's row of the load-shaped term: the chosen shape, and every
+    shape's rms residual beside the busy flag's."""
+    best, shaped = fit.get("train_load"), fit.get("train_load_shapes") or {}
+    name = ("| training slowdown shaped by the engine's load: `rollout_slowdown` x f(n), n "
+            "running requests (`rollout_load`, `rollout_load_n`) | (not in the model) | ")
+    if not best:
+        return name + f"not fitted: {fit.get('train_load_why', '')} | |"
+    b = fit.get("train_contended")
+    steps = best["steps"] + best["streamed_steps"]
+
+    def rms(f: dict[str, Any]) -> str:
+        return f"{math.sqrt(f['sse'] / steps) * 1e3:.2f}"
+
+    fits = ([("busy flag", b)] if b and "sse" in b else []) + [
+        (k, f) for k, f in shaped.items() if "why" not in f]
+    where = ("each step's measured load" if fit.get("load_profiles") == "measured" else
+             "each step's busy share spread over the load of the simulator's replay of its run "
+             "(the --raw file holds no request times)")
+    return (name + f"{_shape_text(best)} ({best['rollout_load']}"
+            + ("; the limit of the search" if best["at_limit"] or best["load_at_limit"] else "")
+            + ") | " + where + "; rms residual " + " / ".join(rms(f) for _, f in fits)
+            + " ms (" + " / ".join(k for k, _ in fits) + "): "
+            + "; ".join(f"{k} {_shape_text(f)}" for k, f in fits if k != "busy flag") + " |")
+
+
 TERM_NAMES = {"step_s": ("decode step", 1e3, "ms"), "per_request_s": ("decode per running "
               "request", 1e3, "ms"), "prefill_per_token_s": ("prefill per prompt token", 1e3,
               "ms"), "fixed_s": ("train per step", 1.0, "s"), "per_token_s": (
               "train per trajectory token", 1e3, "ms"), "chunk_overhead_s": (
               "streaming chunk overhead", 1.0, "s"), "train_slowdown": (
               "decode slowdown while training", 1.0, ""), "rollout_slowdown": (
-              "training slowdown while decoding", 1.0, "")}
+              "training slowdown while decoding", 1.0, ""), "rollout_load_n": (
+              "the load's scale", 1.0, "")}
+# names of the terms whose key is another section's too
+SECTION_NAMES = {("train_load", "rollout_slowdown"): "training slowdown at full load (shaped)"}
 
 
 def _halves_lines(results: dict[str, Any]) -> list[str]:
@@ -626,12 +830,17 @@ def _halves_lines(results: dict[str, Any]) -> list[str]:
              "|---|---|---|---|---|"]
     for section, key in FIT_TERMS:
         name, scale, unit = TERM_NAMES[key]
-        xs = [term(f, section, key) for f in (results["fit"], even, odd)]
+        name = SECTION_NAMES.get((section, key), name)
+        fits = (results["fit"], even, odd)
+        xs = [term(f, section, key) for f in fits]
         if any(x is None for x in xs):
             continue
         diff = f"{abs(xs[1] / xs[2] - 1):.0%}" if xs[2] else "n/a"
+        shapes = [term(f, section, "rollout_load") for f in fits] \
+            if section == "train_load" else [None] * 3
         lines.append(f"| {name} `{key}` | " + " | ".join(
-            f"{x * scale:.4g}{(' ' + unit) if unit else ''}" for x in xs) + f" | {diff} |")
+            f"{x * scale:.4g}{(' ' + unit) if unit else ''}{f' ({k})' if k else ''}"
+            for x, k in zip(xs, shapes)) + f" | {diff} |")
     return lines
 
 
@@ -698,7 +907,8 @@ def compared_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         pairs = [p for p in results["pairs"] if p["comparison"] == j]
         row = dict(c)
         meas, lo, hi = c["trained"]["median"], c["trained"]["lo"], c["trained"]["hi"]
-        for sim in SIMS + ((ONE_WAY,) if all(ONE_WAY in r for r in results["runs"]) else ()):
+        for sim in SIMS + tuple(x for x in (ONE_WAY, LOADED)
+                                if all(x in r for r in results["runs"])):
             xs = [by_run[p["a"]["run"]][sim]["steady_trained_tok_s"]
                   / by_run[p["b"]["run"]][sim]["steady_trained_tok_s"] for p in pairs
                   if by_run[p["a"]["run"]][sim]["steady_trained_tok_s"]
@@ -713,37 +923,47 @@ def compared_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def render_compared(results: dict[str, Any]) -> str:
     """The page of a grid the instrument ran: the fit, then per comparison (the A/A rows
-    first) the measured ratio with its interval and verdict beside the simulated ones."""
+    first) the measured ratio with its interval and verdict beside the simulated ones: the
+    model as it was, and revised with the engine's contention for the trainer as a busy flag
+    (``sim_revised``), shaped by its load (``sim_load``, where fitted) and without it
+    (``sim_one_way``, where simulated)."""
     rows = sorted(compared_rows(results), key=lambda c: (c["eta"], not c["aa"]))
     ins = results["instrument"]
     scored = [r for r in rows if not r["aa"]]
     peers_table = peers.render_compared(results).split("\n\n")[0]  # its method paragraph
-    one_way = all(ONE_WAY in r for r in rows)
+    revised = [(k, name, short) for k, name, short in (
+        (LOADED, "shaped by the engine's load", "load-shaped"),
+        ("sim_revised", "as a busy flag", "busy flag"), (ONE_WAY, "without it", "no term"))
+        if all(k in r for r in rows)]
+
+    def count(k: str) -> str:
+        return f"{sum(r[k]['within'] for r in scored)} of {len(scored)}"
+
     lines = _fit_lines(results) + _halves_lines(results) + [
         "", peers_table, "",
         f"Within {TARGET:.0%} of the measured trained tok/s ratio or inside its "
-        f"{ins['level']:.0%} interval: **{sum(r['sim']['within'] for r in scored)} of "
-        f"{len(scored)} rows** with the cost model as it was, **"
-        f"{sum(r['sim_revised']['within'] for r in scored)} of {len(scored)}** revised"
-        + (f" ({sum(r[ONE_WAY]['within'] for r in scored)} of {len(scored)} revised without "
-           f"`rollout_slowdown`: " + ", ".join(
-               f"{_g(r[ONE_WAY]['ratio'], '.3f')} ({_g(r[ONE_WAY]['gap'], '+.1%')})"
-               for r in rows if not r["aa"]) + ", in the table's order)" if one_way else "")
-        + ".",
+        f"{ins['level']:.0%} interval: **{count('sim')} rows** with the cost model as it was; "
+        f"revised, with the engine's contention for the trainer (`rollout_slowdown`) "
+        + ", ".join(f"{name} **{count(k)}**" for k, name, _ in revised) + ".",
         "",
         "| eta | policy | streaming | refit | against | pairs | trained tok/s measured "
-        "[interval] | resolved | simulated, as it was | gap | revised | gap | within |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "[interval] | resolved | simulated, as it was | gap | "
+        + " | ".join(f"revised, {short} | gap" for _, _, short in revised)
+        + " | within (" + " / ".join(short for _, _, short in revised) + ") |",
+        "|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(revised) + "---|"]
     for r in rows:
         t = r["trained"]
-        sim, rev = r["sim"], r["sim_revised"]
+        sim = r["sim"]
         lines.append(
             f"| {r['eta']} | {'A/A: ' if r['aa'] else ''}{r['policy']} | "
             f"{'on' if r['streaming'] else 'off'} | {r['refit']} | "
             f"{'itself' if r['aa'] else r['against']} | {t['pairs']} | {peers._cell(t)} | "
             f"{'resolved' if t['resolved'] else 'not resolved'} | {_g(sim['ratio'], '.3f')} | "
-            f"{_g(sim['gap'], '+.1%')} | {_g(rev['ratio'], '.3f')} | {_g(rev['gap'], '+.1%')} "
-            f"| {'yes' if rev['within'] else 'no'} |")
+            f"{_g(sim['gap'], '+.1%')} | "
+            + " | ".join(f"{_g(r[k]['ratio'], '.3f')} | {_g(r[k]['gap'], '+.1%')}"
+                         for k, _, _ in revised)
+            + " | " + " / ".join('yes' if r[k]['within'] else 'no' for k, _, _ in revised)
+            + " |")
     return "\n".join(lines)
 
 
@@ -788,7 +1008,8 @@ async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], st
 FIT_TERMS = (("decode", "step_s"), ("decode", "per_request_s"),
              ("decode", "prefill_per_token_s"), ("train", "fixed_s"), ("train", "per_token_s"),
              ("chunk", "chunk_overhead_s"), (None, "train_slowdown"),
-             ("train_contended", "rollout_slowdown"))
+             ("train_contended", "rollout_slowdown"), ("train_load", "rollout_slowdown"),
+             ("train_load", "rollout_load_n"))
 
 
 def fit_halves(runs: list[dict[str, Any]], measured: list[dict[str, Any]]
@@ -820,15 +1041,32 @@ def finish(compared: dict[str, Any], measured: list[dict[str, Any]], steps: int,
     """Fit the runs' measurements, simulate each run with the fit: the results."""
     runs = compared["runs"]
     fit = fit_costs(measured)
+    # a --raw file of the calibrate.py before each step's load was recorded: the load from
+    # the simulator's replay of each run (the revised model without the term)
+    replay = not has_load(measured)
+    fit["load_profiles"] = "replayed" if replay else "measured"
     max_tokens = peers.SETTINGS["rollout.max_tokens"]
+    wls, replays = [], []
     for row, m in zip(runs, measured):
         wl = workload(row["seed"], m["prompts"], m["prompt_mean"],
                       max(64, 8 * (row["eta"] + 2) * shape[0] * steps), max_tokens, med, sigma,
                       shape[1])
+        wls.append(wl)
         row["sim"] = simulate_row(row, fit, wl, shape=shape)
         row["sim_revised"] = simulate_row(row, fit, wl, revised=True, shape=shape)
-        if fit.get("train_contended"):
-            row[ONE_WAY] = simulate_row(row, fit, wl, revised=True, shape=shape, two_way=False)
+        if fit.get("train_contended") or replay:
+            rp: dict[str, Any] = {}
+            row[ONE_WAY] = simulate_row(row, fit, wl, revised=True, shape=shape, two_way=False,
+                                        replay=rp)
+            replays.append(rp)
+    if replay:
+        measured = with_replayed_load(measured, replays)
+        fit["train_load_shapes"], fit["train_load"], fit["train_load_why"] = \
+            fit_load_shapes([s for m in measured for s in m["whole"]],
+                            [s for m in measured for s in m["streamed"]])
+    if fit["train_load"]:
+        for row, wl in zip(runs, wls):
+            row[LOADED] = simulate_row(row, fit, wl, revised=True, shape=shape, load=True)
     return {"steps": steps, "seeds": seeds, "lognormal": {"median": med, "sigma": sigma},
             "shape": list(shape),
             "reference": dict(zip(("policy", "streaming", "refit"), peers.REF)),
@@ -914,7 +1152,7 @@ if __name__ == "__main__":
                              tuple(dump.get("shape", SHAPE)))
         except FitError as e:
             _bad(f"--from-raw {args.from_raw}: {e}")
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as e:
             _bad(f"--from-raw {args.from_raw}: not a file of --raw ({e.__class__.__name__}: "
                  f"{e})")
     else:

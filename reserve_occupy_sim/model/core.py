@@ -600,16 +600,21 @@ class Simulator:
         self._trainer_until = self.now + work * self._train_factor
 
     def _training_stretch(self) -> float:
-        """How many times as long training takes now: ``1 + rollout_slowdown`` while any
-        instance has a running request, 1 otherwise."""
-        if any(inst.k for inst in self.instances):
-            return 1.0 + self.cost.train.rollout_slowdown
-        return 1.0
+        """How many times as long training takes now: ``1 + rollout_slowdown * f(n)``, ``n``
+        the requests running on all instances and ``f`` the load's shape
+        (``TrainCost.load_share``; the default, a busy flag, is 1 for any ``n`` >= 1)."""
+        n = sum(inst.k for inst in self.instances)
+        if not n:
+            return 1.0
+        train = self.cost.train
+        return 1.0 + train.rollout_slowdown * train.load_share(n)
 
     def _retime_training(self) -> None:
-        """After every event: if the rollout started or stopped decoding during a training
-        step, the work done so far is taken off at the old stretch and the rest is scheduled
-        at the new one."""
+        """After every event: if the rollout's load changed the stretch during a training step
+        (the engine started or stopped decoding, or, with a load-shaped ``f``, a request
+        joined or left), the work done so far is taken off at the old stretch and the rest is
+        scheduled at the new one. Every change of the running requests is an event's (a
+        completion, an admission, the trainer's or a timer's), so this adds no event."""
         if self._trainer != "training":
             return
         factor = self._training_stretch()

@@ -9,10 +9,14 @@ KV cache computed with the old weights is not reused). ``train_slowdown`` (defau
 trainer that shares the rollout's processors: while the trainer trains, every decode step takes
 ``1 + train_slowdown`` times as long (fitted by bench/calibrate.py on the CPU runtime, where
 vLLM and the torch trainer share the cores; 0 for separate GPUs, as in every preset).
-``TrainCost.rollout_slowdown`` (default 0) is the other direction of the same sharing: while
-any instance decodes, training runs at ``1 / (1 + rollout_slowdown)`` of its speed, so a step
-(or chunk) whose work is ``w`` seconds alone takes ``w`` stretched by the time the engine was
-busy during it (the simulator re-times the trainer when the engine starts or stops decoding).
+``TrainCost.rollout_slowdown`` (default 0) is the other direction of the same sharing: with
+``n`` requests running on the instances (all of them together), training runs at
+``1 / (1 + rollout_slowdown * f(n))`` of its speed, ``f`` the load's shape
+(``TrainCost.rollout_load``): ``saturating``, ``f(n) = min(1, n / rollout_load_n)``, or
+``hyperbolic``, ``f(n) = n / (n + rollout_load_n)``; ``f(0) = 0``. The default, ``saturating``
+with ``rollout_load_n = 1``, is a busy flag (the full slowdown while any request runs). A step
+(or chunk) whose work is ``w`` seconds alone thus takes ``w`` stretched by the load the engine
+had during it (the simulator re-times the trainer whenever the running requests change).
 
 Training (one batch): ``(fixed + per_token * tokens + per_token_sq * sum(L_i^2)) * (1 + bubble)``
 where ``bubble = (pipeline_stages - 1) / microbatches`` (1F1B pipeline) and ``L_i`` is the length
@@ -68,6 +72,23 @@ class RolloutCost:
         return max(self.floor_s, self.step_s + self.per_request_s * k + self.per_ctx_token_s * ctx)
 
 
+LOAD_SHAPES = ("saturating", "hyperbolic")  # TrainCost.rollout_load
+
+
+def load_share(shape: str, scale: float, n: float) -> float:
+    """The engine's load ``n`` (running requests) as a share of the trainer's full slowdown:
+    ``saturating``, ``min(1, n / scale)`` (``scale`` <= 1: any request, a busy flag);
+    ``hyperbolic``, ``n / (n + scale)``; 0 without a request."""
+    if n <= 0:
+        return 0.0
+    if shape == "saturating":
+        return 1.0 if n >= scale else n / scale
+    if shape == "hyperbolic":
+        return n / (n + scale)
+    raise CostError("train.rollout_load", f"unknown shape {shape!r} (choose from "
+                                          f"{', '.join(LOAD_SHAPES)})")
+
+
 @dataclass(frozen=True)
 class TrainCost:
     """Trainer cost (seconds) of one batch and of one weight sync."""
@@ -81,11 +102,17 @@ class TrainCost:
     chunk_groups: int = 0  # 0: whole-batch trainer; n >= 1: chunks of at least min(n, left)
     chunk_overhead_s: float = 1.0  # paid by every chunk (streaming only)
     chunk_share: float = 1.0  # share of the per-token work a chunk runs (streaming only)
-    rollout_slowdown: float = 0.0  # training runs 1 / (1 + this) as fast while rollout decodes
+    rollout_slowdown: float = 0.0  # training runs 1 / (1 + this * f(n)) as fast, n running
+    rollout_load: str = "saturating"  # f: saturating min(1, n / load_n); hyperbolic n/(n+load_n)
+    rollout_load_n: float = 1.0  # the load's scale (saturating at 1: a busy flag)
 
     @property
     def streaming(self) -> bool:
         return self.chunk_groups > 0
+
+    def load_share(self, n: int) -> float:
+        """``f(n)``: the share of ``rollout_slowdown`` that ``n`` running requests cause."""
+        return load_share(self.rollout_load, self.rollout_load_n, n)
 
     def _bubble(self, trajectories: int) -> float:
         microbatches = max(1, math.ceil(trajectories / self.microbatch_size))
@@ -242,6 +269,7 @@ def scale_nodes(model: CostModel, nodes: int) -> CostModel:
 
 _INT_LOW = {"chunk_groups": 0}  # integer fields whose lowest value is not 1
 _NUMBER_HIGH = {"chunk_share": 1.0}  # number fields with an upper limit
+_CHOICES = {"rollout_load": LOAD_SHAPES}  # string fields and their values
 
 
 def _build(cls, data: object, where: str):
@@ -257,7 +285,12 @@ def _build(cls, data: object, where: str):
             continue  # the dataclass default applies, or the missing check below fires
         value = data[name]
         want = f.type if isinstance(f.type, str) else f.type.__name__
-        if want == "bool":
+        if want == "str":
+            choices = _CHOICES[name]
+            if value not in choices:
+                raise CostError(f"{where}.{name}", f"must be one of {', '.join(choices)}, "
+                                                   f"got {value!r}")
+        elif want == "bool":
             if not isinstance(value, bool):
                 raise CostError(f"{where}.{name}", f"must be true or false, got {value!r}")
         elif want == "int":
