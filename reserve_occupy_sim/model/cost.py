@@ -41,7 +41,7 @@ of ``train.per_token_s`` below, so 0.2.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from runtime.inputs import COST_FILE_BYTES, FileInputError, json_file
@@ -244,18 +244,19 @@ def scale_nodes(model: CostModel, nodes: int) -> CostModel:
     divide by it; ``microbatch_size`` multiplies by it (each replica takes its own
     micro-batches, so the 1F1B bubble is that of one replica's share); ``fixed_s`` (the
     optimizer step and data movement, each replica on its own shard) and ``sync_s`` (an
-    assumption already) stay. ``nodes = 1`` is ``model`` itself."""
+    assumption already) stay, as every other term does: the chunk terms and the engine's
+    contention for the trainer (``rollout_slowdown``, its load counted over every engine, as a
+    one-node model counts it over its instances). ``nodes = 1`` is ``model`` itself."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise CostError("nodes", f"must be an integer >= 1, got {nodes!r}")
     if nodes == 1:
         return model
     t = model.train
-    train = TrainCost(fixed_s=t.fixed_s, per_token_s=t.per_token_s / nodes,
-                      per_token_sq_s=t.per_token_sq_s / nodes,
-                      pipeline_stages=t.pipeline_stages,
-                      microbatch_size=t.microbatch_size * nodes, sync_s=t.sync_s,
-                      chunk_groups=t.chunk_groups, chunk_overhead_s=t.chunk_overhead_s,
-                      chunk_share=t.chunk_share)
+    # every other field (the chunk terms, the engine's contention for the trainer) carries over
+    # as it is: ``replace``, so a field added to TrainCost later cannot be dropped here
+    train = replace(t, per_token_s=t.per_token_s / nodes,
+                    per_token_sq_s=t.per_token_sq_s / nodes,
+                    microbatch_size=t.microbatch_size * nodes)
     derivation = {**model.derivation, "scale": (
         f"{nodes} nodes of the preset's one: instances x {nodes}; the trainer's per-token "
         f"terms / {nodes} (data-parallel replicas at the same MFU), micro-batches of "
