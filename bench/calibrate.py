@@ -35,7 +35,9 @@ The fit (``fit_costs``), one term of ``reserve_occupy_sim/model/cost.py`` each
   * chunk tokens``; ``chunk_share`` is 1 (the runtime's ``accumulate`` runs forward and backward
   per chunk), the per-token cost the whole-batch one.
 * the trainer's contention for the cores (``RolloutCost.train_slowdown``, which the simulator
-  had not had): the decode fit again with the seconds each request overlapped a training step;
+  had not had): the decode fit again with the seconds each request overlapped training (a
+  whole-batch step's ``train_s`` or a streamed chunk; a ``--raw`` file keeps each request's
+  overlap as counted when its grid ran, the chunks only from 2026-12-07 11:00 UTC on);
   a request losing ``g`` s of decoding per second of training decodes at ``1 / (1 + s)`` of its
   speed, ``s = g / (1 - g)``. This fit ties ``prefill_per_token_s`` to ``per_request_s`` (fresh
   prompts are all 4 tokens, so a free prefill term acts as a per-request constant).
@@ -424,6 +426,8 @@ def measure(calls: list[Call], rows: list[dict[str, Any]], notes: list[dict[str,
                                for n in mine for u in n["units"])
             # each chunk's note is written when it ends; the step's stream_s shared evenly
             d = r["stream_s"] / len(mine) if mine else 0.0
+            # a chunk is training too: the decode fit's overlap (``train_slowdown``) counts it
+            training.extend((origin + n["t"] - d, origin + n["t"]) for n in mine if d > 0)
             busy = fmean(overlap(origin + n["t"] - d, origin + n["t"], engine) / d
                          for n in mine) if mine and d > 0 else 0.0
             load = load_profile([(origin + n["t"] - d, origin + n["t"]) for n in mine],
