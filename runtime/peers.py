@@ -41,8 +41,8 @@ Reserve–Occupy controller, with the same types and typed errors:
   (``InvariantViolation`` if a rule chose one).
 * ``abort(unit)``: the *runtime* lost the group (unit timeout, failed candidates, a raising
   reward, shutdown, and the zero-variance filter for every rule but those above: the
-  ``on_group_done`` filters of AReaL, ROLL and the synchronous loop, and NeMo-RL, which trains
-  such groups unless the driver's filter is off). The simulator has no such event, so the
+  ``on_group_done`` filters of AReaL, ROLL and the synchronous loop, and NeMo-RL, whose source
+  trains such groups: the filtering bench runs it with the driver's filter off). The simulator has no such event, so the
   adapter gives every rule the same answer: the policy's group is re-armed and waits to be bound
   to the next reserved unit, keeping its tag (target step, submission step) and whatever
   accounting the rule holds for it: NeMo-RL's ``on_dropped_prompt="replace"``, a refill at once.
