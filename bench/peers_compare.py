@@ -29,12 +29,15 @@ The filtering workload (``--workload filtering``, docs/peers.md "The filtering w
 DAPO-style dynamic sampling. A seeded share (``--no-gradient``) of the prompts scores every
 answer 0.0 (``NoGradientReward``), so their groups carry no gradient; the rules handle such a
 group as their source does: Reserve-Occupy and verl filter it (the runtime's
-``staleness.filter_zero_variance``: the driver drops it before ``occupy``; a peer's admitted
-group is re-armed for the next unit, verl's 1:1 refill), NeMo-RL as shipped trains it with zero
-advantage (``TRAINS_NO_GRADIENT``: its runs have the filter off). Every ratio is of *useful*
-trained tok/s (the tokens of the trained groups that carry a gradient). ``--headline`` runs its
-comparisons (``filtering_headline()``); ``--write`` writes docs/results/peers_filtering.json and
-its own table: ``make bench-peers-filtering``.
+``staleness.filter_zero_variance``: Reserve-Occupy's driver drops it before ``occupy``; verl's
+rule gets it placed and marked and evicts it, refilling 1:1, at its trainer's next sample, as
+verl does: ``runtime.peers``, ``occupy_no_gradient``), NeMo-RL as shipped trains it with zero
+advantage (``TRAINS_NO_GRADIENT``: its runs have the filter off). A row records when its rule
+filtered (``no_gradient_at``: ``"finish"`` or ``"sample"``); a results file whose rows lack it
+ran before the runtime gave verl its own timing (its verl refilled when the group finished).
+Every ratio is of *useful* trained tok/s (the tokens of the trained groups that carry a
+gradient). ``--headline`` runs its comparisons (``filtering_headline()``); ``--write`` writes
+docs/results/peers_filtering.json and its own table: ``make bench-peers-filtering``.
 
 Task. The shipped arithmetic prompts on the tiny model; the reward is the fraction of the digit
 1 in the answer (length-free, so it does not itself pay a long or a short answer, and it varies
@@ -482,6 +485,9 @@ async def _one(engine: Any, model: Path, prompts: list[Any], policy: str, stream
         row["filtered"] = result.summary["filtered"]
         row["no_gradient_admitted"] = len(no_grad)
         row["filter_zero_variance"] = cfg.staleness.filter_zero_variance
+        if cfg.staleness.filter_zero_variance:  # when the rule discards such a group
+            row["no_gradient_at"] = ("sample" if result.driver.controller.keeps_no_gradient
+                                     else "finish")
         filtered = {str(r["unit"]) for r in events if r.get("op") in ("abort", "filter")
                     and (r.get("meta") or {}).get("reason") == "no_gradient"}
         row["filtered_other"] = len(filtered - no_grad)

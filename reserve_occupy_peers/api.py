@@ -148,7 +148,14 @@ class Policy:
     With reward filtering on, a finished group may carry no gradient (``group.no_grad``). A
     rule whose source discards such groups calls ``sim.filter(group)`` and sets ``filters =
     True``; one whose source has no such path trains them (zero advantage) and sets ``filters =
-    False``.
+    False``. *When* it discards one is the rule's too: in ``on_group_done`` (when the group
+    finishes: AReaL, ROLL, the synchronous loop), or only when its trainer next samples
+    (``take_batch``/``take_chunk``: verl's ``ReplayBufferAsync`` evicts and refills it there,
+    tinker and torchtitan skip it as the batch is assembled), which such a rule says with
+    ``filters_at_sample = True``. A host that learns a group has no gradient before the rule
+    could (the runtime's driver rewards it first) reads it: it hands such a rule the group
+    finished and marked, and removes it itself for a rule that discards at finish
+    (``runtime.peers``).
     """
 
     name: ClassVar[str] = ""  # registry and CLI name
@@ -157,6 +164,7 @@ class Policy:
     bounded: ClassVar[bool] = True  # promises staleness <= eta for every trained trajectory
     uses_eta: ClassVar[bool] = True  # False for the synchronous and unbounded references
     filters: bool = True  # discards no-gradient groups (sim.filter) instead of training them
+    filters_at_sample: bool = False  # ... when its trainer samples, not when they finish
     streams: ClassVar[bool] = False  # hands a streaming trainer chunks (take_chunk)
 
     def __init__(self, eta: int) -> None:

@@ -56,6 +56,7 @@ class Tinker(Policy):
               "(AsyncConfig, filter_stale_trajectory_group)")
     bounded = True
     filters = True
+    filters_at_sample = True  # skipped as the batch is assembled (take_batch)
 
     def __init__(self, eta: int, requeue: bool = True) -> None:
         super().__init__(eta)

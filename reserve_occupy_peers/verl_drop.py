@@ -32,11 +32,14 @@ policy with the same states and compares their decisions.
   ones, in the same poll of ``wait_for_sampleable``, with the same exact 1:1 refill ("async: evict
   k, refill k", the eviction/refill matrix of ``ReplayBuffer``). They count as filtered, not as
   L3 waste. ``filter_at="finish"`` (not verl's; default ``"sample"``, verl's) filters a group
-  without gradient the moment it finishes and refills its prompt at once: what this rule gets
-  on the runtime, where the driver's ``filter_zero_variance`` removes such a group before the
-  rule sees it and ``runtime.peers`` re-arms the rule's group (its 1:1 refill at reward time,
-  not at the trainer's next poll). It exists to simulate the real-engine bench's ``verl_drop``
-  row as it ran (docs/peers.md, "The filtering workload").
+  without gradient the moment it finishes and refills its prompt at once: what this rule got
+  on the runtime before the runtime gave it verl's own timing, when the driver's
+  ``filter_zero_variance`` removed such a group before the rule saw it and ``runtime.peers``
+  re-armed the rule's group (its 1:1 refill at reward time, not at the trainer's next poll).
+  It exists to simulate the real-engine bench's ``verl_drop`` row as it ran then (docs/peers.md,
+  "The filtering workload"). Now the runtime hands the rule the group finished and marked
+  (``filters_at_sample``, True with ``"sample"``), and the rule evicts and refills it at its
+  next sample, as here.
 
 Alignment: the drop rule admits a trajectory submitted at version ``v`` up to version
 ``v + threshold - 1`` (the step counter is one ahead of the version), so ``threshold = eta + 1``
@@ -67,6 +70,7 @@ class VerlDrop(Policy):
             raise ValueError(f"verl_drop: filter_at must be one of {', '.join(self.FILTER_AT)},"
                              f" got {filter_at!r}")
         self.filter_at = filter_at
+        self.filters_at_sample = filter_at == "sample"  # (Policy: when it discards them)
         if (isinstance(parameter_sync_step, bool) or not isinstance(parameter_sync_step, int)
                 or parameter_sync_step < 1):
             raise ValueError(f"verl_drop: parameter_sync_step must be an int >= 1, got "

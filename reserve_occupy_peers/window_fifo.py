@@ -73,6 +73,7 @@ class WindowFifo(Policy):
               "(RolloutGroupWorkBuffer), controller.py (AsyncLoopConfig)")
     bounded = True
     filters = True
+    filters_at_sample = True  # skipped as the batch is assembled (take_batch)
 
     def __init__(self, eta: int, window_fraction: float | None = DEFAULT_FRACTION,
                  target_offpolicy_steps: int | None = None) -> None:

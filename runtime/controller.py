@@ -5,14 +5,16 @@ takes the controller it is given).
 Two classes answer ``Controller``: the verified Reserve–Occupy controller as the runtime runs it
 (``runtime.recovery.journal.JournaledController``: the core's ``StalenessController`` whose
 operations take the ``meta`` their event is logged with), and a peer's rule
-(``runtime.peers.PeerController``). The last five calls are the peers': a rule may drop or
+(``runtime.peers.PeerController``). The last seven calls are the peers': a rule may drop or
 abort units of its own choice at a ``consume`` or ``publish`` (``take_dropped``,
-``take_aborted``), admit at them (``take_admission_moved``) and keep a timer (``timer``,
-``fire_timer``). Reserve–Occupy answers them empty: what its controller aborts comes back in
-the answer of the operation that aborted it (``Removal.aborted``, ``release_stuck``), it admits
-only when asked (``reserve``), and its one clock, the STUCK timeout, is the driver's
-(``reserve_occupy.stuck``). So the driver calls every member on every controller and asks
-nothing of a controller's type; nor do the run's counts and its written log
+``take_aborted``), admit at them (``take_admission_moved``), keep a timer (``timer``,
+``fire_timer``) and take a finished group without gradient to discard at its next sample
+(``keeps_no_gradient``, ``occupy_no_gradient``). Reserve–Occupy answers them empty (it keeps
+no such group: the driver aborts it, ``occupy_no_gradient`` is refused): what its controller
+aborts comes back in the answer of the operation that aborted it (``Removal.aborted``,
+``release_stuck``), it admits only when asked (``reserve``), and its one clock, the STUCK
+timeout, is the driver's (``reserve_occupy.stuck``). So the driver calls every member on every
+controller and asks nothing of a controller's type; nor do the run's counts and its written log
 (``runtime.accounting``, ``runtime.session``), which read ``events``, ``metas`` and
 ``trace_records``.
 
@@ -140,6 +142,19 @@ class Controller(Protocol):
     def take_admission_moved(self) -> bool:
         """Whether admission may have opened since the last call (a consume that returned a
         batch, or one that admitted groups or moved the timer): the driver wakes admission."""
+        ...
+
+    @property
+    def keeps_no_gradient(self) -> bool:
+        """Whether a finished group whose rewards carry no gradient goes to the controller
+        (``occupy_no_gradient``; its rule discards it at its next sample, as verl does) rather
+        than being aborted by the driver when it finishes (reason ``no_gradient``).
+        Reserve–Occupy: False."""
+        ...
+
+    def occupy_no_gradient(self, unit_id: UnitId, meta: Meta = None) -> Placement:
+        """Occupy a finished group without gradient, marked so: only where
+        ``keeps_no_gradient``; refused (``IllegalOperation``, nothing changed) elsewhere."""
         ...
 
 

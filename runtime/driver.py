@@ -18,7 +18,10 @@ and acts on the answers. Its own job is the I/O around them. Four tasks share on
 * completion (inside each group's task): reward a complete group's committed candidates (one
   call; a user's reward answers from its worker process, ``runtime.tasks.isolated``); ``occupy``
   the group; ``abort`` one whose rewards carry no gradient (known before placement), whose
-  candidates failed, or whose reward function raised or ran past ``reward.timeout_s``;
+  candidates failed, or whose reward function raised or ran past ``reward.timeout_s``; but a
+  peer's rule that discards a group without gradient at its own next sample
+  (``keeps_no_gradient``: verl) gets it placed and marked (``occupy_no_gradient``) and drops
+  it at a ``consume`` (``take_dropped``);
 * trainer: ``consume`` a READY batch, train, export weights, sync them into the engine and
   ``publish``; with ``streaming``, while it waits for the head buffer it also takes the
   buffer's finished units (``stream``) and trains them in chunks, so that at ``consume`` only
@@ -429,7 +432,10 @@ class Driver:
         self._truncating.discard(g.unit_id)
         rewards = [g.candidates[i].reward for i in g.group.committed]
         self.accounting.completed_rewards += rewards  # type: ignore[arg-type]
-        if self.s.filter_zero_variance and max(rewards) == min(rewards):  # type: ignore
+        no_gradient = self.s.filter_zero_variance and max(rewards) == min(rewards)  # type: ignore
+        if no_gradient and not truncated and self.controller.keeps_no_gradient:
+            self._keep_no_gradient(g, rewards[0])  # type: ignore[arg-type]
+        elif no_gradient:
             # Known useless before placement (rewards come before occupy, spec §6.4), so its
             # reservation is dropped (spec §6.2: a unit found faulty) rather than occupied and
             # then filtered: occupying could complete a buffer and, under batch-level
@@ -456,6 +462,22 @@ class Driver:
             self._dropped_reasons.clear()
         self._check()
         self._notify()
+
+    def _keep_no_gradient(self, g: GroupRun, reward: float) -> None:
+        """A finished group without gradient, for a peer's rule that discards such a group
+        when its trainer samples (``controller.keeps_no_gradient``: verl's
+        ``ReplayBufferAsync`` evicts it and refills 1:1 at the next sample, not when it
+        finishes). It is placed marked (``occupy_no_gradient``) and stays, with its data, until
+        the rule discards it at a ``consume`` (``take_dropped``: ``_after_peer_consume``
+        forgets it then); the controller never batches it. It counts as dropped now, as the
+        abort of the other rules' path does (the progress detector: it will not train)."""
+        if self.persist is not None:  # the data is durable before the log says FINISHED
+            self.persist.group_finished(g)
+        placement = self.controller.occupy_no_gradient(g.unit_id)
+        g.fate = "no_gradient"  # finished, waiting for the rule's next sample
+        self._note("occupy", g, slot=tuple(placement.slot), no_gradient=True, reward=reward)
+        self._count_dropped("no_gradient")
+        self._dropped_by_controller(placement.aborted)
 
     def deliver_completion(self, unit_id: Any) -> bool:
         """A completion message for ``unit_id`` from outside the group's own task: a remote
@@ -642,7 +664,8 @@ class Driver:
     def _after_peer_consume(self) -> None:
         """A peer's rule (``runtime.peers``; Reserve–Occupy's controller answers these calls
         empty) may drop finished units at ``consume`` or ``publish`` (verl's stale evictions,
-        ROLL's old cohorts): forget their data; and abort in-flight ones (ROLL): stop them.
+        ROLL's old cohorts, the groups without gradient it was handed marked): forget their
+        data; and abort in-flight ones (ROLL): stop them.
         Its admission may open at a consume that returned a batch (NeMo-RL's buffer permits,
         verl's refills), as the simulator asks the rule to admit after it: wake admission. A
         consume that returns no batch may also admit groups or set the rule's timer (AReaL's
@@ -653,7 +676,10 @@ class Driver:
         dropped = self.controller.take_dropped()
         for unit_id in dropped:
             g = self.groups.pop(unit_id, None)
-            if g is not None:
+            if g is not None and g.fate == "no_gradient":  # placed marked: filtered at sample
+                g.fate = "filtered"
+                self._note("filter", g, at="sample")
+            elif g is not None:
                 g.fate = "dropped:stale"
                 self._note("drop", g, reason="stale")
         aborted = self.controller.take_aborted()  # in flight, stopped by the rule (ROLL)

@@ -29,15 +29,31 @@ Reserve–Occupy controller, with the same types and typed errors:
   (None: the driver waits for a change and asks again). ``v_traj`` is the version at ``reserve``,
   the weights the unit's first token is generated with (the simulator's ``v_gen``).
 * ``occupy(unit)``: the group finished; the policy hears ``on_group_done``.
+* ``occupy_no_gradient(unit)`` (only for a rule that discards a group without gradient when its
+  trainer samples, ``keeps_no_gradient``: ``Policy.filters_at_sample``, verl's
+  ``ReplayBufferAsync``, tinker, torchtitan's windowed FIFO): the group finished and its
+  rewards are all equal. It is occupied as any finished group, with the simulator's mark
+  (``group.no_grad``) and the occupy logged with ``meta.no_gradient``; it stays in the rule's
+  buffer until the rule's next ``take_batch`` (or ``take_chunk``) discards it (``Host.filter``:
+  a ``filter`` event, ``meta.reason = "no_gradient"``, handed to the driver by
+  ``take_dropped``), and the rule refills then, as its source does (verl: evict and refill 1:1
+  at the trainer's next sample, not when the group finishes). A marked group is never batched
+  (``InvariantViolation`` if a rule chose one).
 * ``abort(unit)``: the *runtime* lost the group (unit timeout, failed candidates, a raising
-  reward, the zero-variance filter, shutdown). The simulator has no such event, so the adapter
-  gives every rule the same answer: the policy's group is re-armed and waits to be bound to the
-  next reserved unit, keeping its tag (target step, submission step) and whatever accounting the
-  rule holds for it: NeMo-RL's ``on_dropped_prompt="replace"``, verl's 1:1 refill.
+  reward, shutdown, and the zero-variance filter for every rule but those above: the
+  ``on_group_done`` filters of AReaL, ROLL and the synchronous loop, and NeMo-RL, whose source
+  trains such groups: the filtering bench runs it with the driver's filter off). The simulator has no such event, so the
+  adapter gives every rule the same answer: the policy's group is re-armed and waits to be bound
+  to the next reserved unit, keeping its tag (target step, submission step) and whatever
+  accounting the rule holds for it: NeMo-RL's ``on_dropped_prompt="replace"``, a refill at once.
+  (Until the runtime gave verl's rule ``occupy_no_gradient``, its groups without gradient took
+  this path too: refilled when they finished, sooner than verl refills; docs/peers.md, "The
+  filtering workload".)
 * ``consume()``: the policy's L3, ``take_batch``; the finished groups it discards
-  (``Host.drop``: verl's stale evictions, weight_fifo's too-old groups) are logged as ``filter``
-  events with ``meta.reason = "stale"`` and handed to the driver by ``take_dropped`` so it can
-  forget their data.
+  (``Host.drop``: verl's stale evictions, weight_fifo's too-old groups; ``Host.filter``: the
+  marked groups without gradient) are logged as ``filter`` events with ``meta.reason =
+  "stale"`` (``"no_gradient"``) and handed to the driver by ``take_dropped`` so it can forget
+  their data.
 * ``publish()``: the version moves; the policy hears ``on_publish``. A rule may abort in-flight
   groups of its own choice there (ROLL's cohorts older than its lag: ``Host.abort_group``),
   logged as ``abort`` with ``meta.reason = "stale"`` and handed to the driver by
@@ -72,10 +88,11 @@ rule (the rule breaks the bound by design).
 
 Where a runtime run differs from a simulated one (the rule is the same; its surroundings are
 the runtime's): a unit's ``v_traj`` is the version at ``reserve`` (the simulator's ``v_gen`` is
-the version its first request started under, after any queueing); the zero-variance filter is
-the runtime's (``staleness.filter_zero_variance``, before ``occupy``), so a rule never sees a
-no-gradient group and its own filter path is not exercised; ``unbounded``'s free slot is fewer
-than ``max_in_flight`` groups in flight (``staleness.max_concurrency``, default
+the version its first request started under, after any queueing); the zero-variance test is
+the runtime's (``staleness.filter_zero_variance``, on the rewards, before ``occupy``): a rule
+that filters at its sample sees the marked group and runs its own filter path then, the others
+never see a no-gradient group (the driver aborts it when it finishes); ``unbounded``'s free
+slot is fewer than ``max_in_flight`` groups in flight (``staleness.max_concurrency``, default
 (eta + 1) x batch_size, the most Reserve–Occupy keeps in flight), not the engines' sequence
 slots; verl runs with ``parameter_sync_step=1`` (colocate_async, as the runtime is).
 
@@ -199,7 +216,7 @@ class PeerGroup(Group):
         self.v_traj = -1
         self.tag: object = None  # the rule's own (target step, submission step)
         self.state = PeerGroup.RUNNING
-        self.no_grad = False  # the runtime filters no-gradient groups before occupy
+        self.no_grad = False  # set by occupy_no_gradient (a rule that filters at sample)
         self.requests = [self]
         self.group = self
 
@@ -257,6 +274,9 @@ class PeerController:
         self.config = config
         self.rule = make_rule(policy, config.max_staleness)
         self.bounded = bool(self.rule.bounded)
+        # a finished group without gradient goes to the rule (occupy_no_gradient), which
+        # discards it at its next sample, rather than being aborted by the driver at finish
+        self.keeps_no_gradient = bool(self.rule.filters and self.rule.filters_at_sample)
         self.max_in_flight = (max_in_flight if max_in_flight is not None else
                               config.max_concurrency or
                               (config.max_staleness + 1) * config.batch_size)
@@ -357,9 +377,26 @@ class PeerController:
         return Reservation(unit_id, self.version, SlotRef(self.version, None))  # type: ignore
 
     def occupy(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Placement:
+        return self._occupy(unit_id, meta, no_grad=False)
+
+    def occupy_no_gradient(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Placement:
+        """The group finished and its rewards carry no gradient: occupied with the mark
+        (``group.no_grad``; ``meta.no_gradient`` on its event), left in the rule's buffer for
+        the rule to discard at its next sample. Only for a rule that filters at sample
+        (``keeps_no_gradient``); any other refuses (``IllegalOperation``), changing nothing:
+        the driver aborts such a group when it finishes."""
+        if not self.keeps_no_gradient:
+            raise IllegalOperation("occupy_no_gradient", "TRAINING" if self._training else "IDLE",
+                                   requires=f"a rule that discards a group without gradient "
+                                            f"at its sample ({self.policy_name} does not: "
+                                            f"abort it)")
+        return self._occupy(unit_id, {**(meta or {}), "no_gradient": True}, no_grad=True)
+
+    def _occupy(self, unit_id: Any, meta: dict[str, Any] | None, no_grad: bool) -> Placement:
         group, self._states[unit_id] = self._live("occupy", unit_id)
         self.in_flight -= 1
         group.state = PeerGroup.DONE
+        group.no_grad = no_grad
         self._log("occupy", meta, unit_id=unit_id, v_traj=group.v_traj)
         self.rule.on_group_done(group)
         return Placement(unit_id, group.v_traj, SlotRef(self.version, None))  # type: ignore
@@ -420,6 +457,9 @@ class PeerController:
             if group.unit_id is None or self._states.get(group.unit_id) is not UnitState.FINISHED:
                 raise InvariantViolation(invariant, f"{self.policy_name} selected {group!r}, "
                                                     f"which is not a finished unit")
+            if group.no_grad:  # occupy_no_gradient: never trained
+                raise InvariantViolation(invariant, f"{self.policy_name} selected {group!r}, "
+                                                    f"which carries no gradient")
             units.append(BatchUnit(group.unit_id, group.v_traj, self.version - group.v_traj))
         return units
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reserve_occupy import Config, Event, ReplayDivergence, StalenessController, apply
+from reserve_occupy import (Config, Event, IllegalOperation, ReplayDivergence,
+                            StalenessController, apply)
 from reserve_occupy.trace import (
     TraceFormatError,
     decode,
@@ -220,6 +221,15 @@ class JournaledController(StalenessController):
 
     def take_admission_moved(self) -> bool:
         return False
+
+    keeps_no_gradient = False  # the driver aborts a group without gradient (reason no_gradient)
+
+    def occupy_no_gradient(self, unit_id: Any, meta: dict[str, Any] | None = None) -> Any:
+        """Refused, nothing changed: Reserve–Occupy keeps no group without gradient (the
+        driver aborts it when its rewards are in; ``keeps_no_gradient`` is False)."""
+        raise IllegalOperation("occupy_no_gradient", self.phase.value,
+                               requires="a peer's rule that discards a group without gradient "
+                                        "at its sample (Reserve–Occupy's driver aborts it)")
 
 
 # ------------------------------------------------------------------------- reading back ------

@@ -379,9 +379,14 @@ def test_check_trace_fails_a_bounded_rule_over_its_eta_and_only_reports_an_unbou
 
     driver, _, report = _runtime("verl_wait", eta=0, steps=5)
     assert report.ok and report.over_eta > 0 and max(report.staleness) >= 1
-    assert report.dropped == 0  # dropless
+    # dropless: what it discards untrained is only the groups without gradient, which the rule
+    # filters at its sample (runtime.peers: occupy_no_gradient), none for staleness
+    drops = [e for e in driver.controller.events if e.op == "filter"]
+    assert all(driver.controller.metas[e.seq] == {"reason": "no_gradient"} for e in drops)
+    assert report.dropped == len(drops)
     text = render_text(report, "log")
-    assert "not bounded by its rule" in text and "discarded untrained: 0 finished" in text
+    assert "not bounded by its rule" in text
+    assert f"discarded untrained: {len(drops)} finished" in text
     head, entries = parse_lines([dumps(r) for r in driver.controller.trace_records("test")])
     bounded = PeerTracker(head.config, "verl_wait", True, 0)
     problems = [v for v in map(bounded.step, entries) if v is not None]
