@@ -43,11 +43,13 @@ from reserve_occupy import Config, StalenessController
 OPS = ("reserve", "occupy", "consume", "publish", "consume+publish")
 
 
-def drive(make: Callable[[], Any], units: int, seed: int = 0) -> dict[str, list[int]]:
+def drive(make: Callable[[], Any], units: int, seed: int = 0,
+          before_consume: Callable[[], None] | None = None) -> dict[str, list[int]]:
     """Run the steady-state loop on ``make()`` until ``units`` units finished; return the
     duration in ns of every successful call, per operation (``consume+publish`` per batch).
     ``make`` may build any controller with this core's interface (an older core, for a
-    side-by-side comparison)."""
+    side-by-side comparison). ``before_consume`` runs, untimed, before each consume that will
+    hand out a batch (``--before-consume``)."""
     rng = random.Random(seed)
     c = make()
     times: dict[str, list[int]] = {op: [] for op in OPS}
@@ -66,6 +68,9 @@ def drive(make: Callable[[], Any], units: int, seed: int = 0) -> dict[str, list[
             in_flight.append(next_id)
             next_id += 1
         if c.phase.value == "IDLE":
+            if before_consume is not None and c.head_status is not None \
+                    and c.head_status.value == "READY":
+                before_consume()
             t0 = clock()
             b = c.consume()
             t1 = clock()
@@ -87,6 +92,41 @@ def drive(make: Callable[[], Any], units: int, seed: int = 0) -> dict[str, list[
         for a in p.aborted:
             in_flight.remove(a)
     return times
+
+
+class CacheFlush:
+    """``--before-consume flush``: evict the caches as B reserve/occupy calls do between two
+    consumes at a large B: write a 16 MiB buffer (beyond this host's L2 and most of an L3) a
+    byte per 64-byte line and walk 300,000 objects."""
+
+    def __init__(self) -> None:
+        self.junk = [object() for _ in range(300_000)]
+        self.big = bytearray(16 << 20)
+        self.ones = b"\1" * len(self.big[::64])
+
+    def __call__(self) -> None:
+        self.big[::64] = self.ones
+        for _ in self.junk:
+            pass
+
+
+class WarmConsume:
+    """``--before-consume warm``: run the same code -- 16 reserve and occupy calls, a consume
+    and a publish -- on a small controller of its own (B = 16), which brings consume's and
+    publish's code and the interpreter's data for it back into the caches, not the timed
+    controller's data."""
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        self.c = make(Config(1, 16))
+        self.next_id = 0
+
+    def __call__(self) -> None:
+        c = self.c
+        while c.reserve(self.next_id) is not None:
+            c.occupy(self.next_id)
+            self.next_id += 1
+        c.consume()
+        c.publish()
 
 
 def bare_trigger(calls: int) -> list[int]:
@@ -136,7 +176,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="bare transitions triggers timed before and after each round")
     ap.add_argument("--oversampling", action="store_true",
                     help="also capacity = 1.25 B (batch-level oversampling)")
+    ap.add_argument("--before-consume", choices=("nothing", "flush", "warm"), default="nothing",
+                    help="untimed, before each consume: flush the caches (CacheFlush), or "
+                         "warm consume's code on a small controller (WarmConsume)")
     args = ap.parse_args(argv)
+    hook = {"nothing": None, "flush": CacheFlush(),
+            "warm": WarmConsume(StalenessController)}[args.before_consume]
 
     configs = []
     for b in args.batch_sizes:
@@ -148,13 +193,14 @@ def main(argv: list[str] | None = None) -> None:
         trigger += bare_trigger(args.trigger_calls)
         for cfg in configs:
             units = max(args.units, args.min_batches * cfg.batch_size)
-            for op, ts in drive(lambda: StalenessController(cfg), units, seed=rnd).items():
+            for op, ts in drive(lambda: StalenessController(cfg), units, seed=rnd,
+                                before_consume=hook).items():
                 pooled[cfg][op] += ts
         trigger += bare_trigger(args.trigger_calls)
     t_bare = statistics.median(trigger) / 1e3
 
-    print(f"eta={args.eta} max_concurrency={args.concurrency}·B rounds={args.rounds}; "
-          f"median µs per call (mean in brackets)")
+    print(f"eta={args.eta} max_concurrency={args.concurrency}·B rounds={args.rounds} "
+          f"before consume: {args.before_consume}; median µs per call (mean in brackets)")
     print(f"bare transitions trigger (stock Machine, no guard, no callback): {t_bare:.2f} µs")
     head = (f"{'B':>4} {'C':>4} {'reserve':>14} {'occupy':>14} {'pair':>14} {'consume':>15} "
             f"{'publish':>14} {'consume+publish':>16} {'pair/trigger':>12} {'batches':>8}")

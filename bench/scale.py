@@ -10,7 +10,9 @@ docs/results/scale.json (``--write``; tests/sim/test_scale_doc.py holds the page
   and publish whenever the head is READY); ``stream`` from the same loop with
   ``Config.streaming``, calling ``stream`` after every ``occupy`` (what a streaming runtime
   does); ``release_stuck`` from a STUCK head built on purpose (every slot reserved, then B - 8
-  occupied: the head holds B - 8 OCCUPIED units and 8 reservations), per unit it aborts. Each round
+  occupied: the head holds B - 8 OCCUPIED units and 8 reservations), per unit it aborts; beside
+  them, the caller's share of a batch (``caller_times``: reading ``batch.units`` once, and
+  freeing the batch, which keeps the consumed buffer, once nothing else holds it). Each round
   takes every operation's median; the table gives the median of the rounds' medians and their
   range (min-max), so a preempted round shows as spread, not as cost.
 * ``sim``: a deployment of ``--nodes`` nodes of 8 H20 (128: 1,024 GPUs), the preset
@@ -53,6 +55,7 @@ CORE_BEGIN, CORE_END = "<!-- begin: scale-core (generated) -->", "<!-- end: scal
 SIM_BEGIN, SIM_END = "<!-- begin: scale-sim (generated) -->", "<!-- end: scale-sim -->"
 
 CORE_OPS = ("reserve", "occupy", "consume+publish", "stream", "release_stuck")
+CALLER_OPS = ("batch read", "batch free")  # the caller's, per batch (caller_times)
 WEEK_S = 7 * 24 * 3600
 
 
@@ -84,6 +87,50 @@ def stream_times(cfg: Config, units: int, seed: int) -> list[int]:
         c.stream()
         out.append(clock() - t0)
     return out
+
+
+def caller_times(cfg: Config, units: int, seed: int) -> dict[str, list[int]]:
+    """What a caller pays for the batches ``consume`` hands out, ns per batch: ``read``, one
+    pass over ``batch.units`` right after consume (core_bench's steady-state loop), each unit
+    fetched and nothing done with it (what the copy into a tuple did at consume before);
+    ``free``, dropping a batch once nothing else holds it, which frees its units' entries and
+    the consumed buffer the batch keeps (``BatchUnits``). The controller's event log holds
+    every batch, so a batch is freed when the controller is: the batches are freed one by one,
+    timed, after it was dropped."""
+    rng = random.Random(seed)
+    c = StalenessController(cfg)
+    read: list[int] = []
+    batches: list[Any] = []
+    in_flight: list[int] = []
+    next_id = done = 0
+    clock = time.perf_counter_ns
+    while done < units:
+        while c.reserve(next_id) is not None:
+            in_flight.append(next_id)
+            next_id += 1
+        b = c.consume()
+        if b is not None:
+            t0 = clock()
+            for _ in b.units:  # each unit fetched, as any loop over the batch does
+                pass
+            read.append(clock() - t0)
+            batches.append(b)
+            c.publish()
+            continue
+        i = rng.randrange(len(in_flight))
+        in_flight[i], in_flight[-1] = in_flight[-1], in_flight[i]
+        p = c.occupy(in_flight.pop())
+        done += 1
+        for a in p.aborted:
+            in_flight.remove(a)
+    del c, b
+    gc.collect()
+    free = []
+    while batches:
+        t0 = clock()
+        batches.pop()
+        free.append(clock() - t0)
+    return {"read": read, "free": free}
 
 
 STUCK_RESERVED = 8  # reservations left in the STUCK head that release_stuck aborts per call
@@ -130,6 +177,9 @@ def core_round(b: int, eta: int, units: int, min_batches: int, seed: int) -> dic
     stuck_cfg = Config(eta, b, b)
     med["release_stuck"] = float(statistics.median(
         stuck_times(stuck_cfg, 15, seed)))
+    caller = caller_times(cfg, max(units, min_batches * b) // 2, seed)
+    for op in CALLER_OPS:
+        med[op] = float(statistics.median(caller[op.split()[-1]]))
     return med
 
 
@@ -148,10 +198,10 @@ def run_core(batch_sizes: list[int], etas: list[int], rounds: int, units: int,
                         f"{op} {per[eta, b][-1][op]:.0f}" for op in CORE_OPS), flush=True)
     rows = []
     for (eta, b), meds in per.items():
-        ops = {op: {"median": statistics.median(m[op] for m in meds),
-                    "lo": min(m[op] for m in meds), "hi": max(m[op] for m in meds)}
-               for op in CORE_OPS}
-        rows.append({"eta": eta, "B": b, "ops": ops})
+        ops, caller = ({op: {"median": statistics.median(m[op] for m in meds),
+                             "lo": min(m[op] for m in meds), "hi": max(m[op] for m in meds)}
+                        for op in group} for group in (CORE_OPS, CALLER_OPS))
+        rows.append({"eta": eta, "B": b, "ops": ops, "caller": caller})
     return {"settings": {"batch_sizes": batch_sizes, "etas": etas, "rounds": rounds,
                          "units": units, "min_batches": min_batches,
                          "max_concurrency": "2.5 B", "python": platform.python_version()},
@@ -169,15 +219,19 @@ def render_core(results: dict[str, Any]) -> str:
     lines = [f"ns per call, median of {s['rounds']} rounds' medians (their range in brackets); "
              f"`consume+publish` per batch, `release_stuck` per unit it aborts; "
              f"capacity B, max_concurrency {s['max_concurrency']}; Python {s['python']}; "
-             f"a bare `transitions` trigger took {core['bare_trigger_ns']:,.0f} ns.", "",
-             "| eta | B | " + " | ".join(CORE_OPS) + " | consume+publish ÷ B |",
-             "|---:|---:|" + "---:|" * (len(CORE_OPS) + 1)]
+             f"a bare `transitions` trigger took {core['bare_trigger_ns']:,.0f} ns. "
+             f"The caller's share, per batch: `batch read`, one bare pass over `batch.units`; "
+             f"`batch free`, dropping a batch nobody else holds (`caller_times`).", "",
+             "| eta | B | " + " | ".join(CORE_OPS) + " | consume+publish ÷ B | "
+             + " | ".join(CALLER_OPS) + " |",
+             "|---:|---:|" + "---:|" * (len(CORE_OPS) + 1 + len(CALLER_OPS))]
     for r in rows:
-        cells = [f"{_ns(r['ops'][op]['median'])} [{_ns(r['ops'][op]['lo'])}–"
-                 f"{_ns(r['ops'][op]['hi'])}]" for op in CORE_OPS]
+        cells = [f"{_ns(cell['median'])} [{_ns(cell['lo'])}–{_ns(cell['hi'])}]"
+                 for cell in (*(r["ops"][op] for op in CORE_OPS),
+                              *(r["caller"][op] for op in CALLER_OPS))]
         per_unit = r["ops"]["consume+publish"]["median"] / r["B"]
-        lines.append(f"| {r['eta']} | {r['B']:,} | " + " | ".join(cells)
-                     + f" | {per_unit:,.1f} |")
+        lines.append(f"| {r['eta']} | {r['B']:,} | " + " | ".join(cells[:len(CORE_OPS)])
+                     + f" | {per_unit:,.1f} | " + " | ".join(cells[len(CORE_OPS):]) + " |")
     by = {(r["eta"], r["B"]): r for r in rows}
     sizes = sorted({r["B"] for r in rows})
     if len(sizes) > 1:

@@ -27,6 +27,7 @@ from .machine import OPERATIONS, UNIT_LIFECYCLE, StalenessController, apply, rep
 from .types import (
     Batch,
     BatchUnit,
+    BatchUnits,
     BufferStatus,
     BufferView,
     Event,
@@ -52,6 +53,7 @@ __all__ = [
     "UNIT_LIFECYCLE",
     "Batch",
     "BatchUnit",
+    "BatchUnits",
     "BufferStatus",
     "BufferView",
     "Config",

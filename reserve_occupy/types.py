@@ -9,8 +9,11 @@ times as much to construct.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Union
+from itertools import islice
+from operator import index as _as_index
+from typing import Any, NamedTuple, Union, overload
 
 from .config import Config
 
@@ -142,17 +145,148 @@ class BatchUnit(NamedTuple):
     staleness: int
 
 
+class BatchUnits(Sequence):  # type: ignore[type-arg]
+    """A consumed batch's units, read in place: the first ``n`` items of a list nobody writes.
+
+    ``consume`` hands out the head buffer's prebuilt batch entries (``table.Buffer.entry``) by
+    reference instead of copying them into a tuple, which touched every entry while the trainer
+    waited (at B = 4,096 that copy and freeing the buffer's per-slot arrays were most of
+    consume's cost). The table gives the list up with the buffer (``SlotTable.take_head``) and
+    never writes it again; ``owner`` (the consumed buffer) is only kept alive, so its arrays are
+    freed when the last reference to this sequence goes -- the work of freeing moves from
+    consume to whoever drops the batch (the controller's event log keeps every batch).
+
+    It behaves as the tuple of its items (``Batch.units`` was one): equal to a tuple or another
+    ``BatchUnits`` with the same items and hashing as that tuple does (a ``Batch`` compares and
+    hashes as before), ``repr`` as the tuple's, a slice is a tuple, pickling keeps the items
+    only; ``count``, ``index``, ordering, ``+`` and ``*`` answer as the tuple would. Not a
+    tuple: ``isinstance(units, tuple)`` is false (``Sequence`` is the contract) and
+    ``dataclasses.asdict`` copies it instead of recursing into it.
+    """
+
+    __slots__ = ("_items", "_n", "_owner")
+
+    def __init__(self, items: list[BatchUnit], n: int | None = None, owner: object = None
+                 ) -> None:
+        if not isinstance(items, list):
+            raise TypeError(f"BatchUnits reads a list, not {type(items).__name__}")
+        n = len(items) if n is None else n
+        if not 0 <= n <= len(items):
+            raise ValueError(f"BatchUnits of {n} items over a list of {len(items)}")
+        self._items, self._n, self._owner = items, n, owner
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> BatchUnit: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[BatchUnit, ...]: ...
+
+    def __getitem__(self, i: Any) -> Any:
+        n = self._n
+        if i.__class__ is not int:
+            if isinstance(i, slice):
+                return tuple(self._items[:n][i])
+            try:
+                i = _as_index(i)
+            except TypeError:
+                raise TypeError(f"tuple indices must be integers or slices, not "
+                                f"{type(i).__name__}") from None
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("tuple index out of range")
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[BatchUnit]:
+        items = self._items
+        return iter(items) if self._n == len(items) else islice(items, self._n)
+
+    def __reversed__(self) -> Iterator[BatchUnit]:
+        return reversed(self._items[:self._n])
+
+    def __contains__(self, x: object) -> bool:
+        return x in self._as_tuple()
+
+    def _as_tuple(self) -> tuple[BatchUnit, ...]:
+        items = self._items
+        return tuple(items) if self._n == len(items) else tuple(items[:self._n])
+
+    def count(self, x: object) -> int:
+        return self._as_tuple().count(x)
+
+    def index(self, x: object, start: int = 0, stop: int = 9223372036854775807) -> int:
+        return self._as_tuple().index(x, start, stop)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is BatchUnits:
+            if self._n != other._n:  # type: ignore[attr-defined]
+                return False
+            other = other._as_tuple()  # type: ignore[attr-defined]
+        elif not isinstance(other, tuple):
+            return NotImplemented
+        return self._as_tuple() == other
+
+    def __hash__(self) -> int:
+        return hash(self._as_tuple())
+
+    def _cmp_operand(self, other: object) -> tuple[BatchUnit, ...] | None:
+        if other.__class__ is BatchUnits:
+            return other._as_tuple()  # type: ignore[attr-defined]
+        return other if isinstance(other, tuple) else None
+
+    def __lt__(self, other: object) -> bool:
+        o = self._cmp_operand(other)
+        return NotImplemented if o is None else self._as_tuple() < o
+
+    def __le__(self, other: object) -> bool:
+        o = self._cmp_operand(other)
+        return NotImplemented if o is None else self._as_tuple() <= o
+
+    def __gt__(self, other: object) -> bool:
+        o = self._cmp_operand(other)
+        return NotImplemented if o is None else self._as_tuple() > o
+
+    def __ge__(self, other: object) -> bool:
+        o = self._cmp_operand(other)
+        return NotImplemented if o is None else self._as_tuple() >= o
+
+    def __add__(self, other: object) -> tuple[BatchUnit, ...]:
+        o = self._cmp_operand(other)
+        return NotImplemented if o is None else self._as_tuple() + o
+
+    def __radd__(self, other: object) -> tuple[BatchUnit, ...]:
+        o = self._cmp_operand(other)
+        return NotImplemented if o is None else o + self._as_tuple()
+
+    def __mul__(self, k: int) -> tuple[BatchUnit, ...]:
+        return self._as_tuple() * k
+
+    __rmul__ = __mul__
+
+    def __repr__(self) -> str:
+        return repr(self._as_tuple())
+
+    def __reduce__(self) -> tuple[type, tuple[list[BatchUnit]]]:
+        return BatchUnits, (list(self),)
+
+
 @dataclass(frozen=True)
 class Batch:
     """A consumed buffer: trains the update ``version -> version + 1``.
 
+    ``units``: the batch entries in slot order, a ``Sequence``: ``consume`` hands a
+    ``BatchUnits`` (the consumed buffer's entries read in place, equal to and hashing as the
+    tuple of them); a ``Batch`` built by hand may hold a tuple.
     ``streamed``: the units of the batch that ``stream`` handed to the trainer before consume,
     in the order handed (empty without ``Config.streaming``); the trainer trains the others.
     A ``stream`` event carries the units it handed as a ``Batch`` of the head buffer too.
     """
 
     version: int
-    units: tuple[BatchUnit, ...]
+    units: Sequence[BatchUnit]
     streamed: tuple[UnitId, ...] = ()
 
     def __len__(self) -> int:
