@@ -3,6 +3,10 @@ headline comparisons' trained tok/s ratios and of the headline grid's time, with
 ``bench/calibrate.py`` fitted to this machine's vLLM CPU engine (docs/results/calibration.json,
 its revised model: the trainer and the engine slowing each other). A prediction, not a
 measurement: it chose ``peers_compare.WORKLOADS["separating"]`` (docs/peers.md, "The workload").
+Each simulated unit is the real run's: its answers' caps (``LongTail``) and its prompt's tokens
+on the engine's tokenizer (``unit_prompt_tokens``: 4, "a+b="; the tables of docs/peers.md
+before 2026-12-07 11:30 UTC simulated 20, which made every simulated step's training about
+1.7 times the trainer's).
 
 ``--filtering``: the same for the filtering workload's comparisons
 (``peers_compare.filtering_headline()``) on candidate shapes and shares of prompts without
@@ -19,6 +23,7 @@ trained tok/s (the tokens of groups with a gradient). It chose
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -34,7 +39,6 @@ import calibrate  # noqa: E402
 import peers_compare as peers  # noqa: E402
 from bench.cli import Parser, float_in, int_list  # noqa: E402
 
-PROMPT_TOKENS = 20  # the shipped arithmetic prompts on the tiny model's tokenizer, about
 ENGINE_SEQS = 64  # peers_compare's engine: max_num_seqs
 
 
@@ -72,16 +76,38 @@ class UnitFilter:
         return {"unit_filter": {"seed": self.seed, "rate": self.rate}}
 
 
+@functools.lru_cache(maxsize=1)
+def train_prompt_tokens() -> tuple[int, ...]:
+    """The tokens of each training prompt (``peers.train_prompts()``, in order) on the engine's
+    tokenizer: the tiny model's (``runtime.models.tiny.build_tokenizer``, the one the bench's
+    model is saved with; one token per character, no special token added: "7+1=" is 4), as
+    the driver encodes a unit's prompt (``Driver._admission_loop``). A simulated request
+    prefills these and the trainer trains them with the answer (``calibrate.measure`` fits
+    the training cost on answer + prompt tokens)."""
+    from runtime.models.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    return tuple(len(tok.encode(p.text)) for p in peers.train_prompts())
+
+
+def unit_prompt_tokens(seed: int, groups: int) -> list[int]:
+    """The prompt tokens of units ``g0`` .. ``g{groups - 1}`` of a run of ``seed``: of the
+    training prompt the driver draws for each (``peers.draw_positions``, as ``UnitFilter``)."""
+    sizes = train_prompt_tokens()
+    return [sizes[pos] for pos in peers.draw_positions(seed, len(sizes), groups)]
+
+
 def sim_workload(seed: int, w: dict[str, Any]) -> Any:
-    """The groups ``LongTail`` gives a run of workload ``w`` (unit ``g{i}``'s candidates); a
-    workload with groups without gradient (``no_gradient``) has more of them, as more are
-    admitted."""
+    """The groups ``LongTail`` gives a run of workload ``w`` (unit ``g{i}``'s candidates, and
+    the prompt tokens of its prompt, ``unit_prompt_tokens``); a workload with groups without
+    gradient (``no_gradient``) has more of them, as more are admitted."""
     from reserve_occupy_sim.model.workload import GroupSpec, Workload
 
     tail = peers.LongTail(None, w["max_tokens"], seed, w["median"], w["sigma"])
     groups = w["batch_size"] * (w["steps"] + 4) * (4 if w.get("no_gradient") else 2)
+    prompts = unit_prompt_tokens(seed, groups)
     return Workload(f"long-tail(seed={seed})", tuple(
-        GroupSpec(i, PROMPT_TOKENS, tuple(tail.cap(f"g{i}-c{j}") for j in range(w["group_size"])))
+        GroupSpec(i, prompts[i], tuple(tail.cap(f"g{i}-c{j}") for j in range(w["group_size"])))
         for i in range(groups)))
 
 
