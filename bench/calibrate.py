@@ -81,7 +81,6 @@ import asyncio
 import json
 import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 from statistics import fmean, median

@@ -22,7 +22,6 @@ Prints numbers; asserts nothing about time (a timed assert fails on a busy machi
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time

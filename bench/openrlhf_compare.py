@@ -23,7 +23,6 @@ docs/porting/openrlhf.md between its ``openrlhf-compare`` markers.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys

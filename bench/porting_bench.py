@@ -6,7 +6,6 @@ the conformance runner. Prints a table; asserts nothing about time (this machine
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import time
 import sys as _sys

@@ -21,7 +21,6 @@ docs/runtime.md ("In-flight refit").
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys

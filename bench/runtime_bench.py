@@ -28,7 +28,6 @@ docs/runtime.md from them (tests/runtime/test_bench_doc.py checks the two agree)
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time

@@ -9,7 +9,6 @@ remove). Prints a table; nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys

@@ -15,7 +15,6 @@ the trainer waited in ``sample``, prompts generated, and the simulated time of t
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
