@@ -620,6 +620,9 @@ def simulate_row(run: dict[str, Any], fit: dict[str, Any], wl: Any, revised: boo
     # (runtime.peers) hand chunks whenever the trainer takes them, as their policies do here
     options = (("streaming", True),) if run["streaming"] and run["policy"] == peers.RESERVE_OCCUPY \
         else ()
+    if run["policy"] != peers.RESERVE_OCCUPY:  # the rule as the runtime ran it (verl: colocate)
+        from runtime.peers import rule_options
+        options += tuple(rule_options(run["policy"]).items())
     _, sim = simulate(RunSpec(run["policy"], run["eta"], batches=run["steps"],
                               batch_size=shape[0], options=options), wl, cost)
     if replay is not None:

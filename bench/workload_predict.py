@@ -126,8 +126,11 @@ def simulate(fit: dict[str, Any], wl: Any, w: dict[str, Any], policy: str, strea
     # Reserve-Occupy streams when told; a peer whose policy streams hands chunks whenever a
     # streaming trainer takes them (cost.train.chunk_groups), as calibrate.simulate_row
     options = (("streaming", True),) if streaming and policy == "reserve_occupy" else ()
+    if policy != "reserve_occupy":  # the rule as the runtime runs it (verl: colocate_async)
+        from runtime.peers import rule_options
+        options += tuple(rule_options(policy).items())
     if policy == "verl_drop" and verl_filter_at != "sample":  # (VerlDrop's filter_at)
-        options = (("filter_at", verl_filter_at),)
+        options += (("filter_at", verl_filter_at),)
     _, sim = run(RunSpec(policy, eta, batches=w["steps"], batch_size=w["batch_size"],
                          options=options, filtering=filtering), wl, cost)
     by_tid = {r.tid: r for r in sim.ledger.requests}

@@ -234,13 +234,21 @@ def make_rule(name: str, eta: int) -> Policy:
     with."""
     if name not in PEER_POLICIES:
         raise ValueError(f"unknown peer policy {name!r} (choose from {', '.join(PEER_POLICIES)})")
+    return make_policy(name, eta, **rule_options(name))
+
+
+def rule_options(name: str) -> dict[str, Any]:
+    """The options the runtime runs peer ``name``'s rule with, where they differ from the
+    simulator's defaults (a simulation of a real-engine run passes the same: bench/calibrate.py,
+    bench/workload_predict.py)."""
     # verl: parameter_sync_step=1 is verl's colocate_async (the runtime's trainer and engine
     # share the machine); the simulator's default, 4, is separate_async.
-    options = {"parameter_sync_step": 1} if name in ("verl_drop", "verl_wait") else {}
+    if name in ("verl_drop", "verl_wait"):
+        return {"parameter_sync_step": 1}
     # tinker: the driver chooses the prompts, so a discarded group's prompt is not requeued
     if name == "tinker":
-        options = {"requeue": False}
-    return make_policy(name, eta, **options)
+        return {"requeue": False}
+    return {}
 
 
 class PeerController:
