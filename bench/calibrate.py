@@ -92,7 +92,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench.cli import Parser  # noqa: E402
+from bench.cli import Parser, read_json  # noqa: E402
 from bench.docblock import between, splice  # noqa: E402
 
 import peers_compare as peers  # noqa: E402  (configures vLLM's env through refit_compare)
@@ -1086,13 +1086,7 @@ RAW_KEYS = {"steps": int, "seeds": list, "median": float, "sigma": float, "compa
 
 def read_raw(path: Path, bad: Any) -> dict[str, Any]:
     """A ``--raw`` file, checked before anything is fitted (``bad``: one line, exit 2)."""
-    if not path.is_file():
-        bad(f"--from-raw {path}: " + ("not a regular file" if path.exists() else
-                                       "no such file"))
-    try:
-        dump = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        bad(f"--from-raw {path}: not a JSON file of --raw ({e.__class__.__name__})")
+    dump = read_json(path, "--from-raw", "a JSON file of --raw", bad)
     if not isinstance(dump, dict):
         bad(f"--from-raw {path}: not a file of --raw (a JSON object expected)")
     for key, kind in RAW_KEYS.items():

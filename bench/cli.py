@@ -9,11 +9,12 @@ them while parsing, so a refusal comes before any import of torch or vLLM."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 
 class Parser(argparse.ArgumentParser):
@@ -98,6 +99,19 @@ def in_path(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text}: " + ("not a regular file" if path.exists()
                                                         else "no such file"))
     return path
+
+
+def read_json(path: Path, flag: str, what: str, bad: Callable[[str], NoReturn]) -> Any:
+    """The JSON in the file ``path`` given as ``flag``; a missing or non-regular file, or one
+    that is not JSON, is one line through ``bad`` (exit 2): ``FLAG PATH: no such file`` /
+    ``not a regular file`` / ``not WHAT (the error's class)``. Checks of the JSON's shape are
+    the caller's (``calibrate.read_raw``, ``peers_compare.read_results``)."""
+    if not path.is_file():
+        bad(f"{flag} {path}: " + ("not a regular file" if path.exists() else "no such file"))
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        bad(f"{flag} {path}: not {what} ({e.__class__.__name__})")
 
 
 def bad(prog: str, message: str) -> NoReturn:

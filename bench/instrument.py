@@ -310,7 +310,8 @@ def summarize(ratios: Sequence[float], method: str = "sign", level: float = LEVE
                 "resolved": False, "method": method, "level": level}
     lo, hi = interval(ratios, method, level, seed)
     return {"pairs": len(ratios), "ratios": ratios, "median": median(ratios),
-            "hl": hodges_lehmann(ratios), "lo": lo if math.isfinite(lo) else None, "hi": hi if math.isfinite(hi) else None,
+            "hl": hodges_lehmann(ratios), "lo": lo if math.isfinite(lo) else None,
+            "hi": hi if math.isfinite(hi) else None,
             "resolved": resolved(lo, hi), "method": method, "level": level}
 
 

@@ -64,10 +64,8 @@ def headline_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def aa_ratios(results: dict[str, Any]) -> list[float]:
-    """The grid's A/A pair ratios, as ``peers_compare.summarize_pairs`` collects them."""
-    comps = results["comparisons"]
-    return [p["ratio"] for p in results["pairs"]
-            if comps[p["comparison"]]["aa"] and p["ratio"] is not None]
+    """The grid's A/A pair ratios (``peers_compare.aa_ratios``)."""
+    return peers.aa_ratios(results["comparisons"], results["pairs"])
 
 
 def pooled_aa(grids: dict[str, dict[str, Any]]) -> list[float]:
@@ -120,10 +118,8 @@ def half_width(iv: tuple[float, float]) -> float:
     return (iv[1] - iv[0]) / 2
 
 
-def _iv(x: float | None, iv: tuple[float, float]) -> str:
-    lo = f"{iv[0]:.3f}" if math.isfinite(iv[0]) else "-inf"
-    hi = f"{iv[1]:.3f}" if math.isfinite(iv[1]) else "inf"
-    return f"{x:.3f} [{lo}, {hi}]"
+def _iv(x: float, iv: tuple[float, float]) -> str:
+    return peers.interval_text(x, *iv)
 
 
 def _pct(x: float) -> str:

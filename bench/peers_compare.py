@@ -79,7 +79,7 @@ from refit_compare import SETTINGS as REFIT_SETTINGS  # noqa: E402  (configures 
 from refit_compare import _g  # noqa: E402
 
 import instrument  # noqa: E402
-from bench.cli import Parser, float_in, int_in  # noqa: E402
+from bench.cli import Parser, float_in, int_in, read_json  # noqa: E402
 
 from runtime.peers import POLICY_CHOICES, RESERVE_OCCUPY, peer_streams  # noqa: E402
 from reserve_occupy_peers import PEERS_2026  # noqa: E402
@@ -612,8 +612,6 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
     rows = []
     for j, c in enumerate(comps):
         mine = [p for p in pairs if p["comparison"] == j]
-        gen = [r for r in (instrument.pair_ratio(p, "steady_gen_tok_s") for p in mine)
-               if r is not None]
         rows.append({
             "eta": c["a"][3], "policy": c["a"][0], "streaming": c["a"][1], "refit": c["a"][2],
             "against": c["against"], "aa": c["aa"], "against_config": list(c["b"]),
@@ -621,9 +619,7 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
             "diff": [p["diff"] for p in mine],
             "same_decisions": bool(mine) and all(p["diff"] == 0 for p in mine),
             "lever": bool(c.get("lever")),
-            "trained": instrument.summarize([p["ratio"] for p in mine if p["ratio"] is not None],
-                                            method, level, seed),
-            "gen": instrument.summarize(gen, method, level, seed),
+            **_ratio_summaries(mine, method, level, seed),
             "trained_tok_s": [_mean([p[x][rate_key] for x in ("a", "a2")
                                      if x in p]) for p in mine],
             "staleness_max": max((p["a"]["staleness_max"] for p in mine), default=0),
@@ -636,17 +632,35 @@ def summarize_pairs(comps: list[dict[str, Any]], pairs: list[dict[str, Any]], me
             "wait_s": [[p[x].get("wait_s") for x in "ab"] for p in mine],
             "straggler_s": [[p[x].get("straggler_s") for x in "ab"] for p in mine],
         })
-    aa = [r for p in pairs for r in [p["ratio"]] if comps[p["comparison"]]["aa"]
-          and r is not None]
-    n = max((r["trained"]["pairs"] for r in rows), default=0)
-    return {"rows": rows, "false_positive": _false_positive(aa, n, level, seed)}
+    return {"rows": rows, "false_positive": _false_positive(comps, pairs, rows, level, seed)}
 
 
-def _false_positive(aa: list[float], n: int, level: float, seed: int) -> dict[str, Any] | None:
-    """The results' ``false_positive``: from the grid's A/A pair ratios ``aa``, how often each
-    interval method calls an A/A comparison of ``n`` pairs resolved (1000 trials)."""
+def _ratio_summaries(mine: list[dict[str, Any]], method: str, level: float, seed: int
+                     ) -> dict[str, Any]:
+    """A comparison's ``trained`` and ``gen``: its pairs' ratios of trained and of generated
+    tok/s summarized by the instrument."""
+    gen = [r for r in (instrument.pair_ratio(p, "steady_gen_tok_s") for p in mine)
+           if r is not None]
+    return {"trained": instrument.summarize([p["ratio"] for p in mine if p["ratio"] is not None],
+                                            method, level, seed),
+            "gen": instrument.summarize(gen, method, level, seed)}
+
+
+def aa_ratios(comps: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> list[float]:
+    """The grid's A/A pair ratios: those of the pairs of its A/A comparisons (``comps``, each
+    with ``aa``), in the pairs' order."""
+    return [p["ratio"] for p in pairs if comps[p["comparison"]]["aa"] and p["ratio"] is not None]
+
+
+def _false_positive(comps: list[dict[str, Any]], pairs: list[dict[str, Any]],
+                    rows: list[dict[str, Any]], level: float, seed: int) -> dict[str, Any] | None:
+    """The results' ``false_positive``: from the grid's A/A pair ratios (``aa_ratios``), how
+    often each interval method calls an A/A comparison of the grid's number of pairs (the most
+    of its ``rows``) resolved (1000 trials)."""
+    aa = aa_ratios(comps, pairs)
     if len(aa) < 2:
         return None
+    n = max((r["trained"]["pairs"] for r in rows), default=0)
     fp: dict[str, Any] = {"aa_ratios": aa, "pairs": n, "nominal": round(1 - level, 6),
                           "min_pairs": instrument.min_pairs(level)}
     for m in instrument.METHODS:
@@ -663,19 +677,12 @@ def resummarize(results: dict[str, Any], method: str, level: float) -> dict[str,
     if (method, level) == (ins["interval"], ins["level"]):
         return results
     seed, pairs = ins["order_seed"], results["pairs"]
-    rows = []
-    for j, c in enumerate(results["comparisons"]):
-        mine = [p for p in pairs if p["comparison"] == j]
-        gen = [r for r in (instrument.pair_ratio(p, "steady_gen_tok_s") for p in mine)
-               if r is not None]
-        rows.append({**c, "trained": instrument.summarize(
-            [p["ratio"] for p in mine if p["ratio"] is not None], method, level, seed),
-            "gen": instrument.summarize(gen, method, level, seed)})
-    aa = [p["ratio"] for p in pairs if results["comparisons"][p["comparison"]]["aa"]
-          and p["ratio"] is not None]
-    n = max((r["trained"]["pairs"] for r in rows), default=0)
+    comps = results["comparisons"]
+    rows = [{**c, **_ratio_summaries([p for p in pairs if p["comparison"] == j], method, level,
+                                     seed)} for j, c in enumerate(comps)]
     return {**results, "instrument": {**ins, "interval": method, "level": level},
-            "comparisons": rows, "false_positive": _false_positive(aa, n, level, seed)}
+            "comparisons": rows,
+            "false_positive": _false_positive(comps, pairs, rows, level, seed)}
 
 
 async def main(runs_grid: list[Config], seeds: list[int], steps: int, median: float,
@@ -774,11 +781,14 @@ def _cell(s: dict[str, Any]) -> str:
     the signed-rank interval the Hodges-Lehmann estimate it is around
     (``instrument.estimate``)."""
     x = instrument.estimate(s)
-    if x is None:
-        return "n/a"
-    lo = "-inf" if s["lo"] is None else f"{s['lo']:.3f}"
-    hi = "inf" if s["hi"] is None else f"{s['hi']:.3f}"
-    return f"{x:.3f} [{lo}, {hi}]"
+    return "n/a" if x is None else interval_text(x, s["lo"], s["hi"])
+
+
+def interval_text(x: float, lo: float | None, hi: float | None) -> str:
+    """``x [lo, hi]`` to three decimals; an open end (None or infinite) as ``-inf`` / ``inf``."""
+    def end(v: float | None, inf: str) -> str:
+        return f"{v:.3f}" if v is not None and math.isfinite(v) else inf
+    return f"{x:.3f} [{end(lo, '-inf')}, {end(hi, 'inf')}]"
 
 
 # what the table's header calls each interval method, and the ratio it prints
@@ -1155,13 +1165,7 @@ def apply_workload(args: argparse.Namespace, raw: list[str], bad: Any) -> None:
 def read_results(path: Path, bad: Any) -> dict[str, Any]:
     """A results file of a grid the instrument ran, checked before it is summarized again
     (``bad``: one line, exit 2)."""
-    if not path.is_file():
-        bad(f"--from-results {path}: " + ("not a regular file" if path.exists() else
-                                           "no such file"))
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        bad(f"--from-results {path}: not a JSON results file ({e.__class__.__name__})")
+    results = read_json(path, "--from-results", "a JSON results file", bad)
     if not (isinstance(results, dict) and isinstance(results.get("instrument"), dict)
             and all(isinstance(results.get(k), list) for k in ("pairs", "comparisons"))):
         bad(f"--from-results {path}: not the results of a grid the instrument ran (no "

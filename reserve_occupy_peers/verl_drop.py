@@ -70,7 +70,6 @@ class VerlDrop(Policy):
             raise ValueError(f"verl_drop: filter_at must be one of {', '.join(self.FILTER_AT)},"
                              f" got {filter_at!r}")
         self.filter_at = filter_at
-        self.filters_at_sample = filter_at == "sample"  # (Policy: when it discards them)
         if (isinstance(parameter_sync_step, bool) or not isinstance(parameter_sync_step, int)
                 or parameter_sync_step < 1):
             raise ValueError(f"verl_drop: parameter_sync_step must be an int >= 1, got "
@@ -80,6 +79,10 @@ class VerlDrop(Policy):
         self.threshold = eta + 1 if threshold is None else threshold
         if threshold is not None:
             self.eta = threshold - 1  # what the policy actually enforces
+
+    @property
+    def filters_at_sample(self) -> bool:  # (Policy: when it discards a group without gradient)
+        return self.filter_at == "sample"
 
     def attach(self, sim) -> None:
         super().attach(sim)
