@@ -61,20 +61,22 @@ WEEK_S = 7 * 24 * 3600
 
 # ------------------------------------------------------------------------- the core --------
 
-def stream_times(cfg: Config, units: int, seed: int) -> list[int]:
-    """ns of every ``stream`` call in core_bench's steady-state loop run with streaming on: one
-    call after each ``occupy`` (the trainer is idle between batches here)."""
+def steady_loop(c: Any, units: int, seed: int) -> Any:
+    """core_bench's steady-state loop on controller ``c``, untimed, as a generator: admit
+    while allowed, then consume (and publish) a READY head or finish a random in-flight unit,
+    until ``units`` units finished. It yields ``("batch", batch)`` after each consume that
+    handed a batch, before its publish, and ``("occupy", placement)`` after each occupy: the
+    caller times what it does there (``stream_times``, ``caller_times``)."""
     rng = random.Random(seed)
-    c = StalenessController(cfg)
-    out: list[int] = []
     in_flight: list[int] = []
     next_id = done = 0
-    clock = time.perf_counter_ns
     while done < units:
         while c.reserve(next_id) is not None:
             in_flight.append(next_id)
             next_id += 1
-        if c.consume() is not None:
+        b = c.consume()
+        if b is not None:
+            yield "batch", b
             c.publish()
             continue
         i = rng.randrange(len(in_flight))
@@ -83,9 +85,20 @@ def stream_times(cfg: Config, units: int, seed: int) -> list[int]:
         done += 1
         for a in p.aborted:
             in_flight.remove(a)
-        t0 = clock()
-        c.stream()
-        out.append(clock() - t0)
+        yield "occupy", p
+
+
+def stream_times(cfg: Config, units: int, seed: int) -> list[int]:
+    """ns of every ``stream`` call in core_bench's steady-state loop run with streaming on: one
+    call after each ``occupy`` (the trainer is idle between batches here)."""
+    c = StalenessController(cfg)
+    out: list[int] = []
+    clock = time.perf_counter_ns
+    for what, _ in steady_loop(c, units, seed):
+        if what == "occupy":
+            t0 = clock()
+            c.stream()
+            out.append(clock() - t0)
     return out
 
 
@@ -97,32 +110,17 @@ def caller_times(cfg: Config, units: int, seed: int) -> dict[str, list[int]]:
     the consumed buffer the batch keeps (``BatchUnits``). The controller's event log holds
     every batch, so a batch is freed when the controller is: the batches are freed one by one,
     timed, after it was dropped."""
-    rng = random.Random(seed)
     c = StalenessController(cfg)
     read: list[int] = []
     batches: list[Any] = []
-    in_flight: list[int] = []
-    next_id = done = 0
     clock = time.perf_counter_ns
-    while done < units:
-        while c.reserve(next_id) is not None:
-            in_flight.append(next_id)
-            next_id += 1
-        b = c.consume()
-        if b is not None:
+    for what, b in steady_loop(c, units, seed):
+        if what == "batch":
             t0 = clock()
             for _ in b.units:  # each unit fetched, as any loop over the batch does
                 pass
             read.append(clock() - t0)
             batches.append(b)
-            c.publish()
-            continue
-        i = rng.randrange(len(in_flight))
-        in_flight[i], in_flight[-1] = in_flight[-1], in_flight[i]
-        p = c.occupy(in_flight.pop())
-        done += 1
-        for a in p.aborted:
-            in_flight.remove(a)
     del c, b
     gc.collect()
     free = []
