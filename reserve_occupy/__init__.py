@@ -10,6 +10,7 @@ from .config import Config
 from .errors import (
     ConfigError,
     DuplicateUnit,
+    EventsForgotten,
     GroupError,
     IllegalOperation,
     IllegalUnitState,
@@ -59,6 +60,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DuplicateUnit",
+    "EventsForgotten",
     "Event",
     "Group",
     "GroupError",

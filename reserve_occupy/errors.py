@@ -111,6 +111,18 @@ class ReplayDivergence(ProtocolError):
         super().__init__(f"event {seq}: recorded {expected!r}, replay gave {actual!r}")
 
 
+class EventsForgotten(ProtocolError, LookupError):
+    """The events asked for were dropped from memory by ``forget_events`` (a runtime that
+    journals every event to a file keeps only the events it has not yet counted). ``first`` is
+    the number of the oldest event still held; read older ones from where they were written."""
+
+    def __init__(self, asked: str, first: int) -> None:
+        self.first = first
+        super().__init__(f"{asked}: events 0..{first - 1} were forgotten (forget_events); "
+                         f"this controller holds the events from {first} on -- read the "
+                         f"earlier ones from the log they were written to")
+
+
 class NotAnEvent(ProtocolError, TypeError):
     """``replay`` or ``apply`` was given something that is not an ``Event`` (a trace record
     dict, text, None), or ``replay`` events that are not an iterable of them. ``index`` is the

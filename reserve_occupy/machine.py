@@ -56,6 +56,7 @@ from .config import Config
 from .dispatch import LeanMachine
 from .errors import (
     DuplicateUnit,
+    EventsForgotten,
     IllegalOperation,
     IllegalUnitState,
     InvalidUnitId,
@@ -194,6 +195,7 @@ class StalenessController:
         self._consumed = self._aborted = self._filtered = 0
         self._last_batch: Batch | None = None
         self._events: list[Event] = []
+        self._forgotten = 0  # events numbered below this were dropped (forget_events)
         self._plan: SlotRef | None = None
         self._plan_stream: tuple[BatchUnit, ...] = ()
         self._result: Any = None
@@ -241,7 +243,11 @@ class StalenessController:
 
     @property
     def events(self) -> tuple[Event, ...]:
-        """The append-only event log (a copy); ``replay(config, events)`` rebuilds this state."""
+        """The append-only event log (a copy); ``replay(config, events)`` rebuilds this state.
+        Raises ``EventsForgotten`` once ``forget_events`` dropped any: a part of the log is not
+        the log."""
+        if self._forgotten:
+            raise EventsForgotten("events", self._forgotten)
         return tuple(self._events)
 
     @property
@@ -251,7 +257,34 @@ class StalenessController:
 
     @property
     def event_count(self) -> int:
-        return len(self._events)
+        """How many events this controller logged (forgotten ones included): the next
+        event's ``seq``."""
+        return self._forgotten + len(self._events)
+
+    @property
+    def first_event(self) -> int:
+        """The ``seq`` of the oldest event still held (0 until ``forget_events``)."""
+        return self._forgotten
+
+    def forget_events(self, before: int) -> None:
+        """Drop the events numbered below ``before`` from memory; numbering goes on as before.
+
+        The log is the controller's only state that grows with the run's length: about 0.85 KB
+        per consumed unit at B = 256 (each event, its moves and each batch with the consumed
+        buffer it keeps; docs/scale.md), 90 % of what the controller holds. A runtime that
+        journals every event to a file (runtime.recovery) and has counted them keeps the file
+        as the log and calls this once a step. Afterwards ``events`` raises
+        ``EventsForgotten`` and ``events_since`` answers from ``first_event`` on; ``replay``
+        needs the whole log, so it reads the file. The protocol's state is untouched (no
+        operation reads the log). ``before`` must lie in ``first_event .. event_count``
+        (``ValueError`` naming it, nothing dropped)."""
+        if isinstance(before, bool) or not isinstance(before, int) \
+                or not self._forgotten <= before <= self.event_count:
+            raise ValueError(f"forget_events takes an event number from {self._forgotten} "
+                             f"(the first held) to {self.event_count} (the count), "
+                             f"got {before!r}")
+        del self._events[:before - self._forgotten]
+        self._forgotten = before
 
     def events_since(self, seq: int) -> tuple[Event, ...]:
         """The events numbered ``seq`` and later, in O(new events): a reader that polls the
@@ -259,7 +292,9 @@ class StalenessController:
         the whole log, as ``events`` does."""
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
             raise ValueError(f"events_since takes an event number >= 0, got {seq!r}")
-        return tuple(self._events[seq:])
+        if seq < self._forgotten:
+            raise EventsForgotten(f"events_since({seq})", self._forgotten)
+        return tuple(self._events[seq - self._forgotten:])
 
     def unit_state(self, unit_id: UnitId) -> UnitState:
         self._check_id("unit_state", unit_id)
@@ -459,8 +494,8 @@ class StalenessController:
              v_traj: int | None = None, slot: SlotRef | None = None, moves: tuple = (),
              aborted: tuple = (), batch: Batch | None = None) -> None:
         events = self._events
-        events.append(Event(len(events), op, version, head, unit_id, v_traj, slot, moves, aborted,
-                            batch))
+        events.append(Event(self._forgotten + len(events), op, version, head, unit_id, v_traj,
+                            slot, moves, aborted, batch))
 
     def _end(self, unit_id: UnitId, operation: str) -> None:
         """Move a unit along its lifecycle to a final state and keep the counters in step."""
@@ -681,7 +716,7 @@ def apply(controller: StalenessController, event: Event) -> Event | None:
     (None when the operation was refused: reserve must wait, consume found nothing READY)."""
     if not isinstance(event, Event):
         raise NotAnEvent(event)
-    before = len(controller._events)
+    before = controller.event_count
     op = event.op
     if op in ("reserve", "occupy", "abort", "filter"):
         getattr(controller, op)(event.unit_id)
@@ -689,7 +724,7 @@ def apply(controller: StalenessController, event: Event) -> Event | None:
         getattr(controller, op)()
     else:
         raise ValueError(f"unknown operation {op!r} in event {event.seq}")
-    return controller._events[-1] if len(controller._events) > before else None
+    return controller._events[-1] if controller.event_count > before else None
 
 
 def replay(config: Config, events: Iterable[Event]) -> StalenessController:

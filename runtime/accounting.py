@@ -221,6 +221,11 @@ class ControllerCounts:
         self._seen += len(new)
         return dict(self.log.counts)
 
+    @property
+    def seen(self) -> int:
+        """The events counted so far (the next one's seq)."""
+        return self._seen
+
     def summary(self) -> dict[str, Any]:
         self.counts()
         return self.log.summary()

@@ -73,6 +73,17 @@ class Controller(Protocol):
         ...
 
     @property
+    def event_count(self) -> int:
+        """How many events were logged, forgotten ones included (the next event's seq)."""
+        ...
+
+    def forget_events(self, before: int) -> None:
+        """Drop the events below ``before`` (and their metas) from memory: a durable run's
+        driver calls it once a step, once its counts have read them, as the file holds them
+        (``StalenessController.forget_events``); ``events`` then raises ``EventsForgotten``."""
+        ...
+
+    @property
     def metas(self) -> dict[int, dict[str, Any]]:
         """The meta each operation was called with (why a unit was aborted, which prompt a
         reservation drew), by its event's ``seq``, for the events that had one."""

@@ -104,7 +104,7 @@ class Driver:
                  *, controller: Controller,
                  resume: ResumePoint | None = None,
                  persist: Persistence | None = None,
-                 lengths: LengthLog | None = None) -> None:
+                 lengths: LengthLog | None = None, forget_counted: bool = False) -> None:
         """``on_step`` sees each step's record; ``after_step`` is awaited after it, in the
         trainer loop (a checkpoint save, say), so the next consume waits for it.
 
@@ -113,13 +113,18 @@ class Driver:
         ``JournaledController``), built by the caller, with ``clock`` its peer's rule reads.
         ``resume`` continues a recovered run; ``persist`` makes the run durable. ``lengths``
         receives each unit's response lengths when its generation ends (a streamed
-        ``LengthLog``, with a resumed run's earlier records; default: in memory)."""
+        ``LengthLog``, with a resumed run's earlier records; default: in memory).
+        ``forget_counted``: after each step, drop the controller's events its counts have read
+        (``Controller.forget_events``); for a run whose controller writes its log to a file
+        (a durable run: the session sets it), where the in-memory log would otherwise grow by
+        about a kilobyte per unit for the run's life."""
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
         self.clock = clock or MonotonicClock()
         self.controller = controller
         self.persist = persist
+        self.forget_counted = forget_counted
         resume = resume or ResumePoint()
         self.rollout, self.trainer, self.reward_fn = rollout, trainer, reward_fn
         self.prompts = list(prompts)
@@ -629,6 +634,8 @@ class Driver:
                                           self.lengths.figures(self.log_counts.fates()),
                                           stream=(stream_s, tail_s, streamed))
             self.records.append(record)
+            if self.forget_counted:  # counted, and in the log's file: memory need not keep them
+                self.controller.forget_events(self.log_counts.seen)
             if self.on_step is not None:
                 self.on_step(record)
             if self.after_step is not None:

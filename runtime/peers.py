@@ -123,12 +123,12 @@ from reserve_occupy import (
     StalenessController,
     UnitState,
 )
-from reserve_occupy.errors import DuplicateUnit, IllegalUnitState, UnknownUnit
+from reserve_occupy.errors import DuplicateUnit, EventsForgotten, IllegalUnitState, UnknownUnit
 from reserve_occupy.types import BatchUnit, SlotRef
 
 from reserve_occupy_peers import POLICIES, RESERVE_OCCUPY, Group, Policy, make_policy
 
-from .records import STALE  # meta.reason of a finished unit the rule dropped untrained
+from .records import STALE, forget_metas  # meta.reason of a finished unit the rule dropped untrained
 from ._moved import renamed
 
 # The simulator's policies the runtime can drive, in the order tables use.
@@ -289,7 +289,8 @@ class PeerController:
                               config.max_concurrency or
                               (config.max_staleness + 1) * config.batch_size)
         self.version = 0
-        self.events: list[Event] = []
+        self._events: list[Event] = []
+        self._forgotten = 0  # events numbered below this were dropped (forget_events)
         self.metas: dict[int, dict[str, Any]] = {}
         self.in_flight = 0
         self._gids = 0
@@ -323,11 +324,37 @@ class PeerController:
         return BufferStatus.PENDING
 
     @property
+    def events(self) -> list[Event]:
+        """The log (StalenessController.events); ``EventsForgotten`` after ``forget_events``."""
+        if self._forgotten:
+            raise EventsForgotten("events", self._forgotten)
+        return self._events
+
+    @property
     def last_event(self) -> Event | None:
-        return self.events[-1] if self.events else None
+        return self._events[-1] if self._events else None
+
+    @property
+    def event_count(self) -> int:
+        return self._forgotten + len(self._events)
 
     def events_since(self, seq: int) -> list[Event]:
-        return self.events[seq:]
+        if seq < self._forgotten:
+            raise EventsForgotten(f"events_since({seq})", self._forgotten)
+        return self._events[seq - self._forgotten:]
+
+    def forget_events(self, before: int) -> None:
+        """Drop the events numbered below ``before`` and their metas from memory, as
+        ``StalenessController.forget_events`` (ValueError naming a ``before`` outside
+        ``first held .. event_count``, nothing dropped)."""
+        if isinstance(before, bool) or not isinstance(before, int) \
+                or not self._forgotten <= before <= self.event_count:
+            raise ValueError(f"forget_events takes an event number from {self._forgotten} "
+                             f"(the first held) to {self.event_count} (the count), "
+                             f"got {before!r}")
+        del self._events[:before - self._forgotten]
+        self._forgotten = before
+        forget_metas(self.metas, before)
 
     def unit_state(self, unit_id: Any) -> UnitState:
         self._check_id("unit_state", unit_id)
@@ -622,8 +649,8 @@ class PeerController:
     # ------------------------------------------------------------------ internals ------------
 
     def _log(self, op: str, meta: dict[str, Any] | None, **fields: Any) -> None:
-        seq = len(self.events)
-        self.events.append(Event(seq, op, self.version, self.version, **fields))
+        seq = self._forgotten + len(self._events)
+        self._events.append(Event(seq, op, self.version, self.version, **fields))
         if meta:
             self.metas[seq] = meta
 

@@ -30,6 +30,19 @@ from .tasks.base import Prompt
 STALE = "stale"
 
 
+def forget_metas(metas: dict[int, Any], before: int) -> None:
+    """Drop the metas of the events numbered below ``before`` from a controller's ``metas``
+    (seq -> meta, inserted in the order of the events): ``forget_events``' share of them, in
+    O(metas dropped)."""
+    old = []
+    for seq in metas:
+        if seq >= before:
+            break
+        old.append(seq)
+    for seq in old:
+        del metas[seq]
+
+
 @dataclass(frozen=True)
 class DriverSettings:
     """Everything the driver decides with, built from the config by

@@ -442,7 +442,8 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
                   else make_controller(settings, clock.now))
     driver = Driver(settings, rollout, trainer, reward_fn, train_prompts, clock,
                     on_step=sink, after_step=checkpoint, controller=controller,
-                    resume=state.resume_point, persist=state.persist, lengths=lengths)
+                    resume=state.resume_point, persist=state.persist, lengths=lengths,
+                    forget_counted=state.persist is not None)
     driver.counts.update(driver_counts)
     if driver_hook is not None:
         driver_hook(driver)

@@ -43,6 +43,8 @@ from reserve_occupy.trace import (
     parse_record,
 )
 
+from ..records import forget_metas
+
 PRODUCER = "reserve-occupy runtime"
 # guard(kind, detail, partial): called before each durable write; fault injection raises from
 # it to crash there, after ``partial(n)`` has written the first n characters (a torn write).
@@ -143,6 +145,13 @@ class JournaledController(StalenessController):
         other.log = None  # a branch of the state must not write to this run's log
         other.metas = dict(self.metas)
         return other  # type: ignore[return-value]
+
+    def forget_events(self, before: int) -> None:
+        """``StalenessController.forget_events``, and the metas of the events it drops. The
+        driver calls it once a step when this log goes to a file (``log`` attached; a durable
+        run): the file is the log, memory keeps the events not yet counted."""
+        super().forget_events(before)
+        forget_metas(self.metas, before)
 
     # Overrides the core's private event append on purpose: it is the one call every successful
     # operation makes after its state change, so the journal sees exactly the events the log has.
