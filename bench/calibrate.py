@@ -292,8 +292,9 @@ def fit_decode_shared(rows: list[dict[str, float]]) -> dict[str, float]:
     the time ``d`` it explains: a request that spends longer in the engine for any other
     reason (its queue, the driver, the scheduler) also overlaps training longer, and that fit
     credits the training with it (docs/calibration.md: on the 10:56 grid it made decode with the
-    trainer idle twice too fast, and the whole-batch rows' waits for their last groups half
-    the measured ones). The share is what the timeline gives and moves with ``d`` only
+    trainer idle 2 to 5 times too fast at 2 to 16 running requests, and the simulated
+    whole-batch rules' waits for their last groups 0.27-0.36 s where the runs waited
+    0.62-0.63 s). The share is what the timeline gives and moves with ``d`` only
     through the duty cycle; without a spread of it the term is not identified, and this says
     so."""
     term = "decode time per token against concurrency and training"
