@@ -35,11 +35,15 @@ The fit (``fit_costs``), one term of ``reserve_occupy_sim/model/cost.py`` each
   * chunk tokens``; ``chunk_share`` is 1 (the runtime's ``accumulate`` runs forward and backward
   per chunk), the per-token cost the whole-batch one.
 * the trainer's contention for the cores (``RolloutCost.train_slowdown``, which the simulator
-  had not had): the decode fit again with the seconds each request overlapped training (a
-  whole-batch step's ``train_s`` or a streamed chunk; a ``--raw`` file keeps each request's
-  overlap as counted when its grid ran, the chunks only from 2026-12-07 11:00 UTC on);
-  a request losing ``g`` s of decoding per second of training decodes at ``1 / (1 + s)`` of its
-  speed, ``s = g / (1 - g)``. This fit ties ``prefill_per_token_s`` to ``per_request_s`` (fresh
+  had not had): the decode fit again with the share ``phi`` of each request's time in the
+  engine that overlapped training (a whole-batch step's ``train_s`` or a streamed chunk; a
+  ``--raw`` file keeps each request's overlap as counted when its grid ran, the chunks only
+  from 2026-12-07 11:00 UTC on), ``d = W / (1 - g * phi)`` with ``W`` the work alone above
+  (``fit_decode_shared``): a request losing ``g`` s of decoding per second of training decodes
+  at ``1 / (1 + s)`` of its speed, ``s = g / (1 - g)``. (Until 2026-12-07 13:30 UTC the fit
+  was ``d = W + g * train`` in the overlap seconds, a part of the time it explains, which
+  credited training with every delay of a request that overlapped it; ``decode_additive``
+  keeps it for the page.) This fit ties ``prefill_per_token_s`` to ``per_request_s`` (fresh
   prompts are all 4 tokens, so a free prefill term acts as a per-request constant).
 * the engine's contention for the trainer (``TrainCost.rollout_slowdown``, the other direction
   of the same sharing): each step's share of its training time during which the engine had a
@@ -267,6 +271,61 @@ def fit_decode(rows: list[dict[str, float]], with_training: bool = False,
     return out
 
 
+SHARE_GRID = np.round(np.arange(0.0, 0.99 + 1e-9, 0.005), 3)  # fit_decode_shared's search
+
+
+def fit_decode_shared(rows: list[dict[str, float]]) -> dict[str, float]:
+    """The decode fit with the trainer's contention for the cores, on the requests' timeline:
+    a request that spent a share ``phi = train / d`` of its time in the engine beside training
+    (``request_features``), decoding at ``1 - g`` of its speed then (``g`` s of decode lost per
+    second of training), did its work alone ``W = prefill_per_token_s * P + n * (step_s +
+    per_request_s * k)`` in ``d * (1 - g * phi)`` seconds:
+
+        d = W / (1 - g * phi),   ``prefill_per_token_s = per_request_s`` (as ``fit_decode``'s
+                                 ``tie_prefill``)
+
+    linear in the two costs at each ``g``: non-negative least squares at each ``g`` of
+    ``SHARE_GRID`` (0 to 0.99 by 0.005), the one of the smallest squared error kept;
+    ``train_slowdown = g / (1 - g)``. The same processor sharing as ``fit_decode``'s
+    ``with_training`` (``d = W + g * train``, exact when nothing else moves ``d``), but with the
+    share ``phi`` as the regressor instead of the overlap seconds ``train = phi * d``, a part of
+    the time ``d`` it explains: a request that spends longer in the engine for any other
+    reason (its queue, the driver, the scheduler) also overlaps training longer, and that fit
+    credits the training with it (docs/calibration.md: on the 10:56 grid it made decode with the
+    trainer idle 2 to 5 times too fast at 2 to 16 running requests, and the simulated
+    whole-batch rules' waits for their last groups 0.27-0.36 s where the runs waited
+    0.62-0.63 s). The share is what the timeline gives and moves with ``d`` only
+    through the duty cycle; without a spread of it the term is not identified, and this says
+    so."""
+    term = "decode time per token against concurrency and training"
+    base = fit_decode(rows, tie_prefill=True)  # its checks (rows, the concurrency's spread)
+    used = [r for r in rows if r["d"] > 0]
+    phi = np.array([min(1.0, max(0.0, r["train"] / r["d"])) for r in used])
+    if phi.max() - phi.min() < 0.25:
+        raise FitError(term, f"the requests' share of time beside training hardly varied "
+                             f"({phi.min():.2f}-{phi.max():.2f}): the slowdown is not "
+                             f"identified")
+    n = np.array([r["n"] for r in used], dtype=float)
+    work = np.stack([n, n * np.array([r["k"] for r in used]) + np.array([r["P"] for r in used])],
+                    axis=1)
+    y = np.array([r["d"] for r in used], dtype=float)
+    best = None
+    for g in SHARE_GRID:
+        x = work / (1.0 - g * phi)[:, None]
+        coef = nnls(x, y)
+        sse = float(np.sum((x @ coef - y) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, float(g), coef, x)
+    sse, g, coef, x = best
+    if coef[0] + coef[1] * fmean(r["k"] for r in used) <= 0:
+        raise FitError(term, "the fitted time per token is 0")
+    return {"prefill_per_token_s": float(coef[1]), "step_s": float(coef[0]),
+            "per_request_s": float(coef[1]), "r2": _r2(x, y, coef), "requests": len(used),
+            "k_min": base["k_min"], "k_max": base["k_max"], "trainer_overlap_s": g,
+            "share_min": float(phi.min()), "share_max": float(phi.max()),
+            "share_mean": float(phi.mean()), "at_limit": g == float(SHARE_GRID[-1])}
+
+
 def fit_train(steps: list[tuple[float, ...]]) -> dict[str, float]:
     """``train_s = fixed_s + per_token_s * tokens`` over (tokens, train_s, ...) of whole-batch
     steps."""
@@ -446,7 +505,14 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
     """Every term, from the runs' ``measure``s (each with its ``refit``)."""
     requests = [q for m in measured for q in m["requests"]]
     decode = fit_decode(requests)
-    diag = fit_decode(requests, with_training=True, tie_prefill=True)
+    try:
+        diag, shared_why = fit_decode_shared(requests), ""
+    except FitError as e:  # (no spread of the share: no slowdown the requests can show)
+        diag = {**fit_decode(requests, tie_prefill=True), "trainer_overlap_s": 0.0}
+        shared_why = str(e)
+    # the fit of overlap seconds it replaces (its regressor a part of the time it explains),
+    # kept beside it for the page
+    additive = fit_decode(requests, with_training=True, tie_prefill=True)
     train = fit_train([s for m in measured for s in m["whole"]])
     sync: dict[str, float] = {}
     for mode in peers.REFITS:
@@ -473,7 +539,9 @@ def fit_costs(measured: list[dict[str, Any]]) -> dict[str, Any]:
     # decode at 1 / (1 + s) of its speed while training loses s / (1 + s) of each second
     return {"decode": decode, "train": train, "sync_s": sync, "chunk": chunk,
             "trainer_overlap_s": g, "train_slowdown": g / (1.0 - g),
-            "decode_with_overlap": diag, "train_contended": contended,
+            "decode_with_overlap": diag, "decode_additive": additive,
+            "decode_shared_why": shared_why,
+            "train_contended": contended,
             "train_contended_why": why, "train_load": load, "train_load_why": load_why,
             "train_load_shapes": shaped}
 
@@ -751,7 +819,7 @@ def _fit_lines(results: dict[str, Any]) -> list[str]:
              f" | (same fits) |",
              f"| decode slowdown while the trainer trains `train_slowdown` | (not in the model) "
              f"| {fit['train_slowdown']:.2f} ({fit['trainer_overlap_s']:.2f} s of decode lost "
-             f"per s of training) | (same fit) |",
+             f"per s of training) | " + _share_text(fit) + " |",
              f"| train per trajectory token `per_token_s` + per step `fixed_s` | "
              f"{t['per_token_s'] * 1e3:.4f} ms + {t['fixed_s']:.3f} s | "
              + (f"{b['per_token_s'] * 1e3:.4f} ms + {b['fixed_s']:.3f} s alone | R² "
@@ -774,6 +842,22 @@ def _fit_lines(results: dict[str, Any]) -> list[str]:
               + f" | {c['chunks']} chunks in "
               f"{c['steps']} steps |"
               if c else "| streaming chunk overhead | not measured | | no streaming run |"),]
+
+
+def _share_text(fit: dict[str, Any]) -> str:
+    """The fit column of ``train_slowdown``: the requests' shares beside training, and what the
+    fit of overlap seconds it replaced gave (``decode_additive``; a results file written before
+    has neither)."""
+    o, add = fit["decode_with_overlap"], fit.get("decode_additive")
+    if fit.get("decode_shared_why"):
+        return f"not identified, 0: {fit['decode_shared_why']}"
+    if "share_mean" not in o:
+        return "(same fit)"
+    g = add["trainer_overlap_s"] if add else None
+    return (f"(same fit) each request's share of its time beside training, "
+            f"{o['share_min']:.0%}-{o['share_max']:.0%} (mean {o['share_mean']:.0%})"
+            + (f"; fitted in overlap seconds instead, {g / (1 - g):.2f} ({g:.2f} s lost per "
+               f"s), R² {add['r2']:.2f}" if add and g < 1 else ""))
 
 
 def _shape_text(f: dict[str, Any]) -> str:
