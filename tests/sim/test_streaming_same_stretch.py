@@ -148,3 +148,27 @@ def test_every_filtered_cell_of_the_stored_map_is_measured_over_the_same_prompts
         if c["filter_rate"] == 0:
             assert "measure" not in c and "batches" not in c
 
+
+def test_the_counts_the_docs_quote_are_the_stored_maps():
+    """README, docs/sim/regimes.md and the streaming page's reading quote the map's counts in
+    prose: the target over the strictly bounded rows, over those that drop nothing (with the
+    lowest ratio), and against in_order alone; each must be what the stored map gives."""
+    from reserve_occupy_sim.studies.streaming_compute import MAP_RO
+    from reserve_occupy_sim.studies.streaming_render import _bounded, _drops, regimes_losses
+
+    reg = json.loads((ROOT / "docs/results/streaming.json").read_text())["regimes"]
+    got = regimes_losses(reg)
+    n, met, free = got["cells"], got["strict_met"], got["strict_free_met"]
+    lowest = min(min([c["ratios"][MAP_RO]["min"]] + [p["min"] for k, p in c["peers"].items()
+                                                     if _bounded(k) and not _drops(k)])
+                 for c in reg["cells"])
+    in_order = sum(1 for c in reg["cells"] if c["ratios"][MAP_RO]["min"] >= 0.99)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    regimes = " ".join((ROOT / "docs/sim/regimes.md").read_text().split())
+    page = " ".join((ROOT / "docs/sim/streaming.md").read_text().split())
+    assert f"every row bounded per trajectory in {met} of {n} cells" in readme
+    assert f"against those that drop nothing {free} of {n}, lowest {lowest:.3f}" in readme
+    assert f"{met} of {n} cells meet it" in regimes and f"{free} against those of them" in regimes
+    assert f"every bounded row in {met} of the {n} cells" in page
+    assert f"it is {free} (" in page and f"the lowest {lowest:.3f}" in page
+    assert f"as shipped in {in_order} cells" in page
