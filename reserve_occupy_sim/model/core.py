@@ -38,6 +38,14 @@ the engines); (2) more than ``max(MAX_EVENTS_PER_BATCH, 1000 * batch_size * cand
 events since the last publish (a policy that keeps finishing and discarding work without ever
 forming a batch). Either detector bounds the events between two publishes, so every run ends.
 
+Counting groups with a gradient (``useful_groups``, reward filtering): the run ends instead at
+the first publish after which that many groups that carry a gradient have been trained, and
+``batches`` is the most it may take (``SimulationStalled`` if they do not reach it). A rule that
+filters its no-gradient groups trains ``batch_size`` of them per batch, so with ``useful_groups
+= batches * batch_size`` its run is the plain run; a rule that trains its no-gradient groups
+(zero advantage) takes more batches to get there, and so covers the same prompts of the workload
+as one that filters them (``runner.RunSpec.gradient_batches``).
+
 Group-level oversampling (spec §6.5, ``candidates`` > group size): a group's ``candidates``
 requests are admitted together; when ``group_size`` of them have finished, those commit as the
 group (its ``requests``) and the rest are aborted in the engines (L2 waste, recorded in
@@ -129,6 +137,7 @@ class BatchRecord:
     staleness: list[int]
     tokens: int
     useful_tokens: int = 0  # tokens of groups that carry a gradient
+    useful: int = 0  # trajectories of groups that carry a gradient
     t_trained: float = INF
     t_published: float = INF
     chunks: list[tuple[float, int]] = field(default_factory=list)  # streaming: (handed, n)
@@ -153,11 +162,21 @@ class Simulator:
 
     def __init__(self, policy: Policy, workload: Workload, cost: CostModel, *, batches: int,
                  batch_size: int = 16, progress: Callable[[int], None] | None = None,
-                 filtering: RewardFilter | None = None, candidates: int | None = None) -> None:
+                 filtering: RewardFilter | None = None, candidates: int | None = None,
+                 useful_groups: int | None = None) -> None:
         if batches < 1:
             raise ValueError("batches must be >= 1")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if useful_groups is not None and (isinstance(useful_groups, bool)
+                                          or not isinstance(useful_groups, int)
+                                          or not 1 <= useful_groups <= batches * batch_size):
+            raise ValueError(f"useful_groups must be an int in [1, batches * batch_size = "
+                             f"{batches * batch_size}], got {useful_groups!r}")
+        # the run ends once this many trajectories of groups with a gradient have been trained
+        # (None: after ``batches`` publishes; see "Counting groups with a gradient" above)
+        self.useful_goal = None if useful_groups is None else useful_groups * workload.group_size
+        self._useful_published = 0  # trajectories with a gradient in the published batches
         self.policy = policy
         self.workload = workload
         self.cost = cost
@@ -403,6 +422,11 @@ class Simulator:
                 self._retime_training()
         if self._trainer == "idle":
             self.trainer_idle_time += self.now - self._idle_since
+        if self.useful_goal is not None and self._useful_published < self.useful_goal:
+            g = self.group_size
+            raise SimulationStalled(self._stall_report(
+                f"{self._useful_published // g} of the {self.useful_goal // g} groups with a "
+                f"gradient it was to train in at most {self.n_batches} batches"))
         return self
 
     # Two instances' next completions closer than this (seconds, plus a relative part) are both
@@ -543,7 +567,8 @@ class Simulator:
             staleness=[version - r.group.v_gen for r in batch],  # type: ignore[union-attr]
             tokens=sum(lengths),
             useful_tokens=sum(n for n, r in zip(lengths, batch)
-                              if not r.group.no_grad))  # type: ignore[union-attr]
+                              if not r.group.no_grad),  # type: ignore[union-attr]
+            useful=sum(1 for r in batch if not r.group.no_grad))  # type: ignore[union-attr]
         self.ledger.batches.append(record)
         self.trainer_idle_time += self.now - self._idle_since
         self._trainer = "training"
@@ -576,6 +601,7 @@ class Simulator:
         record.tokens += sum(lengths)
         record.useful_tokens += sum(n for n, r in zip(lengths, chunk)
                                     if not r.group.no_grad)  # type: ignore[union-attr]
+        record.useful += sum(1 for r in chunk if not r.group.no_grad)  # type: ignore[union-attr]
         record.chunks.append((self.now, len(chunk)))
         record.t_consume = self.now
         self._step_lengths += lengths
@@ -663,6 +689,10 @@ class Simulator:
             self._idle_since = self.now
             self._step = None
             self._published += 1
+            if self.useful_goal is not None:
+                self._useful_published += record.useful
+                if self._useful_published >= self.useful_goal:
+                    self.n_batches = self._published  # the goal is met: this was the last
             self.policy.on_publish(self.version)
             if self._progress is not None:
                 self._progress(self._published)

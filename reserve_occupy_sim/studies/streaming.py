@@ -35,7 +35,9 @@ Issue 38's peers (``PEER_FRAMEWORKS``) are rows of the table and, in the regime 
 their own (``MAP_PEERS``: RO stream in-flight ÷ each). ``--add`` keeps a stored
 ``streaming.json`` and runs only what it lacks (``add_frameworks``; ``run_regimes`` with
 ``base``), so the figures already there cannot move; ``--regime-etas`` and ``--regime-peers``
-choose the cells and peers, ``--jobs`` runs cells in worker processes.
+choose the cells and peers, ``--jobs`` runs cells in worker processes. A cell with reward
+filtering measures every rule over the same prompts (``streaming_compute.FILTERED_MEASURE``);
+one stored before that measure is what a stored map lacks, and ``--add`` runs it again whole.
 
 The module is the command and two halves: ``streaming_compute`` simulates (the rows, bounds,
 sweep, targets and regime map), ``streaming_render`` draws the tables, the page and the figure
@@ -153,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--add", action="store_true",
                         help="keep the stored streaming.json of --results-dir and run only what "
                              "it lacks: the table's rows it has none of and, with --regimes, "
-                             "the regime map's peers (its setting is the stored one)")
+                             "the regime map's peers (its setting is the stored one), and "
+                             "filtered cells stored before the same-prompts measure")
     parser.add_argument("--regime-peers", default="all",
                         help="with --regimes: the map's peers to run, comma-separated row names "
                              "or 'all' (default) or 'none'")

@@ -288,12 +288,26 @@ def targets(payload: dict) -> list[dict]:
 
 # --------------------------------------------------------------------------- the regime map ----
 
+# How a filtered cell of the map measures every row: over the same stretch of the workload
+# (``RunSpec.gradient_batches``: ``sweep.batches`` batches' worth of groups that carry a gradient,
+# the warm-up its first fifth). A rule that filters its no-gradient groups (Reserve–Occupy, verl
+# V1 drop and wait, tinker, window FIFO: ``Policy.filters``) trains 16 groups with a gradient per
+# batch, so its run is the plain 60-batch run; a rule that trains them (NeMo-RL's samplers,
+# prime-rl, TRL) takes more batches, about 60 / (1 - rate), and so covers the same prompts.
+# Stored in a filtered cell as ``measure``, with the batches each row's runs took
+# (``batches``); a cell without it was measured over 60 batches of every rule (``run_regimes``
+# reruns it). Cells without filtering are measured as before (every group has a gradient).
+FILTERED_MEASURE = "gradient groups"
+
+
 def _map_run(fw: Framework, eta: int, cost: CostModel, sweep, workload, filt):
-    """One run of the regime map (``None`` where it stalled)."""
+    """One run of the regime map (``None`` where it stalled); with reward filtering over
+    ``FILTERED_MEASURE``."""
     fc = framework_cost(cost, fw.trainer, fw.engine, fw.share)
     try:
         r, _ = simulate(RunSpec(fw.policy, eta, sweep.batches, sweep.batch_size,
-                                options=fw.options, filtering=filt), workload, fc)
+                                options=fw.options, filtering=filt,
+                                gradient_batches=filt is not None), workload, fc)
     except SimulationStalled:
         return None
     return r
@@ -341,6 +355,7 @@ def _map_cell(cell, old: dict | None, want: list, cost: CostModel, sweep) -> dic
     res: dict[str, list] = {k: [] for k in keys}
     ro: list = []
     mine: dict[str, list] = {k: [] for k in want}
+    taken: dict[str, list] = {}  # filtered cells: the batches each row's runs took
     again = keys if old is None else (MAP_RO,) if want and "ro_in_flight" not in old else ()
     for seed in range(sweep.seeds):
         wl = generate(seed, MathReasoningShape(groups=sweep.groups, truncated=cell.truncated))
@@ -348,22 +363,29 @@ def _map_cell(cell, old: dict | None, want: list, cost: CostModel, sweep) -> dic
         for k in again:
             r = _map_run(fws[k], cell.eta, c, sweep, wl, filt)
             res[k].append(r.steady_throughput if r is not None else None)
+            taken.setdefault(k, []).append(r.batches if r is not None else None)
             if k == MAP_RO:
                 ro.append(_fate(r))
         for k in want:
-            mine[k].append(_fate(_map_run(fws[k], cell.eta, c, sweep, wl, filt)))
+            r = _map_run(fws[k], cell.eta, c, sweep, wl, filt)
+            taken.setdefault(k, []).append(r.batches if r is not None else None)
+            mine[k].append(_fate(r))
     if old is None:
         ratios = {}
         for k in keys[1:]:
             vals = [a / b for a, b in zip(res[k], res[IN_ORDER_AS_SHIPPED]) if a and b]
             ratios[k] = {"mean": _mean(vals), "min": float(min(vals)) if vals else float("nan")}
         entry = {**dataclasses.asdict(cell), "ratios": ratios}
+        if cell.filter_rate > 0:
+            entry["measure"] = FILTERED_MEASURE
     else:
         entry = copy.deepcopy(old)  # the stored cell is not changed in place
     if want:
         entry.setdefault("ro_in_flight", ro)
         entry.setdefault("peers", {}).update(
             {k: _peer_summary(entry["ro_in_flight"], mine[k]) for k in want})
+    if cell.filter_rate > 0:
+        entry.setdefault("batches", {}).update(taken)
     return entry
 
 
@@ -380,8 +402,11 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print, peers=(),
 
     ``base``, a stored result of this function on the same sweep, is kept as it is: its cells are
     not rerun, only the peers a cell lacks are (with RO stream in-flight again, since the stored
-    cells keep only ratios), so no stored figure can move. The result is what a run without
-    ``base`` gives for the same peers and cells (tests/sim/test_streaming_peers_map.py).
+    cells keep only ratios), so no stored figure can move. The exception is a filtered cell
+    measured over 60 batches of every rule, before ``FILTERED_MEASURE`` (no ``measure``): it is
+    rerun whole, in the cells ``select`` accepts, with the peers it had and those asked for. The
+    result is what a run without ``base`` gives for the same peers and cells
+    (tests/sim/test_streaming_peers_map.py, tests/sim/test_streaming_same_stretch.py).
     ``jobs`` > 1 runs that many cells at once in worker processes (the same result)."""
     from .regimes import Sweep
 
@@ -405,8 +430,14 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print, peers=(),
             continue
         seen.add(cell.key())
         old = stored.get(cell.key())
-        want = [k for k in peers if (select is None or select(cell))
-                and k not in (old or {}).get("peers", {})]
+        chosen = select is None or select(cell)
+        if old is not None and chosen and cell.filter_rate > 0 \
+                and old.get("measure") != FILTERED_MEASURE:  # measured the old way: rerun it
+            had = old.get("peers", {})
+            todo.append((cell, None, [k for k in MAP_PEERS if k in had or k in peers],
+                         cost, sweep))
+            continue
+        want = [k for k in peers if chosen and k not in (old or {}).get("peers", {})]
         todo.append((cell, old, want, cost, sweep))
     run = [t for t in todo if t[1] is None or t[2]]
     if jobs > 1 and len(run) > 1:
@@ -418,7 +449,9 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print, peers=(),
         done = {id(t): _map_cell(*t) for t in run}
     cells = [done.get(id(t), t[1]) for t in todo]
     added = sum(1 for t in run if t[2])
+    redone = sum(1 for t in run if t[1] is None and t[0].key() in stored)
     say(f"regime map: {len(cells)} cells, peers run in {added}, "
+        f"{redone} filtered cells measured again over {FILTERED_MEASURE}, "
         f"in {time.perf_counter() - start:.0f} s")
     return {"sweep": dataclasses.asdict(sweep), "cells": cells}
 

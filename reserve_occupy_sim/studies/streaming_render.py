@@ -205,24 +205,19 @@ def regimes_peers_table(reg: dict) -> str:
 
 # Why Reserve–Occupy is below a row (``loss_cause``), checked in this order; each reads only the
 # stored cell (the row's runs and Reserve–Occupy's), so the page's classification is computed.
+# (Until the filtered cells were measured over the same prompts, ``streaming_compute.
+# FILTERED_MEASURE``, a cause "trains no-gradient" stood before "drops": a rule that trains its
+# no-gradient groups covered another stretch of the workload in the same batches. That was the
+# measure's, not the rule's, and is gone with it.)
 LOSS_CAUSES = (
     ("past η", "trains trajectories older than η: not bounded per trajectory"),
     ("drops, shorter", "drops or aborts generated work (≥ 1 % of its tokens) and trains shorter "
                        "answers than Reserve–Occupy (length ratio ÷ RO's < 0.97)"),
-    ("trains no-gradient", "with reward filtering, trains the groups without gradient (NeMo-RL's "
-                           "asynchronous trainers have no filter path), so it generates fewer "
-                           "groups per batch"),
     ("drops", "drops or aborts generated work (≥ 1 % of its tokens), answers not shorter"),
     ("seed spread", "none of the above; the cell mean is ≥ 0.99, one seed below"),
     ("unexplained", "none of the above; the cell mean is below 0.99"),
 )
 DROP_SHARE = 0.01  # a row "drops" when at least this share of its generated tokens is thrown away
-
-
-def _row_policy(key: str):
-    from reserve_occupy_peers import POLICIES
-
-    return POLICIES[next(fw.policy for fw in FRAMEWORKS if fw.key == key)]
 
 
 def loss_cause(c: dict, key: str) -> str | None:
@@ -242,8 +237,6 @@ def loss_cause(c: dict, key: str) -> str | None:
     drops = p is not None and p["waste"] >= DROP_SHARE
     if drops and p["length_ratio"] < SHORT_BIAS * _ro_length(c):
         return "drops, shorter"
-    if c["filter_rate"] > 0 and not _row_policy(key)(c["eta"]).filters:
-        return "trains no-gradient"
     if drops:
         return "drops"
     return "seed spread" if r["mean"] >= TARGET_SHIPPED else "unexplained"
