@@ -125,9 +125,10 @@ bench-learning-peers: $(STAMP)
 ## workload, each pair run in both orders (crossover: 4 runs a pair, 12 pairs, 16 steps a run,
 ## about 28 min on a quiet host) with every engine request timed; fits the simulator's cost
 ## terms to it (and to each half of the seeds, for their spread), simulates each run with them
-## and writes docs/results/calibration.json and the tables of docs/calibration.md.
+## and, out of sample, with the terms of the committed grid it replaces (--prior-fit), and
+## writes docs/results/calibration.json and the tables of docs/calibration.md.
 calibrate: $(STAMP)
-	$(PY) bench/calibrate.py --workload separating --headline --order crossover --seeds 0,1,2,3,4,5,6,7,8,9,10,11 --steps 16 --write
+	$(PY) bench/calibrate.py --workload separating --headline --order crossover --seeds 0,1,2,3,4,5,6,7,8,9,10,11 --steps 16 --prior-fit docs/results/calibration.json --write
 
 ## The trainer on CPU: tokens/s and padding fraction of padded vs packed micro-batches on one
 ## seeded long-tail batch, for the single process and the sharded trainer at 1 and 2 ranks,

@@ -40,7 +40,7 @@ The fit (``fit_costs``), one term of ``reserve_occupy_sim/model/cost.py`` each
   ``--raw`` file keeps each request's overlap as counted when its grid ran, the chunks only
   from 2026-12-07 11:00 UTC on), ``d = W / (1 - g * phi)`` with ``W`` the work alone above
   (``fit_decode_shared``): a request losing ``g`` s of decoding per second of training decodes
-  at ``1 / (1 + s)`` of its speed, ``s = g / (1 - g)``. (Until 2026-12-07 13:30 UTC the fit
+  at ``1 / (1 + s)`` of its speed, ``s = g / (1 - g)``. (Before 2026-12-07's shared fit it
   was ``d = W + g * train`` in the overlap seconds, a part of the time it explains, which
   credited training with every delay of a request that overlapped it; ``decode_additive``
   keeps it for the page.) This fit ties ``prefill_per_token_s`` to ``per_request_s`` (fresh
@@ -63,7 +63,11 @@ Each row is simulated with the cost model as it was (the first decode fit, no co
 revised (the second decode fit with ``train_slowdown``, and the trainer's work alone with
 ``rollout_slowdown`` as a busy flag, when the steps identify it), and for the instrument's
 grids also revised with the term shaped by the load (``sim_load``) and without the term
-(``sim_one_way``); docs/calibration.md says why.
+(``sim_one_way``); docs/calibration.md says why. Out of sample (``--prior-fit``, which ``make
+calibrate`` passes the committed results file it is about to replace): each run simulated
+again, in each revised variant, with the terms another grid fitted; the same workload and the
+same simulator, so the ratios differ from the grid's own only by what the terms learned from
+its measurement, and the page shows how many of them hold within 5 % or the interval.
 
 The simulator run of each row: one instance with ``(eta + 1) x batch_size x group_size``
 sequence slots (the in-flight bound the runtime's rules keep: ``(eta + 1) x batch_size`` groups),
@@ -720,6 +724,46 @@ SIMS = ("sim", "sim_revised")  # the cost model as it was; revised (``cost_model
 ONE_WAY = "sim_one_way"
 # the revised model with that contention shaped by the engine's load (``train_load``)
 LOADED = "sim_load"
+# Out of sample (``--prior-fit``): each run simulated again with the terms another grid fitted
+# (the committed results file a new grid replaces), in each revised variant: a run's
+# ``prior`` holds them by these names, the results the fit as ``prior_fit``
+PRIOR = "prior"
+PRIOR_VARIANTS = ((LOADED, "load-shaped"), ("sim_revised", "busy flag"), (ONE_WAY, "no term"))
+# the terms ``cost_model`` reads from a fit (section, keys): what a prior fit must hold
+PRIOR_TERMS = (("decode_with_overlap", ("step_s", "per_request_s", "prefill_per_token_s")),
+               ("train", ("fixed_s", "per_token_s")), ("sync_s", ()))
+
+
+def simulate_prior(row: dict[str, Any], prior: dict[str, Any], wl: Any,
+                   shape: tuple[int, int] = SHAPE) -> dict[str, dict[str, float]]:
+    """One run simulated with another grid's fit (``prior``), in each revised variant that fit
+    has (load-shaped only where it fitted a load shape)."""
+    out = {"sim_revised": simulate_row(row, prior, wl, revised=True, shape=shape),
+           ONE_WAY: simulate_row(row, prior, wl, revised=True, shape=shape, two_way=False)}
+    if prior.get("train_load"):
+        out[LOADED] = simulate_row(row, prior, wl, revised=True, shape=shape, load=True)
+    return out
+
+
+def read_prior(path: Path, bad: Any) -> dict[str, Any]:
+    """The fit of a results file of this script (``--prior-fit``), checked before the grid
+    runs (``bad``: one line, exit 2)."""
+    results = read_json(path, "--prior-fit", "a results file of calibrate.py", bad)
+    fit = results.get("fit") if isinstance(results, dict) else None
+    if not isinstance(fit, dict):
+        bad(f"--prior-fit {path}: no 'fit' object (a results file of calibrate.py, such as "
+            f"docs/results/calibration.json)")
+    for section, keys in PRIOR_TERMS:
+        part = fit.get(section)
+        if not isinstance(part, dict) or not part or not all(
+                isinstance(part.get(k), (int, float)) and not isinstance(part.get(k), bool)
+                and math.isfinite(part[k]) for k in keys):
+            bad(f"--prior-fit {path}: its fit has no {section!r} with "
+                f"{', '.join(keys) or 'a refit pause'} (written by an older calibrate.py?)")
+    g = fit.get("train_slowdown")
+    if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+        bad(f"--prior-fit {path}: its fit has no 'train_slowdown' >= 0")
+    return fit
 
 
 def add_sim_ratios(runs: list[dict[str, Any]]) -> None:
@@ -992,21 +1036,27 @@ def compared_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     models, its gap (simulated / measured - 1) and whether it is within ``TARGET`` or inside
     the measured interval."""
     by_run = {r["run"]: r for r in results["runs"]}
+    runs = results["runs"]
+    priors = [k for k, _ in PRIOR_VARIANTS if all(k in r.get(PRIOR, {}) for r in runs)]
     out = []
     for j, c in enumerate(results["comparisons"]):
         pairs = [p for p in results["pairs"] if p["comparison"] == j]
         row = dict(c)
         meas, lo, hi = c["trained"]["median"], c["trained"]["lo"], c["trained"]["hi"]
-        for sim in SIMS + tuple(x for x in (ONE_WAY, LOADED)
-                                if all(x in r for r in results["runs"])):
-            xs = [by_run[p["a"]["run"]][sim]["steady_trained_tok_s"]
-                  / by_run[p["b"]["run"]][sim]["steady_trained_tok_s"] for p in pairs
-                  if by_run[p["a"]["run"]][sim]["steady_trained_tok_s"]
-                  and by_run[p["b"]["run"]][sim]["steady_trained_tok_s"]]
+
+        def versus(get: Any) -> dict[str, Any]:
+            xs = [get(by_run[p["a"]["run"]]) / get(by_run[p["b"]["run"]]) for p in pairs
+                  if get(by_run[p["a"]["run"]]) and get(by_run[p["b"]["run"]])]
             x = median(xs) if xs else None
             gap = x / meas - 1.0 if x is not None and meas else None
-            row[sim] = {"ratio": x, "gap": gap, "within": gap is not None and (
+            return {"ratio": x, "gap": gap, "within": gap is not None and (
                 abs(gap) <= TARGET or (lo is not None and hi is not None and lo <= x <= hi))}
+
+        for sim in SIMS + tuple(x for x in (ONE_WAY, LOADED) if all(x in r for r in runs)):
+            row[sim] = versus(lambda r, sim=sim: r[sim]["steady_trained_tok_s"])
+        if priors:
+            row[PRIOR] = {k: versus(lambda r, k=k: r[PRIOR][k]["steady_trained_tok_s"])
+                          for k in priors}
         out.append(row)
     return out
 
@@ -1054,7 +1104,41 @@ def render_compared(results: dict[str, Any]) -> str:
                          for k, _, _ in revised)
             + " | " + " / ".join('yes' if r[k]['within'] else 'no' for k, _, _ in revised)
             + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + _prior_lines(results, rows))
+
+
+def _prior_lines(results: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """Out of sample (``--prior-fit``): the comparisons simulated with another grid's terms,
+    each revised variant's ratio and gap, and how many are within ``TARGET`` or the interval."""
+    if "prior_fit" not in results:
+        return []
+    prior = results["prior_fit"]
+    head = (f"**Out of sample.** Each run simulated again with the terms fitted on another grid "
+            f"(`--prior-fit`: `train_slowdown` {prior['train_slowdown']:.2f}, decode "
+            f"{prior['decode_with_overlap']['step_s'] * 1e3:.2f} ms + "
+            f"{prior['decode_with_overlap']['per_request_s'] * 1e3:.3f} ms x k, train "
+            f"{prior['train']['per_token_s'] * 1e3:.4f} ms a token + "
+            f"{prior['train']['fixed_s']:.3f} s a step)")
+    if "prior_why" in results:
+        return ["", head + f": not simulated ({results['prior_why']})."]
+    variants = [(k, short) for k, short in PRIOR_VARIANTS if k in rows[0].get(PRIOR, {})]
+    scored = [r for r in rows if not r["aa"]]
+    counts = ", ".join(f"{short} **{sum(r[PRIOR][k]['within'] for r in scored)} of "
+                       f"{len(scored)}**" for k, short in variants)
+    lines = ["", head + f". Within {TARGET:.0%} of the measured ratio or inside its interval: "
+             + counts + ".", "",
+             "| eta | policy | streaming | against | trained tok/s measured [interval] | "
+             + " | ".join(f"{short}, prior terms | gap" for _, short in variants) + " |",
+             "|---|---|---|---|---|" + "---|---|" * len(variants)]
+    for r in rows:
+        if r["aa"]:
+            continue
+        lines.append(f"| {r['eta']} | {r['policy']} | {'on' if r['streaming'] else 'off'} | "
+                     f"{r['against']} | {peers._cell(r['trained'])} | "
+                     + " | ".join(f"{_g(r[PRIOR][k]['ratio'], '.3f')} | "
+                                  f"{_g(r[PRIOR][k]['gap'], '+.1%')}" for k, _ in variants)
+                     + " |")
+    return lines
 
 
 # ------------------------------------------------------------------------------ the runs ----
@@ -1064,7 +1148,8 @@ async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], st
                warmup_steps: int = 1, order: str = "alternate", order_seed: int = 0,
                method: str = "sign", level: float = 0.9, pin: bool = False,
                comps: list[dict[str, Any]] | None = None, shape: tuple[int, int] = SHAPE,
-               workload_name: str | None = None) -> dict[str, Any]:
+               workload_name: str | None = None, prior: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
     """Measure the grid as bench-peers does (the instrument: pairs, alternating or crossover
     order, A/A rows, steady-state window; ``peers_compare.main``; ``comps``: the headline
     comparisons or, by default, every row of ``runs_grid`` against the reference) while timing
@@ -1092,7 +1177,7 @@ async def main(runs_grid: list[tuple[str, bool, str, int]], seeds: list[int], st
         raw.write_text(json.dumps({"steps": steps, "seeds": seeds, "median": med,
                                    "sigma": sigma, "grid_wall_s": wall, "compared": compared,
                                    "measured": ms, "shape": list(shape)}))
-    return finish(compared, ms, steps, seeds, med, sigma, wall, shape)
+    return finish(compared, ms, steps, seeds, med, sigma, wall, shape, prior)
 
 
 FIT_TERMS = (("decode", "step_s"), ("decode", "per_request_s"),
@@ -1127,8 +1212,12 @@ def term(fit: dict[str, Any], section: str | None, key: str) -> float | None:
 
 def finish(compared: dict[str, Any], measured: list[dict[str, Any]], steps: int,
            seeds: list[int], med: float, sigma: float, wall: float,
-           shape: tuple[int, int] = SHAPE) -> dict[str, Any]:
-    """Fit the runs' measurements, simulate each run with the fit: the results."""
+           shape: tuple[int, int] = SHAPE, prior: dict[str, Any] | None = None
+           ) -> dict[str, Any]:
+    """Fit the runs' measurements, simulate each run with the fit: the results. ``prior``:
+    another grid's fit, with which each run is simulated too (out of sample; a prior the
+    grid cannot use, one without this grid's refit mode, is reported as ``prior_why``
+    and the grid's own results are kept)."""
     runs = compared["runs"]
     fit = fit_costs(measured)
     # a --raw file of the calibrate.py before each step's load was recorded: the load from
@@ -1157,11 +1246,21 @@ def finish(compared: dict[str, Any], measured: list[dict[str, Any]], steps: int,
     if fit["train_load"]:
         for row, wl in zip(runs, wls):
             row[LOADED] = simulate_row(row, fit, wl, revised=True, shape=shape, load=True)
+    out_of_sample: dict[str, Any] = {}
+    if prior is not None:
+        try:
+            priors = [simulate_prior(row, prior, wl, shape) for row, wl in zip(runs, wls)]
+        except FitError as e:
+            out_of_sample = {"prior_fit": prior, "prior_why": str(e)}
+        else:
+            for row, sims in zip(runs, priors):
+                row[PRIOR] = sims
+            out_of_sample = {"prior_fit": prior}
     return {"steps": steps, "seeds": seeds, "lognormal": {"median": med, "sigma": sigma},
             "shape": list(shape),
             "reference": dict(zip(("policy", "streaming", "refit"), peers.REF)),
             "grid_wall_s": round(wall, 1), "fit": fit,
-            "fit_halves": fit_halves(runs, measured), **compared}
+            "fit_halves": fit_halves(runs, measured), **out_of_sample, **compared}
 
 
 RAW_KEYS = {"steps": int, "seeds": list, "median": float, "sigma": float, "compared": dict,
@@ -1199,11 +1298,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also write what the fit reads (every request's timing) here")
     parser.add_argument("--from-raw", type=Path, default=None,
                         help="fit and simulate again from a --raw file, without the engine")
+    parser.add_argument("--prior-fit", type=Path, default=None,
+                        help="a results file of an earlier grid (make calibrate passes the "
+                             "committed docs/results/calibration.json, read before it is "
+                             "replaced): each run is also simulated with its fitted terms, "
+                             "out of sample, and the page shows those ratios beside")
     parser.add_argument("--results", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     parser.add_argument("--doc", type=Path, default=DOC, help=argparse.SUPPRESS)
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     peers.check_write(args, _bad, BEGIN, END)
+    args.prior = read_prior(args.prior_fit, _bad) if args.prior_fit is not None else None
     if args.from_raw is not None:
         if args.raw is not None:
             _bad("--raw and --from-raw: one or the other (--from-raw runs nothing)")
@@ -1233,7 +1338,7 @@ if __name__ == "__main__":
             compared = peers.resummarize(dump["compared"], args.interval, args.level)
             results = finish(compared, dump["measured"], dump["steps"], dump["seeds"],
                              dump["median"], dump["sigma"], dump.get("grid_wall_s", 0.0),
-                             tuple(dump.get("shape", SHAPE)))
+                             tuple(dump.get("shape", SHAPE)), prior=args.prior)
         except FitError as e:
             _bad(f"--from-raw {args.from_raw}: {e}")
         except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as e:
@@ -1245,7 +1350,8 @@ if __name__ == "__main__":
                                    order=args.order, order_seed=args.order_seed,
                                    method=args.interval, level=args.level, pin=args.pin,
                                    comps=peers.headline() if args.headline else None,
-                                   shape=args.shape, workload_name=args.workload))
+                                   shape=args.shape, workload_name=args.workload,
+                                   prior=args.prior))
     print(render(results))
     if args.write:
         write(results, args.results, args.doc)
