@@ -278,13 +278,7 @@ class StalenessController:
         needs the whole log, so it reads the file. The protocol's state is untouched (no
         operation reads the log). ``before`` must lie in ``first_event .. event_count``
         (``ValueError`` naming it, nothing dropped)."""
-        if isinstance(before, bool) or not isinstance(before, int) \
-                or not self._forgotten <= before <= self.event_count:
-            raise ValueError(f"forget_events takes an event number from {self._forgotten} "
-                             f"(the first held) to {self.event_count} (the count), "
-                             f"got {before!r}")
-        del self._events[:before - self._forgotten]
-        self._forgotten = before
+        self._forgotten = drop_events(self._events, self._forgotten, before)
 
     def events_since(self, seq: int) -> tuple[Event, ...]:
         """The events numbered ``seq`` and later, in O(new events): a reader that polls the
@@ -709,6 +703,19 @@ class StalenessController:
         self._version += 1
         self._table.open_through(self._version + self.config.max_staleness)
         self._log("publish", version=version, head=head)
+
+
+def drop_events(events: list[Event], first: int, before: int) -> int:
+    """``forget_events``' work on a log held as the list ``events`` of the events numbered
+    from ``first`` on: drop those below ``before`` and return the new first. ``before`` must
+    lie in ``first .. first + len(events)`` (``ValueError`` naming it, nothing dropped).
+    Shared with the runtime's peer controller (runtime.peers), whose log is numbered alike."""
+    count = first + len(events)
+    if isinstance(before, bool) or not isinstance(before, int) or not first <= before <= count:
+        raise ValueError(f"forget_events takes an event number from {first} (the first held) "
+                         f"to {count} (the count), got {before!r}")
+    del events[:before - first]
+    return before
 
 
 def apply(controller: StalenessController, event: Event) -> Event | None:

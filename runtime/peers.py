@@ -124,6 +124,7 @@ from reserve_occupy import (
     UnitState,
 )
 from reserve_occupy.errors import DuplicateUnit, EventsForgotten, IllegalUnitState, UnknownUnit
+from reserve_occupy.machine import drop_events
 from reserve_occupy.types import BatchUnit, SlotRef
 
 from reserve_occupy_peers import POLICIES, RESERVE_OCCUPY, Group, Policy, make_policy
@@ -347,13 +348,7 @@ class PeerController:
         """Drop the events numbered below ``before`` and their metas from memory, as
         ``StalenessController.forget_events`` (ValueError naming a ``before`` outside
         ``first held .. event_count``, nothing dropped)."""
-        if isinstance(before, bool) or not isinstance(before, int) \
-                or not self._forgotten <= before <= self.event_count:
-            raise ValueError(f"forget_events takes an event number from {self._forgotten} "
-                             f"(the first held) to {self.event_count} (the count), "
-                             f"got {before!r}")
-        del self._events[:before - self._forgotten]
-        self._forgotten = before
+        self._forgotten = drop_events(self._events, self._forgotten, before)
         forget_metas(self.metas, before)
 
     def unit_state(self, unit_id: Any) -> UnitState:
