@@ -246,7 +246,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--add-peers", action="store_true",
                    help="regimes: keep the stored regimes.json of --results-dir and run only the "
                         "peers of issue 38 its cells lack (each cell's Reserve–Occupy runs are "
-                        "made again and must equal the stored ones)")
+                        "made again and must equal the stored ones), and filtered cells stored "
+                        "before the same-prompts measure (run again whole)")
     o.add_argument("--seeds", type=int, default=None,
                    help="experiments: workload seeds (experiment 2's spread: 8; the regime map: "
                         "3)")
@@ -365,7 +366,8 @@ def _experiments(args: argparse.Namespace, only: tuple[int, ...] | None = None) 
 def _add_peers(args: argparse.Namespace) -> int:
     """``simulate regimes --add-peers``: the stored map, with the peers it lacks run into it."""
     from .studies import pages
-    from .studies.regimes import StoredFigureMoved, add_peers, peers_table
+    from .studies.experiments import redraw_remeasured
+    from .studies.regimes import StoredFigureMoved, add_peers, peers_table, unmeasured
 
     if args.seeds is not None or args.batches is not None or args.workload or args.cost \
             or args.instances is not None or args.concurrency is not None:
@@ -383,6 +385,7 @@ def _add_peers(args: argparse.Namespace) -> int:
                          f"({exc})") from None
     say = (lambda m: None) if args.no_progress else (  # noqa: E731
         lambda m: print(m, file=sys.stderr, flush=True))
+    stale = unmeasured(stored)  # filtered cells of the old measure: run again whole
     try:
         done = add_peers(stored, cost, say=say)
     except StoredFigureMoved as exc:
@@ -391,9 +394,13 @@ def _add_peers(args: argparse.Namespace) -> int:
         return 1
     atomic_io.write_text(path, json.dumps(stored, indent=1) + "\n")  # added runs: compacted
     print(peers_table(stored))
-    for page in pages.update(pages.fed_by("regimes.json"), Path(args.results_dir)):
+    rewrote = pages.update(pages.fed_by("regimes.json"), Path(args.results_dir))
+    if stale:
+        rewrote += redraw_remeasured(stored, args.results_dir, args.img_dir, stale)
+    for page in dict.fromkeys(rewrote):
         print(f"rewrote {page}")
-    print(f"peers run in {len(done)} cells; wrote {path}")
+    print(f"peers run in {len(done) - len(stale)} cells, {len(stale)} filtered cells measured "
+          f"again over the same prompts; wrote {path}")
     return 0
 
 

@@ -172,6 +172,39 @@ def exp3(workload: Workload, cost: CostModel, batches: int = 100, etas=range(6),
 EXP2_ETAS = (1, 2, 3, 4, 5)
 
 
+def _filtering_map(result: dict, img_dir: Path) -> Path:
+    """The regime map's filter slice (the only map that shows filtered cells)."""
+    from . import heatmaps, regimes
+
+    return heatmaps.regime_map(result, "filter", Path(img_dir) / "sim_regimes_filtering.png",
+                               baselines=("nemo_in_order", "verl_drop", regimes.IN_ORDER_DROP))
+
+
+def redraw_remeasured(result: dict, results_dir: str | Path, img_dir: str | Path,
+                      redone: list[tuple]) -> list[Path]:
+    """After ``regimes.remeasure_filtered`` ran the cells ``redone`` of a stored map again: its
+    ``exp6_*`` sections of tables.md and the filter slice's map, drawn again from the stored
+    map, and the pages that show them; the rows of ``exp6_cells`` of the cells not rerun are
+    kept as drawn before (``regimes.keep_rows``). The hardware slice's two maps hold no filtered
+    cell and are left as they are. Returns the pages rewritten."""
+    from . import regimes
+
+    path = Path(results_dir) / "tables.md"
+    old = None
+    if path.exists():
+        for part in ("\n" + path.read_text()).split("\n## ")[1:]:
+            name, _, body = part.partition("\n\n")
+            if name.strip() == "exp6_cells":
+                old = body.strip()
+    merge_tables(path, {
+        "exp6_regimes": regimes.summary_table(result),
+        "exp6_oversampling": regimes.oversampling_table(result),
+        "exp6_cells": regimes.keep_rows(regimes.cell_table(result), old, redone),
+        "exp6_targets": regimes.targets_table(result)})
+    _filtering_map(result, Path(img_dir))
+    return pages.update(pages.fed_by("tables.md", "regimes.json"), Path(results_dir))
+
+
 def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_dir: str | Path,
             only=(1, 2, 3, 4, 5, 6), progress: bool = True, seeds: int | None = None,
             say: Callable[[str], None] = print, tiny: bool = False,
@@ -256,8 +289,7 @@ def run_all(workload: Workload, cost: CostModel, results_dir: str | Path, img_di
                       exp6_targets=regimes.targets_table(result))
         _dump(results_dir / "regimes.json", {"cost": cost.to_json(), **regimes.compact(result)})
         heatmaps.regime_map(result, "hardware", img_dir / "sim_regimes_hardware.png")
-        heatmaps.regime_map(result, "filter", img_dir / "sim_regimes_filtering.png",
-                            baselines=("nemo_in_order", "verl_drop", regimes.IN_ORDER_DROP))
+        _filtering_map(result, img_dir)
         heatmaps.regime_map(result, "hardware", img_dir / "sim_regimes_oversampling.png",
                             baselines=regimes.OVERSAMPLING)
     merge_tables(results_dir / "tables.md", tables)

@@ -13,6 +13,10 @@ Every cell runs each policy on ``seeds`` workloads (workload and filter seed ``s
 ``batches`` batches and compares *steady-state* effective throughput (``metrics.steady_throughput``:
 the first fifth of the batches is left out as start-up transient). A cell reports Reserve–Occupy's
 ratio to each baseline (mean, min, max over seeds) and the regime its Reserve–Occupy runs are in.
+With reward filtering every rule runs over the same prompts instead: until it has trained
+``batches`` batches' worth of groups with a gradient (``FILTERED_MEASURE``, stored in the cell as
+``measure``; a rule that trains its no-gradient groups takes more batches). A stored map's
+filtered cells without it are run again whole by ``remeasure_filtered`` (``--add-peers``).
 
 Each cell also runs Reserve–Occupy with both oversampling modes of the source (``OVERSAMPLING``):
 batch-level with capacity B + 4 (spec §6.6) and group-level with group size + 2 candidates
@@ -71,6 +75,9 @@ from .regimes_compute import (
     _unique,
     add_peers,
     classify,
+    remeasure_filtered,
+    unmeasured,
+    FILTERED_MEASURE,
     classify_run,
     compact,
     distinct_cells,
@@ -87,6 +94,7 @@ from .regimes_render import (
     _over,
     _range,
     cell_table,
+    keep_rows,
     oversampling_table,
     peers_table,
     summary_table,
@@ -101,6 +109,10 @@ __all__ = [
     "PEERS",
     "StoredFigureMoved",
     "add_peers",
+    "remeasure_filtered",
+    "unmeasured",
+    "FILTERED_MEASURE",
+    "keep_rows",
     "peers_table",
     "IN_ORDER_DROP",
     "CAPACITY_EXTRA",

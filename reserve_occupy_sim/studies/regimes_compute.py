@@ -20,6 +20,7 @@ from ..model.filtering import RewardFilter
 from ..model.metrics import SHORT_BIAS, RunResult
 from ..model.runner import RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
+from .streaming_compute import FILTERED_MEASURE
 
 
 TRAINER_IDLE_MAX = 0.10
@@ -43,6 +44,24 @@ TARGET_UNBOUNDED = 0.95  # ... and >= 0.95x unbounded at eta = 2
 # Two ratios closer than this are a tie (identical schedules give 1 up to float summation
 # order, and the JSON keeps 5 significant digits): "never below" allows a tie, "faster" does not.
 TIE = 5e-4
+# How a cell with reward filtering measures every run, as the streaming map does
+# (``streaming_compute.FILTERED_MEASURE``, ``RunSpec.gradient_batches``): each rule runs until it
+# has trained ``batches`` batches' worth of groups that carry a gradient, the warm-up being the
+# batches that trained the first fifth of them, so every rule covers the same prompts. A rule
+# that filters its no-gradient groups (Reserve–Occupy and its oversampling modes, verl drop and
+# wait, tinker, window FIFO, in_order through the drop path, the references: ``Policy.filters``)
+# trains ``batch_size`` of them per batch, and its run is the plain ``batches``-batch run, bit
+# for bit; one that trains them at zero advantage (NeMo-RL's in_order, weight_fifo, windowed,
+# ready_first; prime-rl) takes about ``batches / (1 - rate)`` batches. A filtered cell stores
+# ``measure`` and each such run the ``batches`` it took; one without ``measure`` was measured over
+# ``batches`` batches of every rule (``remeasure_filtered`` runs it again). Cells without
+# filtering are measured as before (every group has a gradient).
+MEASURE_DEFINITION = (f"{FILTERED_MEASURE}: with reward filtering every run trains the batches' "
+                      "worth of groups with a gradient (the warm-up: the batches that trained "
+                      "the first fifth of them); a rule that trains its no-gradient groups "
+                      "takes more batches, over the same prompts")
+WARMUP_DEFINITION = ("first fifth of the batches left out (with reward filtering: the batches "
+                     "that trained the first fifth of the groups with a gradient)")
 
 
 def classify(trainer_idle: float, slot_held: float, engine_full: float) -> str:
@@ -176,7 +195,8 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
                 eta, key = REFERENCES[label], (cell.key()[1:], seed, label)
             if key not in cache:
                 spec = RunSpec(label.split("/")[0], eta, sweep.batches, sweep.batch_size,
-                               options=options, filtering=filt, candidates=candidates)
+                               options=options, filtering=filt, candidates=candidates,
+                               gradient_batches=filt is not None)
                 cache[key] = _one_run(spec, workload, c)
             runs.setdefault(label, []).append(cache[key])
             if step is not None:
@@ -193,13 +213,14 @@ def run_cell(cell: Cell, cost: CostModel, sweep: Sweep,
     gate = {k: float(np.mean([r["admission"][k] for r in ro]))
             for k in ("paused", "engine_full", "policy_held")}
     regimes = [r["regime"] for r in ro]
+    measure = {"measure": FILTERED_MEASURE} if cell.filter_rate > 0 else {}
     return {**dataclasses.asdict(cell), "ratios": ratios,
             "ro_steady": _summary([r["steady"] for r in ro]),
             "ro_trainer_idle": mean["trainer_idle"], "ro_rollout_idle": mean["rollout_idle"],
             "ro_admission": gate,
             "regime": classify(mean["trainer_idle"], gate["policy_held"], gate["engine_full"]),
             "regime_per_seed": regimes, "oversampling": oversampling,
-            "runs": runs}
+            "runs": runs, **measure}
 
 
 def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
@@ -241,7 +262,7 @@ def run_sweep(cost: CostModel, sweep: Sweep = Sweep(), progress: bool = True,
                                             "length ratio / plain Reserve–Occupy's; "
                                             "short_answers: ahead in either with length_vs_plain "
                                             f"< {SHORT_BIAS}",
-                            "warmup": "first fifth of the batches left out"},
+                            "warmup": WARMUP_DEFINITION, "measure": MEASURE_DEFINITION},
             "seconds": time.perf_counter() - start, "cells": out}
 
 
@@ -260,17 +281,17 @@ def add_peers(result: dict, cost: CostModel, peers=PEERS, select=None,
     the stored run exactly (``StoredFigureMoved`` otherwise): so the stored figures are the ones
     this simulator makes, and none of them is rewritten. A peer's ratio and runs are what
     ``run_sweep`` with that peer in ``_policies`` writes for the cell (the same runs, summaries
-    and compaction; tests/sim/test_regimes_peers.py)."""
+    and compaction; tests/sim/test_regimes_peers.py).
+
+    A filtered cell stored before ``FILTERED_MEASURE`` (no ``measure``) is first run again whole,
+    every column (``remeasure_filtered``); its keys are among those returned."""
     unknown = [p for p in peers if p not in PEERS]
     if unknown:
         raise ValueError(f"not a peer of the regime map: {', '.join(unknown)} "
                          f"(choose from {', '.join(PEERS)})")
-    sweep = Sweep(**{k: tuple(v) if isinstance(v, list) else v
-                     for k, v in result["sweep"].items()})
-    by_key: dict[tuple, list[dict]] = {}
-    for c in result["cells"]:
-        by_key.setdefault((c["eta"], *_point(c)), []).append(c)
-    done = []
+    sweep = _stored_sweep(result)
+    done = remeasure_filtered(result, cost, select=select, say=say)
+    by_key = _by_key(result)
     start = time.perf_counter()
     for key, same in by_key.items():
         first = same[0]
@@ -287,7 +308,8 @@ def add_peers(result: dict, cost: CostModel, peers=PEERS, select=None,
                                                          truncated=cell.truncated))
             filt = RewardFilter(cell.filter_rate, seed=seed) if cell.filter_rate > 0 else None
             for label in ("reserve_occupy", *want):
-                spec = RunSpec(label, cell.eta, sweep.batches, sweep.batch_size, filtering=filt)
+                spec = RunSpec(label, cell.eta, sweep.batches, sweep.batch_size, filtering=filt,
+                               gradient_batches=filt is not None)
                 out = _one_run(spec, workload, c)
                 if label == "reserve_occupy":
                     if compact(out) != first["runs"]["reserve_occupy"][seed]:
@@ -311,19 +333,97 @@ def add_peers(result: dict, cost: CostModel, peers=PEERS, select=None,
     return done
 
 
+def _stored_sweep(result: dict) -> Sweep:
+    return Sweep(**{k: tuple(v) if isinstance(v, list) else v
+                    for k, v in result["sweep"].items()})
+
+
+def _by_key(result: dict) -> dict[tuple, list[dict]]:
+    """The stored cells by ``Cell.key`` (slices share cells: a key's cells hold the same runs)."""
+    by_key: dict[tuple, list[dict]] = {}
+    for c in result["cells"]:
+        by_key.setdefault((c["eta"], *_point(c)), []).append(c)
+    return by_key
+
+
+def unmeasured(result: dict) -> list[tuple]:
+    """The keys of the stored filtered cells measured before ``FILTERED_MEASURE``."""
+    return [k for k, same in _by_key(result).items()
+            if same[0]["filter_rate"] > 0 and same[0].get("measure") != FILTERED_MEASURE]
+
+
+def _filtering_labels(cell: Cell, sweep: Sweep, group_size: int) -> set[str]:
+    """The labels of a cell whose rule filters its no-gradient groups (``Policy.filters``)."""
+    from reserve_occupy_peers import make_policy
+
+    return {label for label, options, _ in _policies(cell, sweep, group_size)
+            if make_policy(label.split("/")[0], REFERENCES.get(label, cell.eta),
+                           **dict(options)).filters}
+
+
+def remeasure_filtered(result: dict, cost: CostModel, select=None,
+                       say: Callable[[str], None] | None = None) -> list[tuple]:
+    """Into a stored, compacted ``run_sweep`` result, in place: every filtered cell measured
+    before ``FILTERED_MEASURE`` (no ``measure``; in the distinct cells ``select(cell)`` accepts)
+    run again whole, every column, as ``run_sweep`` runs it now; returns their keys.
+
+    A rule that filters its no-gradient groups makes its plain run under the new measure, so each
+    of its runs must compact to the stored one exactly (``StoredFigureMoved`` otherwise, and
+    nothing is written into that cell): only the columns of the rules that train their
+    no-gradient groups (in_order, weight_fifo, windowed, ready_first, prime-rl) can move. The
+    stored ``definitions`` take the new measure's; ``seconds`` stays that of the run that made
+    the map. A cell rerun is what ``run_sweep`` writes for it
+    (tests/sim/test_regimes_same_stretch.py)."""
+    sweep = _stored_sweep(result)
+    todo = set(unmeasured(result))
+    cache: dict = {}  # the references, shared by the etas of a point
+    done = []
+    start = time.perf_counter()
+    for key, same in _by_key(result).items():
+        first = same[0]
+        cell = Cell(first["slice"], *key)
+        if key not in todo or (select is not None and not select(cell)):
+            continue
+        entry = compact(run_cell(cell, cost, sweep, cache))
+        group_size = generate(0, MathReasoningShape(groups=sweep.groups,
+                                                    truncated=cell.truncated)).group_size
+        for label in sorted(_filtering_labels(cell, sweep, group_size) & set(first["runs"])):
+            new = [{k: v for k, v in r.items() if k != "batches"} for r in entry["runs"][label]]
+            if new != first["runs"][label]:
+                raise StoredFigureMoved(
+                    f"cell {key}: {label} filters, so its run is the plain one, but recomputed "
+                    f"it is {new}, the results file has {first['runs'][label]}")
+        for cc in same:
+            slice_name = cc["slice"]
+            cc.clear()
+            cc.update(entry, slice=slice_name)
+        done.append(key)
+        if say is not None:
+            say(f"cell {key}: measured again over {FILTERED_MEASURE} "
+                f"({time.perf_counter() - start:.0f} s)")
+    if done:
+        result.setdefault("definitions", {}).update(warmup=WARMUP_DEFINITION,
+                                                   measure=MEASURE_DEFINITION)
+    return done
+
+
 def _one_run(spec: RunSpec, workload, cost: CostModel) -> dict:
-    """What ``run_cell`` keeps of one run (its cache entry)."""
+    """What ``run_cell`` keeps of one run (its cache entry); with ``spec.gradient_batches`` the
+    batches it took, too."""
     try:
         r, _ = simulate(spec, workload, cost)
     except SimulationStalled as exc:
         return {"stalled": str(exc).split(";")[0]}
     total = r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens + r.waste_filtered_tokens
-    return {"throughput": r.throughput, "steady": r.steady_throughput,
-            "batch_s": _steady_batch_s(r), "trainer_idle": r.trainer_idle,
-            "rollout_idle": r.rollout_idle, "admission": r.admission,
-            "regime": classify_run(r), "l2": r.waste_l2_tokens / total if total else 0.0,
-            "length_ratio": r.length_ratio, "length_ks": r.length_ks,
-            "max_staleness": r.max_staleness}
+    out = {"throughput": r.throughput, "steady": r.steady_throughput,
+           "batch_s": _steady_batch_s(r), "trainer_idle": r.trainer_idle,
+           "rollout_idle": r.rollout_idle, "admission": r.admission,
+           "regime": classify_run(r), "l2": r.waste_l2_tokens / total if total else 0.0,
+           "length_ratio": r.length_ratio, "length_ks": r.length_ks,
+           "max_staleness": r.max_staleness}
+    if spec.gradient_batches:
+        out["batches"] = r.batches
+    return out
 
 
 def compact(obj, digits: int = 5):

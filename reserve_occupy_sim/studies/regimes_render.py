@@ -170,6 +170,21 @@ def cell_table(result: dict) -> str:
                      f"{OVERSAMPLING_LABELS[OVERSAMPLING[1]]}: {over}"], rows)
 
 
+def keep_rows(new: str, old: str | None, redone) -> str:
+    """``cell_table`` text ``new`` with the row of every cell not in ``redone`` (cell keys) as it
+    stands in ``old`` (the table drawn before): a stored map's cells rerun in place
+    (``remeasure_filtered``) move their rows only. The others were drawn from the unrounded
+    runs, and the stored JSON keeps 5 significant digits, so drawing them again from it could
+    move a last digit that no figure moved."""
+    def key(line: str) -> tuple:
+        return tuple(x.strip() for x in line.strip().strip("|").split("|")[:5])
+    rerun = {(str(e), f"{m:g}", str(c), f"{t:g}", f"{f:g}") for e, m, c, t, f in redone}
+    before = {key(line): line for line in (old or "").splitlines()[2:]}
+    lines = new.splitlines()
+    return "\n".join(lines[:2] + [line if key(line) in rerun else before.get(key(line), line)
+                                  for line in lines[2:]]) + ("\n" if new.endswith("\n") else "")
+
+
 def _met(value: float | None, target: float, strict: bool = False) -> str:
     """The value to three decimals, ✗ when it misses the target."""
     if value is None:
