@@ -36,6 +36,11 @@ class RunSpec:
     gradient_batches: bool = False
 
 
+# The name a study stores with a result measured over ``gradient_batches`` (a regime map's
+# filtered cell: ``measure``), here beneath both maps that use it (studies.streaming_compute,
+# studies.regimes_compute), so neither imports the other for it.
+FILTERED_MEASURE = "gradient groups"
+
 # With ``gradient_batches`` a run may take at most this many times the batches a rule would
 # need if the share of groups without gradient were exactly the filter's rate (the run is
 # ``SimulationStalled`` beyond it; the shares over a run's stretch are far closer than 2x).

@@ -18,9 +18,8 @@ from ..model.core import SimulationStalled
 from ..model.cost import CostModel
 from ..model.filtering import RewardFilter
 from ..model.metrics import SHORT_BIAS, RunResult
-from ..model.runner import RunSpec, simulate
+from ..model.runner import FILTERED_MEASURE, RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
-from .streaming_compute import FILTERED_MEASURE
 
 
 TRAINER_IDLE_MAX = 0.10
@@ -45,7 +44,7 @@ TARGET_UNBOUNDED = 0.95  # ... and >= 0.95x unbounded at eta = 2
 # order, and the JSON keeps 5 significant digits): "never below" allows a tie, "faster" does not.
 TIE = 5e-4
 # How a cell with reward filtering measures every run, as the streaming map does
-# (``streaming_compute.FILTERED_MEASURE``, ``RunSpec.gradient_batches``): each rule runs until it
+# (``model.runner.FILTERED_MEASURE``, ``RunSpec.gradient_batches``): each rule runs until it
 # has trained ``batches`` batches' worth of groups that carry a gradient, the warm-up being the
 # batches that trained the first fifth of them, so every rule covers the same prompts. A rule
 # that filters its no-gradient groups (Reserve–Occupy and its oversampling modes, verl drop and

@@ -18,7 +18,7 @@ import numpy as np
 from .bound import clairvoyant_bound
 from ..model.core import SimulationStalled
 from ..model.cost import CostModel, preset
-from ..model.runner import RunSpec, simulate
+from ..model.runner import FILTERED_MEASURE, RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
 from runtime._moved import renamed
 
@@ -297,7 +297,7 @@ def targets(payload: dict) -> list[dict]:
 # Stored in a filtered cell as ``measure``, with the batches each row's runs took
 # (``batches``); a cell without it was measured over 60 batches of every rule (``run_regimes``
 # reruns it). Cells without filtering are measured as before (every group has a gradient).
-FILTERED_MEASURE = "gradient groups"
+# ``FILTERED_MEASURE`` is ``model.runner``'s (the regimes map stores the same).
 
 
 def _map_run(fw: Framework, eta: int, cost: CostModel, sweep, workload, filt):
