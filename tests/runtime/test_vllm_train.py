@@ -43,11 +43,23 @@ async def _train(cfg, engine, tiny_model, tmp_path, reward=None, hook=None, prom
                               log=lambda _: None, driver_hook=hook)
 
 
-def _log_replays(run_dir: Path, controller) -> None:
-    """The run's ``events.jsonl`` (trace format) rebuilds the controller's final state."""
+def _log_replays(run_dir: Path, controller, durable: bool = True) -> None:
+    """The run's ``events.jsonl`` (trace format) rebuilds the controller's final state. A
+    durable run's controller kept only the events after its last step in memory (it forgets
+    what it counted: the file is the log), and those are the file's last ones; one without
+    recovery wrote the file from memory at the end and kept its whole log."""
     contents = read_log(run_dir / "events.jsonl")
     assert contents.config == controller.config and contents.torn is None
     assert replay(contents.config, contents.events).snapshot() == controller.snapshot()
+    assert controller.event_count == len(contents.events)
+    assert (controller.first_event > 0) == durable
+    assert list(controller.events_since(controller.first_event)) == \
+        contents.events[controller.first_event:]
+
+
+def _log_events(run_dir: Path) -> list:
+    """The run's whole event log, from its file."""
+    return read_log(run_dir / "events.jsonl").events
 
 
 def _record_batches(driver):
@@ -86,7 +98,6 @@ async def test_short_run_respects_eta_and_publishes_real_weights(engine, tokeniz
             assert batch.version - oldest <= 1  # the tokens' own versions, not the label
             assert g.v_traj <= oldest and g.staleness == batch.version - g.v_traj <= 1
     assert any(g.staleness == 1 for b in driver.seen_batches for g in b.groups)  # async
-    replay(driver.controller.config, driver.controller.events)
     _log_replays(tmp_path, driver.controller)  # streamed by crash recovery, line by line
     # The engine now runs the trained weights: greedy answers changed ...
     after = await _greedy(engine, tokenizer, probes, "probe1")
@@ -192,7 +203,7 @@ async def test_hung_request_is_released_by_the_stuck_timeout(engine, tiny_model,
     assert released[0]["t"] >= 1.5
     assert driver.controller.unit_state("g1") is UnitState.ABORTED
     assert len(result.rows) == 3  # the run went on
-    _log_replays(tmp_path, driver.controller)  # no recovery: written once, at the end
+    _log_replays(tmp_path, driver.controller, durable=False)  # no recovery: written at the end
     assert engine.engine.get_num_unfinished_requests() == 0
 
 
@@ -316,12 +327,10 @@ async def test_streaming_run_trains_chunks_and_whole_batches(engine, tiny_model,
     assert sum(r["streamed_units"] for r in result.rows) > 0
     assert all(r["train/chunks"] >= 1 for r in result.rows)
     assert driver.trainer.steps == 4  # one optimiser step per batch, chunks or not
-    streamed = {u.unit_id for e in driver.controller.events if e.op == "stream"
-                for u in e.batch.units}
-    consumed = [u for e in driver.controller.events if e.op == "consume"
-                for u in e.batch.unit_ids]
+    events = _log_events(tmp_path)
+    streamed = {u.unit_id for e in events if e.op == "stream" for u in e.batch.units}
+    consumed = [u for e in events if e.op == "consume" for u in e.batch.unit_ids]
     assert streamed and len(consumed) == len(set(consumed)) == 16
     assert streamed <= set(consumed) | {u for u in streamed
                                         if driver.controller.unit_state(u) is UnitState.STREAMED}
-    replay(driver.controller.config, driver.controller.events)
     _log_replays(tmp_path, driver.controller)  # the journal holds the stream lines
