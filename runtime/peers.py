@@ -129,7 +129,8 @@ from reserve_occupy.types import BatchUnit, SlotRef
 
 from reserve_occupy_peers import POLICIES, RESERVE_OCCUPY, Group, Policy, make_policy
 
-from .records import STALE, forget_metas  # meta.reason of a finished unit the rule dropped untrained
+from .records import STALE  # meta.reason of a finished unit the rule dropped untrained
+from .records import forget_metas
 from ._moved import renamed
 
 # The simulator's policies the runtime can drive, in the order tables use.

@@ -384,8 +384,8 @@ def remeasure_filtered(result: dict, cost: CostModel, select=None,
         if key not in todo or (select is not None and not select(cell)):
             continue
         entry = compact(run_cell(cell, cost, sweep, cache))
-        group_size = generate(0, MathReasoningShape(groups=sweep.groups,
-                                                    truncated=cell.truncated)).group_size
+        group_size = MathReasoningShape(groups=sweep.groups,
+                                        truncated=cell.truncated).group_size
         for label in sorted(_filtering_labels(cell, sweep, group_size) & set(first["runs"])):
             new = [{k: v for k, v in r.items() if k != "batches"} for r in entry["runs"][label]]
             if new != first["runs"][label]:

@@ -15,3 +15,14 @@ def run_policy(policy, workload, cost, batches=8, batch_size=BATCH):
         name, eta, opts = (policy + ({},))[:3]
         policy = make_policy(name, eta, **opts)
     return Simulator(policy, workload, cost, batches=batches, batch_size=batch_size).run()
+
+
+def sim_cli(argv):
+    """``python -m runtime simulate ARGV`` in-process: its exit status."""
+    import argparse
+
+    from reserve_occupy_sim import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return cli.run(parser.parse_args(argv))

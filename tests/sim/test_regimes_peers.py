@@ -8,9 +8,9 @@ import copy
 import json
 
 import pytest
+from sim_helpers import sim_cli
 
 from reserve_occupy_peers import PEERS_2026
-from reserve_occupy_sim import cli
 from reserve_occupy_sim.model.cost import preset
 from reserve_occupy_sim.studies import regimes
 
@@ -75,30 +75,22 @@ def test_the_peers_block_counts_cells_below_each_peer(full):
     assert "has run" in regimes.peers_table(_without_peers(full))
 
 
-def _cli(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
-    return cli.run(parser.parse_args(argv))
-
-
 def test_add_peers_command(tmp_path, full, capsys):
     results = tmp_path / "results"
     results.mkdir()
     path = results / "regimes.json"
     argv = ["regimes", "--add-peers", "--results-dir", str(results), "--img-dir",
             str(tmp_path / "img"), "--no-progress"]
-    assert _cli(argv) == 2  # nothing stored
+    assert sim_cli(argv) == 2  # nothing stored
     assert "--add-peers" in capsys.readouterr().err
-    assert _cli(argv + ["--seeds", "2"]) == 2
+    assert sim_cli(argv + ["--seeds", "2"]) == 2
     assert "--seeds" in capsys.readouterr().err
     path.write_text(json.dumps(_without_peers(full)))
-    assert _cli(argv) == 0
+    assert sim_cli(argv) == 0
     assert json.loads(path.read_text()) == json.loads(json.dumps(full))
     bad = _without_peers(full)
     bad["cells"][0]["runs"]["reserve_occupy"][0]["steady"] += 1
     path.write_text(json.dumps(bad))
-    assert _cli(argv) == 1
+    assert sim_cli(argv) == 1
     assert "not what this simulator makes" in capsys.readouterr().err
     assert json.loads(path.read_text()) == json.loads(json.dumps(bad))  # left as it was

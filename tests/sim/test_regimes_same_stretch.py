@@ -17,15 +17,14 @@ import json
 from pathlib import Path
 
 import pytest
+from sim_helpers import sim_cli
 
 from reserve_occupy_peers import make_policy
-from reserve_occupy_sim import cli
 from reserve_occupy_sim.model.cost import preset
 from reserve_occupy_sim.model.filtering import RewardFilter
-from reserve_occupy_sim.model.runner import RunSpec, simulate
+from reserve_occupy_sim.model.runner import FILTERED_MEASURE, RunSpec, simulate
 from reserve_occupy_sim.model.workload import MathReasoningShape, generate
 from reserve_occupy_sim.studies import regimes
-from reserve_occupy_sim.studies.streaming_compute import FILTERED_MEASURE
 
 ROOT = Path(__file__).resolve().parents[2]
 COST = preset("qwen3-8b-h20")
@@ -157,14 +156,6 @@ def test_keep_rows_keeps_the_rows_of_cells_not_rerun():
     assert regimes.keep_rows(new, None, []) == new
 
 
-def _cli(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
-    return cli.run(parser.parse_args(argv))
-
-
 def test_add_peers_command_measures_the_old_cells_again(tmp_path, fresh, capsys):
     results = tmp_path / "results"
     results.mkdir()
@@ -172,7 +163,7 @@ def test_add_peers_command_measures_the_old_cells_again(tmp_path, fresh, capsys)
     path.write_text(json.dumps(_old_measure(fresh)))
     argv = ["regimes", "--add-peers", "--results-dir", str(results), "--img-dir",
             str(tmp_path / "img"), "--no-progress"]
-    assert _cli(argv) == 0
+    assert sim_cli(argv) == 0
     assert f"{len(_filtered_keys(fresh))} filtered cells measured again" in \
         capsys.readouterr().out
     got = json.loads(path.read_text())
