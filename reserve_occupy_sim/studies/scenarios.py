@@ -3,10 +3,17 @@
 
 4. Filtering: at the shipped setting, every policy at eta 1..3 with a share of groups that carry no
    gradient (``filtering.RewardFilter``: rate 0.2 and 0.4 tilted toward long groups, and rate 0.2
-   untilted and tilted toward short groups), over several seeds and 100 batches. NeMo-RL runs as
-   its code does (no-gradient groups trained) and, as a what-if, with the filter routed through
-   its dropped-prompt path (``on_no_gradient="drop"``); weight_fifo can wedge that way, which is
-   reported, not hidden.
+   untilted and tilted toward short groups), over several seeds and 100 batches' worth of groups
+   with a gradient. NeMo-RL runs as its code does (no-gradient groups trained) and, as a what-if,
+   with the filter routed through its dropped-prompt path (``on_no_gradient="drop"``);
+   weight_fifo can wedge that way, which is reported, not hidden. Every rule is measured over
+   the same prompts (``FILTERED_MEASURE``, ``RunSpec.gradient_batches``): it runs until it has
+   trained ``batches`` batches' worth of groups with a gradient, the warm-up being the batches
+   that trained the first fifth of them. A rule that filters its no-gradient groups makes its
+   plain ``batches``-batch run; one that trains them (NeMo-RL as shipped, TRL) takes more
+   batches, and so covers the same stretch of the workload instead of a shorter one (over a
+   plain count of batches it was measured over fewer prompts:
+   tests/sim/test_filtering_same_prompts.py).
 5. Timeout: Reserve–Occupy with ``stuck_timeout_s`` on the shipped workload and on a
    straggler-heavy one (10 % of responses run to the cap), against the same runs without it:
    throughput and time per batch on one side, the L2 waste and the shift toward short answers on
@@ -23,7 +30,7 @@ from ..model.core import SimulationStalled
 from ..model.cost import CostModel
 from ..model.filtering import RewardFilter
 from .report import markdown
-from ..model.runner import RunSpec, simulate
+from ..model.runner import FILTERED_MEASURE, RunSpec, simulate
 from ..model.workload import MathReasoningShape, generate
 
 # (label, policy, options) of experiment 4, Reserve–Occupy first
@@ -42,6 +49,12 @@ FILTER_POLICIES: tuple[tuple[str, str, tuple], ...] = (
 )
 FILTER_SETTINGS: tuple[tuple[float, float], ...] = ((0.2, 1.0), (0.4, 1.0), (0.2, 0.0),
                                                     (0.2, -1.0))
+# what experiment 4's results file states of its measure (``definitions``)
+FILTERING_MEASURE_DEFINITION = (
+    f"{FILTERED_MEASURE}: every run trains the batches' worth of groups with a gradient "
+    "(``batches`` x batch size of them; the warm-up left out of steady: the batches that trained "
+    "the first fifth); a rule that trains its no-gradient groups (NeMo-RL as shipped, TRL) takes "
+    "more batches to do so ('batches' of each run), so every rule covers the same prompts")
 TIMEOUTS: tuple[float | None, ...] = (None, 900.0, 600.0, 300.0, 120.0)
 WORKLOADS = {"shipped (3 % at the cap)": 0.03, "straggler-heavy (10 % at the cap)": 0.10}
 
@@ -68,7 +81,7 @@ def filtering(cost: CostModel, etas=(1, 2, 3), settings=FILTER_SETTINGS, seeds: 
                     filt = RewardFilter(rate, skew, seed)
                     for label, name, options in policies:
                         spec = RunSpec(name, eta, batches, batch_size, options=options,
-                                       filtering=filt)
+                                       filtering=filt, gradient_batches=rate > 0)
                         try:
                             r, _ = simulate(spec, workload, cost)
                             total = (r.tokens_trained + r.waste_l2_tokens + r.waste_l3_tokens
@@ -79,7 +92,7 @@ def filtering(cost: CostModel, etas=(1, 2, 3), settings=FILTER_SETTINGS, seeds: 
                                 "no_gradient": r.no_gradient_tokens / total,
                                 "l2": r.waste_l2_tokens / total, "l3": r.waste_l3_tokens / total,
                                 "trainer_idle": r.trainer_idle, "max_staleness": r.max_staleness,
-                                "settings": r.settings})
+                                "batches": r.batches, "settings": r.settings})
                         except SimulationStalled as exc:
                             per[label].append({"stalled": str(exc).split(";")[0]})
                         if bar is not None:
@@ -92,16 +105,17 @@ def filtering(cost: CostModel, etas=(1, 2, 3), settings=FILTER_SETTINGS, seeds: 
                     ratio = [a["steady"] / b["steady"] for a, b in ok]
                     cell = {"rate": rate, "skew": skew, "eta": eta, "policy": label,
                             "stalled": stalled, "runs": runs,
-                            "ratio": ratio}
+                            "ratio": ratio, **({"measure": FILTERED_MEASURE} if rate > 0 else {})}
                     cells.append(cell)
                     if not ok:
-                        rows.append([rate, skew, eta, label, "-", "-", "-", "-", "-",
+                        rows.append([rate, skew, eta, label, "-", "-", "-", "-", "-", "-",
                                      f"stalled ({stalled}/{len(runs)})"])
                         continue
                     def mean(k: str, ok: list = ok) -> float:
                         return float(np.mean([b[k] for _, b in ok]))
 
                     rows.append([rate, skew, eta, label, round(mean("steady")),
+                                 f"{mean('batches'):.0f}",
                                  "" if label == policies[0][0] else
                                  f"{np.mean(ratio):.2f} [{min(ratio):.2f}, {max(ratio):.2f}]",
                                  f"{mean('filtered'):.1%}", f"{mean('no_gradient'):.1%}",
@@ -110,10 +124,11 @@ def filtering(cost: CostModel, etas=(1, 2, 3), settings=FILTER_SETTINGS, seeds: 
     finally:
         if bar is not None:
             bar.close()
-    table = markdown(["filter rate", "skew", "η", "policy", "steady tok/s",
+    table = markdown(["filter rate", "skew", "η", "policy", "steady tok/s", "batches run",
                       f"RO ÷ it (mean [min, max], {seeds} seeds)", "filtered",
                       "trained w/o gradient", "L2+L3", "note"], rows)
-    return {"seeds": seeds, "batches": batches, "cells": cells}, table
+    return {"seeds": seeds, "batches": batches,
+            "definitions": {"measure": FILTERING_MEASURE_DEFINITION}, "cells": cells}, table
 
 
 def timeout(cost: CostModel, etas=(1, 2, 3), timeouts=TIMEOUTS, workloads=WORKLOADS,
@@ -174,7 +189,8 @@ def run(cost: CostModel, which=(4, 5), progress: bool = True,
     out: dict = {}
     if 4 in which:
         out["filtering"] = filtering(cost, progress=progress)
-        say(f"\nExperiment 4: reward filtering (100 batches, 3 seeds)\n{out['filtering'][1]}")
+        say(f"\nExperiment 4: reward filtering (100 batches' worth of groups with a gradient, "
+            f"3 seeds)\n{out['filtering'][1]}")
     if 5 in which:
         out["timeout"] = timeout(cost, progress=progress)
         say(f"\nExperiment 5: the timeout (100 batches, 3 seeds)\n{out['timeout'][1]}")
