@@ -578,7 +578,7 @@ def cost_model(fit: dict[str, Any], eta: int, streaming: bool, refit: str,
     from reserve_occupy_sim.model.cost import CostModel, RolloutCost, TrainCost
 
     d = fit["decode_with_overlap"] if revised else fit["decode"]
-    t, c = fit["train"], fit["chunk"]
+    t, c = fit["train"], fit.get("chunk")  # (a prior may leave out what it did not measure)
     # training stretched by decoding (``two_way=False``: the revised model without it)
     both = fit.get("train_load" if load else "train_contended") if revised and two_way \
         else None
@@ -732,6 +732,12 @@ PRIOR_VARIANTS = ((LOADED, "load-shaped"), ("sim_revised", "busy flag"), (ONE_WA
 # the terms ``cost_model`` reads from a fit (section, keys): what a prior fit must hold
 PRIOR_TERMS = (("decode_with_overlap", ("step_s", "per_request_s", "prefill_per_token_s")),
                ("train", ("fixed_s", "per_token_s")), ("sync_s", ()))
+# the sections a fit holds where the grid measured them (null or left out where it did not:
+# ``cost_model`` then simulates without them, as for a grid's own fit), and the numbers of
+# each that ``cost_model`` reads; ``rollout_load``, ``rollout_load_n``: read where present
+_CONTENDED = ("fixed_s", "per_token_s", "chunk_overhead_s", "rollout_slowdown")
+PRIOR_OPTIONAL = (("chunk", ("chunk_overhead_s", "chunk_share")),
+                  ("train_contended", _CONTENDED), ("train_load", _CONTENDED))
 
 
 def simulate_prior(row: dict[str, Any], prior: dict[str, Any], wl: Any,
@@ -761,9 +767,39 @@ def read_prior(path: Path, bad: Any) -> dict[str, Any]:
             bad(f"--prior-fit {path}: its fit has no {section!r} with "
                 f"{', '.join(keys) or 'a refit pause'} (written by an older calibrate.py?)")
     g = fit.get("train_slowdown")
-    if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+    if not _number(g):
         bad(f"--prior-fit {path}: its fit has no 'train_slowdown' >= 0")
+    for mode, pause in fit["sync_s"].items():
+        if not _number(pause):
+            bad(f"--prior-fit {path}: its fit's 'sync_s': {mode!r} must be a number >= 0 "
+                f"(seconds), got {pause!r}")
+    from reserve_occupy_sim.model.cost import LOAD_SHAPES
+
+    for section, keys in PRIOR_OPTIONAL:
+        part = fit.get(section)
+        if part is None:
+            continue
+        if not isinstance(part, dict) or not part:
+            bad(f"--prior-fit {path}: its fit's {section!r} must be null or an object with "
+                f"{', '.join(keys)}, got {part!r}")
+        for key in keys + tuple(k for k in ("rollout_load_n",) if k in part):
+            if not _number(part.get(key)):
+                got = repr(part[key]) if key in part else "nothing"
+                bad(f"--prior-fit {path}: its fit's {section!r}: {key!r} must be a number >= 0, "
+                    f"got {got}")
+        if section == "chunk" and part["chunk_share"] > 1:
+            bad(f"--prior-fit {path}: its fit's 'chunk': 'chunk_share' must be in [0, 1], got "
+                f"{part['chunk_share']!r}")
+        if "rollout_load" in part and part["rollout_load"] not in LOAD_SHAPES:
+            bad(f"--prior-fit {path}: its fit's {section!r}: 'rollout_load' must be one of "
+                f"{', '.join(LOAD_SHAPES)}, got {part['rollout_load']!r}")
     return fit
+
+
+def _number(x: Any) -> bool:
+    """A finite number >= 0 (not a bool): what the simulator's costs take (``cost_from_dict``)."""
+    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            and x >= 0)
 
 
 def add_sim_ratios(runs: list[dict[str, Any]]) -> None:

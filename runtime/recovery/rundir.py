@@ -23,6 +23,7 @@ silently reused, half-overwritten or resumed from state that recovery would refu
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -267,9 +268,10 @@ def move_aside(path: Path) -> Path:
 
 def check_output_dir(path: Path) -> None:
     """``path`` is a directory, or one that can be created (its nearest existing ancestor is
-    a writable directory). ``--check`` must leave no trace, so nothing stays: a probe file (or
-    directory) is made and removed at once, because ``os.access`` trusts permissions and root,
-    ``/proc`` and read-only mounts do not (``--check`` said OK, then the run refused)."""
+    a writable directory). ``os.access`` alone is not enough: it trusts permissions and root,
+    ``/proc`` and read-only mounts do not (``--check`` said OK, then the run refused); so a
+    file is made there, unnamed, which leaves the directory as it was (``_probe``:
+    ``--check`` leaves no trace)."""
     if path.exists():
         if not path.is_dir():
             raise RunDirError(f"run.output_dir {path}: exists and is not a directory")
@@ -291,10 +293,34 @@ def check_output_dir(path: Path) -> None:
         raise RunDirError(f"run.output_dir {path}: cannot be created ({parent}: {why})")
 
 
+# what open(O_TMPFILE) says where the filesystem (or the kernel) makes no unnamed files
+_NO_TMPFILE = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
+
+
 def _probe(where: Path, directory: bool) -> str:
     """Why a file (``directory``: a directory) cannot be made in ``where``; "" if it can.
-    What it makes is removed at once."""
+
+    An unnamed file (``O_TMPFILE``): the kernel checks what creating a file checks (write
+    and search permission, a read-only mount, a filesystem that takes no new files) but
+    links nothing into ``where``, so its entries, mtime and ctime stay as they were, and it
+    is gone when closed (before, a named ``.check-*`` file or directory made and removed
+    there moved ``where``'s mtime on every ``train --check``). For ``directory`` (``where``
+    the nearest existing ancestor of a new run directory) a file stands for the directory:
+    both need the same permission and a writable filesystem. Where the filesystem makes no
+    unnamed files (``/proc``, overlayfs before Linux 6.6, some FUSE), a named one is made and
+    removed as before and ``where``'s atime and mtime are put back (``os.utime``; its ctime
+    moves, which nothing can set back)."""
+    tmpfile = getattr(os, "O_TMPFILE", None)
+    if tmpfile is not None:
+        try:
+            os.close(os.open(where, tmpfile | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        except OSError as exc:
+            if exc.errno not in _NO_TMPFILE:
+                return exc.strerror or str(exc)
+        else:
+            return ""
     try:
+        before = os.stat(where)
         if directory:
             os.rmdir(tempfile.mkdtemp(prefix=".check-", dir=where))
         else:
@@ -303,6 +329,10 @@ def _probe(where: Path, directory: bool) -> str:
             os.unlink(name)
     except OSError as exc:
         return exc.strerror or str(exc)
+    try:
+        os.utime(where, ns=(before.st_atime_ns, before.st_mtime_ns))
+    except OSError:  # (not its owner: the times stay moved; the probe itself succeeded)
+        pass
     return ""
 
 

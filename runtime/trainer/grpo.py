@@ -53,7 +53,10 @@ A non-finite step never reaches the optimizer (``NonFiniteStep``): each micro-ba
 losses are checked as they are computed (the units whose loss is NaN or infinite are kept) and
 the gradient's total norm before ``opt.step`` (``_refuse_non_finite``). A NaN or an infinity in
 any loss or gradient raises, with the gradient cleared and the weights as they were before the
-optimizer step, so the driver publishes and saves nothing of it. The sharded trainer's ranks
+optimizer step, so the driver publishes and saves nothing of it. A batch of several optimizer
+steps (``minibatches`` or ``epochs`` > 1) is one step for this: a later minibatch refused puts
+the weights and the optimizer state back as they were before the batch (``_BatchSnapshot``),
+and the error names the minibatch. The sharded trainer's ranks
 run this code on their shares; their norm (``clip_grad_norm_`` over DTensor gradients) is the
 global one, and they share the units they found (``RankTrainer._optimizer_step``), so a NaN in
 one rank's share stops the step on every rank alike, with the same message.
@@ -112,6 +115,41 @@ def lr_at(step: int, total: int | None, warmup: int = 0, schedule: str = "consta
     if schedule == "cosine":
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * done))
     raise ValueError(f"trainer.lr_schedule {schedule!r}: expected constant, linear or cosine")
+
+
+class _BatchSnapshot:
+    """The weights and the optimizer state before a batch that takes several optimizer steps
+    (``trainer.minibatches`` or ``epochs`` > 1), put back bit for bit (``restore``) when a
+    later step of it is refused (``NonFiniteStep``) or fails: the batch is applied whole or
+    not at all, as a batch of one step is (refused before ``opt.step``).
+
+    Why a copy: the steps cannot be deferred until every minibatch is checked, because each
+    minibatch's gradient is taken at the weights the previous step left (PPO-style); and an
+    AdamW step cannot be undone exactly in floating point. The copy is taken only for a batch
+    of several steps, on the device where the tensors live (a copy to the host would cost a
+    transfer each batch): the parameters, the optimizer's per-parameter state (AdamW: its two
+    moments and step count; 3x the parameters' bytes in all while the batch trains) and the
+    param groups' settings (the learning rate the steps set). A memory copy, small beside the
+    minibatches' forward and backward passes. It works on the sharded trainer's DTensors as
+    on plain tensors (clone and ``copy_`` stay on each rank's shard)."""
+
+    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        with torch.no_grad():
+            self.params = [(p, p.detach().clone()) for p in model.parameters()]
+            self.state = {p: {k: v.detach().clone() if torch.is_tensor(v) else copy.deepcopy(v)
+                              for k, v in st.items()} for p, st in opt.state.items()}
+        self.groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}
+                       for g in opt.param_groups]
+        self.opt = opt
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for p, saved in self.params:
+                p.copy_(saved)
+        self.opt.state.clear()  # a parameter without state before (the first batch): none
+        self.opt.state.update(self.state)
+        for g, saved in zip(self.opt.param_groups, self.groups):
+            g.update(saved)
 
 
 class GRPOTrainer(CheckpointIO):
@@ -176,6 +214,7 @@ class GRPOTrainer(CheckpointIO):
         corr = settings.correction
         self.correction = corr if corr.kind != "none" else None
         self._step_frac = 0.0  # the batch's optimiser steps taken / all of them (loglinear)
+        self._where = ""  # the batch's optimiser step being taken, where it takes several
 
     # ------------------------------------------------------------------ log-probabilities ----
 
@@ -316,17 +355,30 @@ class GRPOTrainer(CheckpointIO):
         # the clipped ratio, which is what it is for.
         order = list(range(len(rows)))
         rng = torch.Generator().manual_seed(self.steps)
-        n_steps = s.epochs * min(s.minibatches, len(rows))
-        for epoch in range(s.epochs):
-            if epoch:
-                order = torch.randperm(len(rows), generator=rng).tolist()
-            parts = [order[i::s.minibatches] for i in range(s.minibatches)]
-            for k, part in enumerate(p for p in parts if p):
-                first = epoch == 0 and k == 0
-                self._step_frac = len(grad_norms) / n_steps
-                self._minibatch([rows[i] for i in part], batch.version, sums, first)
-                grad_norms.append(self._optimizer_step())
-        self._step_frac = 0.0
+        per_epoch = min(s.minibatches, len(rows))
+        n_steps = s.epochs * per_epoch
+        # several optimizer steps: the batch is one step all the same (``_BatchSnapshot``)
+        snapshot = _BatchSnapshot(self.model, self.opt) if n_steps > 1 else None
+        try:
+            for epoch in range(s.epochs):
+                if epoch:
+                    order = torch.randperm(len(rows), generator=rng).tolist()
+                parts = [order[i::s.minibatches] for i in range(s.minibatches)]
+                for k, part in enumerate(p for p in parts if p):
+                    first = epoch == 0 and k == 0
+                    self._step_frac = len(grad_norms) / n_steps
+                    self._where = "".join(
+                        ([f", epoch {epoch + 1} of {s.epochs}"] if s.epochs > 1 else [])
+                        + ([f", minibatch {k + 1} of {per_epoch}"] if per_epoch > 1 else []))
+                    self._minibatch([rows[i] for i in part], batch.version, sums, first)
+                    grad_norms.append(self._optimizer_step())
+        except BaseException:
+            if snapshot is not None:
+                snapshot.restore()
+                self.opt.zero_grad(set_to_none=True)
+            raise
+        finally:
+            self._step_frac, self._where = 0.0, ""
         self.steps += 1
         n = sums["tokens"]
         out = {
@@ -500,8 +552,10 @@ class GRPOTrainer(CheckpointIO):
         self._pending = None
         what = (f"the loss of unit(s) {', '.join(map(str, bad))} is NaN or infinite"
                 if bad else f"the gradient's norm is {norm} (units {', '.join(map(str, units))})")
-        raise NonFiniteStep(f"step {self.steps + 1}: {what}: the step stopped before the "
-                            f"optimizer; nothing of it is published or saved")
+        raise NonFiniteStep(f"step {self.steps + 1}{self._where}: {what}: the step stopped "
+                            f"before the optimizer" + (", the weights and optimizer state as "
+                            f"before the batch" if self._where else "")
+                            + "; nothing of it is published or saved")
 
     def _optimizer_step(self) -> float:
         for group in self.opt.param_groups:
