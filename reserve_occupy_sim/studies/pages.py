@@ -329,6 +329,8 @@ from_json("exp6_peers", EXPERIMENTS, "regimes.json",
           "reserve_occupy_sim.studies.regimes_render:peers_table")
 from_json("exp6_same_prompts", "python -m reserve_occupy_sim.studies.regimes_stretch",
           "regimes_same_prompts.json", "reserve_occupy_sim.studies.regimes_stretch:table")
+from_json("exp6_trainer_drift", "python -m reserve_occupy_sim.studies.regimes_drift",
+          "regimes_trainer_drift.json", "reserve_occupy_sim.studies.regimes_drift:table")
 from_json("frontier", "make sim-frontier", "frontier.json", frontier_table)
 from_json("stuck_options", "python -m reserve_occupy_sim.studies.stuck_options",
           "stuck_options.json", "reserve_occupy_sim.studies.stuck_options:table")
