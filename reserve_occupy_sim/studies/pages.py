@@ -160,6 +160,25 @@ def update(names=None, results_dir: Path = RESULTS, docs: Path = DOCS) -> list[P
     return changed
 
 
+def study_main(argv: list[str] | None, doc: str, results: str, compute: Callable[[], dict],
+               render: Callable[[dict], str]) -> int:
+    """A small study's command line: ``compute()`` its payload, write it to ``results`` under
+    ``--results-dir`` (default docs/results), print ``render(payload)`` and rewrite the pages'
+    blocks it feeds (the evidence studies beside the regime map share this)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--results-dir", default=str(RESULTS),
+                        help=f"where {results} goes (default docs/results)")
+    args = parser.parse_args(argv)
+    payload = compute()
+    path = Path(args.results_dir) / results
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_io.write_text(path, json.dumps(payload, indent=1) + "\n")
+    print(render(payload))
+    for page in update(fed_by(results), Path(args.results_dir)):
+        print(f"rewrote {page}")
+    return 0
+
+
 def stale(results_dir: Path = RESULTS, docs: Path = DOCS) -> list[str]:
     """One line per block whose page text differs from its results."""
     out = []

@@ -24,12 +24,8 @@ give the figures of ``exp6_same_prompts``.
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
 
 import numpy as np
-from runtime import atomic_io
 
 from ..model.core import Simulator
 from ..model.cost import CostModel, preset
@@ -222,18 +218,7 @@ def table(payload: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     from . import pages
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results-dir", default=str(pages.RESULTS),
-                        help=f"where {RESULTS} goes (default docs/results)")
-    args = parser.parse_args(argv)
-    payload = run(preset("qwen3-8b-h20"))
-    path = Path(args.results_dir) / RESULTS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_io.write_text(path, json.dumps(payload, indent=1) + "\n")
-    print(table(payload))
-    for page in pages.update(pages.fed_by(RESULTS), Path(args.results_dir)):
-        print(f"rewrote {page}")
-    return 0
+    return pages.study_main(argv, __doc__, RESULTS, lambda: run(preset("qwen3-8b-h20")), table)
 
 
 if __name__ == "__main__":

@@ -13,12 +13,8 @@ them (the same workload and filter seeds, ``scaled`` cost, ``_one_run``), so the
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
 
 import numpy as np
-from runtime import atomic_io
 
 from ..model.cost import CostModel, preset
 from ..model.filtering import RewardFilter
@@ -115,18 +111,7 @@ def table(payload: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     from . import pages
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results-dir", default=str(pages.RESULTS),
-                        help="where regimes_same_prompts.json goes (default docs/results)")
-    args = parser.parse_args(argv)
-    payload = run(preset("qwen3-8b-h20"))
-    path = Path(args.results_dir) / RESULTS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_io.write_text(path, json.dumps(payload, indent=1) + "\n")
-    print(table(payload))
-    for page in pages.update(pages.fed_by(RESULTS), Path(args.results_dir)):
-        print(f"rewrote {page}")
-    return 0
+    return pages.study_main(argv, __doc__, RESULTS, lambda: run(preset("qwen3-8b-h20")), table)
 
 
 if __name__ == "__main__":
