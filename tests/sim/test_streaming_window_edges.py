@@ -153,3 +153,30 @@ def test_bad_input_is_refused_before_any_run(tmp_path, capsys):
         assert streaming_window.main(["--results-dir", str(tmp_path)] + bad) == 2
         assert capsys.readouterr().err.startswith("error: --")
     assert (tmp_path / "streaming.json").read_text() == '{"setting": {}}'  # unchanged
+
+
+def test_the_judged_counts_the_docs_quote_are_the_stored_ones():
+    """README, docs/sim/regimes.md and the streaming page quote the counts judged over the
+    longest run (every bounded row; those that drop nothing, with the lowest ratio): each must
+    be what the stored map and its window edges give."""
+    from reserve_occupy_sim.studies.streaming_window import evidence, long_min
+
+    payload = json.loads((ROOT / "docs/results/streaming.json").read_text())
+    reg = payload["regimes"]
+    got = regimes_losses(reg)
+    n, met, free = got["cells"], got["strict_met_longest"], got["strict_free_met_longest"]
+    ev = evidence(reg)
+    assert len(ev) == n  # every cell was run again
+    longest = max(reg["window"]["lengths"])
+    lowest = min(long_min(ev[_cell_key(c)], k)[1] for c in reg["cells"]
+                 for k in streaming_window.FREE_ROWS if long_min(ev[_cell_key(c)], k))
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    regimes = " ".join((ROOT / "docs/sim/regimes.md").read_text().split())
+    page = " ".join((ROOT / "docs/sim/streaming.md").read_text().split())
+    assert f"({met} judged over {longest} batches;" in readme
+    assert f"all {free} judged over {longest} (lowest {lowest:.3f}" in readme
+    assert f"({met} judged over {longest} batches), not all" in readme
+    assert f"judged over {longest} batches ([window edges](streaming.md#window-edges)), " \
+           f"{met} and all {free} (lowest {lowest:.3f})" in regimes
+    assert f"count over every bounded row is {met}" in page
+    assert f"in all {free} cells, the lowest {lowest:.3f}" in page
