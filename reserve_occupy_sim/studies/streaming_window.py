@@ -147,8 +147,10 @@ def evidence(reg: dict) -> dict[tuple, dict]:
         ratios = {}
         for n, got in e["runs"].items():
             ro = got[MAP_RO]
-            ratios[int(n)] = {k: [a / b for a, b in zip(ro, v) if a and b]
-                              for k, v in got.items() if k != MAP_RO}
+            # a row with a stalled run on some seed (RO's or its own) is left out: its min over
+            # seeds would be over fewer seeds than the map's
+            ratios[int(n)] = {k: [a / b for a, b in zip(ro, v)] for k, v in got.items()
+                              if k != MAP_RO and all(ro) and all(v)}
         out[tuple(e["cell"])] = ratios
     return out
 

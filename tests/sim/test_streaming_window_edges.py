@@ -98,6 +98,17 @@ def test_evidence_beside_other_map_figures_is_not_read():
     assert regimes_losses(reg)["rows"][FIFO]["causes"]["unexplained"] == 1
 
 
+def test_a_row_with_a_stalled_longer_run_is_not_read():
+    c = _cell(**{FIFO: _peer(0.973, 0.988)})
+    runs = {360: {MAP_RO: [100.0] * 3, FIFO: [100.0, None, 100.0]}}
+    reg = {"sweep": {"batches": 60}, "cells": [c],
+           "window": {"lengths": [360], "rows": list(streaming_window.FREE_ROWS),
+                      "cells": [_evidence(c, runs)]}}
+    ev = streaming_window.evidence(reg)[_cell_key(c)]
+    assert streaming_window.long_min(ev, FIFO) is None  # two seeds of three: not the map's min
+    assert loss_cause(c, FIFO, ev) == "unexplained"
+
+
 def test_run_regimes_keeps_the_window_runs():
     """``--add`` (``run_regimes`` with ``base``) keeps the stored evidence: it reruns no cell
     here (every peer asked for is stored), so the evidence still reads."""
