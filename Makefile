@@ -183,9 +183,11 @@ sim-bound: $(STAMP)
 
 ## Every policy as its framework ships it x trainer (whole-batch / streaming) x eta 1-3, seeds
 ## 0-2, with the bound for each trainer and the regime map (~45 min on two cores): the tables of
-## docs/sim/streaming.md, docs/results/streaming.json and docs/img/sim_streaming.png.
+## docs/sim/streaming.md, docs/results/streaming.json and docs/img/sim_streaming.png; then the
+## map's window edges (its cells run again over 180 and 360 batches, ~10 min with two workers).
 sim-streaming: $(STAMP)
 	$(PY) -m reserve_occupy_sim.studies.streaming --regimes
+	$(PY) -m reserve_occupy_sim.studies.streaming_window --jobs 2
 
 ## Scale (issue 38): the controller's ns per operation at B = 16 ... 4,096 (eta 1 and 2) and a
 ## 1,024-GPU deployment (256 engines, batches of 1,024 groups, 100 steps) simulated with every

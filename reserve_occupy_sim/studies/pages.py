@@ -362,6 +362,9 @@ for _name, _func in (("streaming-table", "table"), ("streaming-bound", "bound_ta
     from_json(_name, "make sim-streaming", "streaming.json",
               f"reserve_occupy_sim.studies.streaming_render:{_func}")
 
+from_json("streaming-window-edges", "python -m reserve_occupy_sim.studies.streaming_window",
+          "streaming.json", "reserve_occupy_sim.studies.streaming_window:table")
+
 from_json("staleflow", "python -m reserve_occupy_sim.studies.staleflow", "staleflow.json",
           "reserve_occupy_sim.studies.staleflow:table")
 

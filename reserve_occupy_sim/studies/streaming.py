@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             inputs.output_file(args.page, "--page")  # rewritten in place: not a link
             text = inputs.text_file(args.page, "--page")
             names = list(BLOCKS) + (["streaming-regimes", "streaming-regimes-peers",
-                                     "streaming-regimes-losses"] if args.regimes else [])
+                                     "streaming-regimes-losses", "streaming-window-edges"]
+                                    if args.regimes else [])
             for name in names:
                 if f"<!-- BEGIN generated:{name} -->" not in text \
                         or f"<!-- END generated:{name} -->" not in text:
@@ -237,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         blocks["streaming-regimes"] = regimes_table(payload["regimes"])
         blocks["streaming-regimes-peers"] = regimes_peers_table(payload["regimes"])
         blocks["streaming-regimes-losses"] = regimes_losses_table(payload["regimes"])
+        from .streaming_window import table as window_table
+
+        blocks["streaming-window-edges"] = window_table(payload)
     results, img = Path(args.results_dir), Path(args.img_dir)
     results.mkdir(parents=True, exist_ok=True)
     img.mkdir(parents=True, exist_ok=True)

@@ -453,7 +453,13 @@ def run_regimes(cost: CostModel | None = None, sweep=None, say=print, peers=(),
     say(f"regime map: {len(cells)} cells, peers run in {added}, "
         f"{redone} filtered cells measured again over {FILTERED_MEASURE}, "
         f"in {time.perf_counter() - start:.0f} s")
-    return {"sweep": dataclasses.asdict(sweep), "cells": cells}
+    out = {"sweep": dataclasses.asdict(sweep), "cells": cells}
+    if base is not None and base.get("window"):
+        # the window edges' runs (``streaming_window``) are kept; a cell whose stored figures
+        # changed here is no longer read from them (each cell's evidence carries the figures
+        # it was run beside: ``streaming_window.evidence``)
+        out["window"] = copy.deepcopy(base["window"])
+    return out
 
 
 # ``REFERENCE``, the old name of ``IN_ORDER_AS_SHIPPED`` here (the word also named other

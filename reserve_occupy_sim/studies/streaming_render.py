@@ -10,7 +10,8 @@ from pathlib import Path
 from runtime import atomic_io
 
 from .streaming_compute import (DROPPING, FRAMEWORKS, IN_ORDER_AS_SHIPPED, MAP_PEERS, MAP_RO,
-                                TARGET_SHIPPED, _mean)
+                                TARGET_SHIPPED, _cell_key, _mean)
+from .streaming_window import evidence, long_min
 
 
 PAGE = Path("docs/sim/streaming.md")
@@ -214,16 +215,21 @@ LOSS_CAUSES = (
     ("drops, shorter", "drops or aborts generated work (≥ 1 % of its tokens) and trains shorter "
                        "answers than Reserve–Occupy (length ratio ÷ RO's < 0.97)"),
     ("drops", "drops or aborts generated work (≥ 1 % of its tokens), answers not shorter"),
+    ("window edge", "none of the above; run again over more batches ([window edges]"
+                    "(#window-edges): the same cells, seeds and rows), it is ≥ 0.99 on every "
+                    "seed over the longest run"),
     ("seed spread", "none of the above; the cell mean is ≥ 0.99, one seed below"),
     ("unexplained", "none of the above; the cell mean is below 0.99"),
 )
 DROP_SHARE = 0.01  # a row "drops" when at least this share of its generated tokens is thrown away
 
 
-def loss_cause(c: dict, key: str) -> str | None:
+def loss_cause(c: dict, key: str, window: dict | None = None) -> str | None:
     """Why RO stream in-flight is below ``key`` (min over seeds < TARGET_SHIPPED) in cell ``c``
     of the streaming regime map: the first of ``LOSS_CAUSES`` that the stored runs show, or None
-    where it is not below. ``key`` is a peer of ``MAP_PEERS`` or the in_order row."""
+    where it is not below. ``key`` is a peer of ``MAP_PEERS`` or the in_order row; ``window`` is
+    the cell's evidence over more batches (``streaming_window.evidence``), if any."""
+
     from ..model.metrics import SHORT_BIAS
 
     if key == IN_ORDER_AS_SHIPPED:
@@ -239,6 +245,9 @@ def loss_cause(c: dict, key: str) -> str | None:
         return "drops, shorter"
     if drops:
         return "drops"
+    longer = long_min(window, key)
+    if longer is not None and longer[1] >= TARGET_SHIPPED:
+        return "window edge"
     return "seed spread" if r["mean"] >= TARGET_SHIPPED else "unexplained"
 
 
@@ -260,12 +269,13 @@ def regimes_losses(reg: dict) -> dict:
     cause, its largest trained staleness and the cells where it exceeds η; and the target counted
     over the strictly bounded rows, and over those of them that drop nothing."""
     cells = [c for c in reg["cells"] if c.get("peers")]
+    ev = evidence(reg)
     rows = {}
     for key in (IN_ORDER_AS_SHIPPED,) + MAP_PEERS:
         mine = [c for c in cells if key == IN_ORDER_AS_SHIPPED or key in c["peers"]]
         causes = {name: 0 for name, _ in LOSS_CAUSES}
         for c in mine:
-            cause = loss_cause(c, key)
+            cause = loss_cause(c, key, ev.get(_cell_key(c)))
             if cause is not None:
                 causes[cause] += 1
         stale = [(c["peers"][key]["max_staleness"], c["eta"]) for c in mine
@@ -279,8 +289,20 @@ def regimes_losses(reg: dict) -> dict:
     def met(keys: list[str]) -> int:
         return sum(1 for c in cells if all(loss_cause(c, k) is None for k in keys
                                            if k == IN_ORDER_AS_SHIPPED or k in c["peers"]))
+
+    def judged(c: dict, k: str) -> bool:
+        """Met over the longest run stored for (cell, row) where the cell was run again (a
+        row ahead there counts against, whatever the map's 60 batches said), else the map's."""
+        longer = long_min(ev.get(_cell_key(c)), k)
+        return loss_cause(c, k) is None if longer is None else longer[1] >= TARGET_SHIPPED
+
+    def met_longest(keys: list[str]) -> int:
+        return sum(1 for c in cells if all(judged(c, k) for k in keys
+                                           if k == IN_ORDER_AS_SHIPPED or k in c["peers"]))
     return {"rows": rows, "cells": len(cells), "strict": strict, "strict_met": met(strict),
-            "strict_free": free, "strict_free_met": met(free)}
+            "strict_free": free, "strict_free_met": met(free), "window": len(ev),
+            "strict_met_longest": met_longest(strict),
+            "strict_free_met_longest": met_longest(free)}
 
 
 def regimes_losses_block(payload: dict) -> str:
@@ -313,6 +335,12 @@ def regimes_losses_table(reg: dict) -> str:
               f"one of them in **{got['strict_met']} of {got['cells']}** cells; against those "
               f"that drop nothing ({', '.join(got['strict_free'])}): "
               f"**{got['strict_free_met']} of {got['cells']}**."]
+    if got["window"]:
+        where = ("every cell" if got["window"] == got["cells"] else
+                 f"the {got['window']} cells that have one, over the map's in the others")
+        lines[-1] += (f" Judged over the longest run stored ([window edges](#window-edges): "
+                      f"{where}): **{got['strict_met_longest']}** and "
+                      f"**{got['strict_free_met_longest']}** of {got['cells']}.")
     return "\n".join(lines)
 
 
