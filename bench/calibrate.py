@@ -761,11 +761,13 @@ def read_prior(path: Path, bad: Any) -> dict[str, Any]:
             f"docs/results/calibration.json)")
     for section, keys in PRIOR_TERMS:
         part = fit.get(section)
-        if not isinstance(part, dict) or not part or not all(
-                isinstance(part.get(k), (int, float)) and not isinstance(part.get(k), bool)
-                and math.isfinite(part[k]) for k in keys):
+        if not isinstance(part, dict) or not part or not all(k in part for k in keys):
             bad(f"--prior-fit {path}: its fit has no {section!r} with "
                 f"{', '.join(keys) or 'a refit pause'} (written by an older calibrate.py?)")
+        for key in keys:  # finite and >= 0, as the optional sections' (a time per token...)
+            if not _number(part[key]):
+                bad(f"--prior-fit {path}: its fit's {section!r}: {key!r} must be a number >= 0, "
+                    f"got {part[key]!r}")
     g = fit.get("train_slowdown")
     if not _number(g):
         bad(f"--prior-fit {path}: its fit has no 'train_slowdown' >= 0")

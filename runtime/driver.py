@@ -180,16 +180,20 @@ class Driver:
         self._open.set()
         tasks = [asyncio.ensure_future(c) for c in
                  (self._trainer_loop(), self._admission_loop(), self._watchdog())]
+        interrupted = False
         try:
             done, _ = await asyncio.wait([*tasks, self._fatal],
                                          return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 t.result()  # raise the first failure
+        except asyncio.CancelledError:  # the run itself was cancelled: Ctrl-C, SIGTERM
+            interrupted = True
+            raise
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self._shutdown()
+            await self._shutdown(interrupted)
         return self.records
 
     def _fail(self, exc: BaseException) -> None:
@@ -214,11 +218,20 @@ class Driver:
         while not self._open.is_set():
             await self._open.wait()
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, interrupted: bool = False) -> None:
+        """Abort the groups still in flight (reason ``shutdown``) and wait for the tasks left.
+        A group a truncating STUCK release placed and whose partial output is not rewarded and
+        written yet (``_truncating``) is waited for at the end of the steps or on a failure
+        (its reward is bounded by ``reward.timeout_s``); when the run is ``interrupted``
+        (cancelled: Ctrl-C, SIGTERM) it is not: a user's reward cannot hold the stop. Its
+        scoring is cancelled, which ends the reward's worker, and the unit, FINISHED in the
+        log since the release, is filtered with reason ``shutdown``, so ``--resume``
+        re-admits its prompt as it does the aborted units' (``recovery.resume``)."""
         self._stopping = True  # what ends now ends because the run does: not a lost group
         self._open.set()  # candidates held by an interrupted sync must see their stop
         for g in list(self.groups.values()):
-            if not g.closed:
+            if not g.closed or (interrupted and g.fate == "truncated"
+                                and g.unit_id in self._truncating):
                 self._abort_group(g, "shutdown")
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)

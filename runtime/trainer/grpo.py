@@ -56,7 +56,9 @@ any loss or gradient raises, with the gradient cleared and the weights as they w
 optimizer step, so the driver publishes and saves nothing of it. A batch of several optimizer
 steps (``minibatches`` or ``epochs`` > 1) is one step for this: a later minibatch refused puts
 the weights and the optimizer state back as they were before the batch (``_BatchSnapshot``),
-and the error names the minibatch. The sharded trainer's ranks
+and the error names the minibatch. Any other exception partway through a batch forgets the
+gradient and the units noted for its step likewise (``_forget_step``; a streamed chunk's drops
+the step pending). The sharded trainer's ranks
 run this code on their shares; their norm (``clip_grad_norm_`` over DTensor gradients) is the
 global one, and they share the units they found (``RankTrainer._optimizer_step``), so a NaN in
 one rank's share stops the step on every rank alike, with the same message.
@@ -373,9 +375,13 @@ class GRPOTrainer(CheckpointIO):
                     self._minibatch([rows[i] for i in part], batch.version, sums, first)
                     grad_norms.append(self._optimizer_step())
         except BaseException:
+            # Whatever stopped the batch (NonFiniteStep, or any other exception partway),
+            # nothing of it stays: the weights and optimizer state of a batch of several
+            # steps, and for every batch the gradient its micro-batches accumulated and the
+            # units they noted for the next step (else the next batch would step with them).
             if snapshot is not None:
                 snapshot.restore()
-                self.opt.zero_grad(set_to_none=True)
+            self._forget_step()
             raise
         finally:
             self._step_frac, self._where = 0.0, ""
@@ -616,9 +622,15 @@ class GRPOTrainer(CheckpointIO):
                                  "gap_max": 0}
         self.model.train()
         if rows:
-            if self._recomputes():  # no optimiser step between the chunks: pi_old throughout
-                rows = self._with_prox(rows)
-            self._minibatch(rows, chunk.version, p["sums"], True, n_tokens=1.0)
+            try:
+                if self._recomputes():  # no optimiser step between the chunks: pi_old
+                    rows = self._with_prox(rows)
+                self._minibatch(rows, chunk.version, p["sums"], True, n_tokens=1.0)
+            except BaseException:
+                # The chunk's part of the summed gradient cannot be taken back out: the
+                # step pending is dropped whole, and ``_finish_step`` trains the batch anew.
+                self._discard()
+                raise
         p["units"] += ids
         p["tokens"] += sum(len(r[1]) for r in rows)
         p["stale"] += sum(v < chunk.version for r in rows for v in r[3])
@@ -674,11 +686,16 @@ class GRPOTrainer(CheckpointIO):
         out.update(self._correction_metrics(sums, n))
         return out
 
+    def _forget_step(self) -> None:
+        """Forget the optimizer step being built: its gradient and the units noted for it
+        (``_grad_units``, ``_non_finite``)."""
+        self._grad_units, self._non_finite = [], []
+        self.opt.zero_grad(set_to_none=True)
+
     def _discard(self) -> None:
         """Drop the pending chunks' gradient (nothing was stepped)."""
         self._pending = None
-        self._grad_units, self._non_finite = [], []
-        self.opt.zero_grad(set_to_none=True)
+        self._forget_step()
 
     async def accumulate(self, chunk: TrainBatch) -> None:
         await asyncio.to_thread(self._accumulate, chunk)
