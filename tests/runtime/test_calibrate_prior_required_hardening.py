@@ -26,7 +26,7 @@ VALUES = [-1e-4, -0.0 - 1e-300, math.nan, math.inf, "0.01", True, None]
 
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)
-@pytest.mark.parametrize("section, key", REQUIRED, ids=".".join)
+@pytest.mark.parametrize("section, key", REQUIRED, ids=[f"{s}.{k}" for s, k in REQUIRED])
 def test_a_required_term_below_0_or_not_a_number_is_refused_by_name(tmp_path, section, key,
                                                                     value):
     bench = load_bench("calibrate")
@@ -37,7 +37,7 @@ def test_a_required_term_below_0_or_not_a_number_is_refused_by_name(tmp_path, se
     assert f"its fit's {section!r}: {key!r} must be a number >= 0, got {value!r}" in msg, msg
 
 
-@pytest.mark.parametrize("section, key", REQUIRED, ids=".".join)
+@pytest.mark.parametrize("section, key", REQUIRED, ids=[f"{s}.{k}" for s, k in REQUIRED])
 def test_a_required_term_of_0_is_a_usable_prior(tmp_path, section, key):
     """The bound is >= 0, not > 0 (the fit's non-negative least squares may pin a term at 0)."""
     bench = load_bench("calibrate")
