@@ -57,8 +57,11 @@ optimizer step, so the driver publishes and saves nothing of it. A batch of seve
 steps (``minibatches`` or ``epochs`` > 1) is one step for this: a later minibatch refused puts
 the weights and the optimizer state back as they were before the batch (``_BatchSnapshot``),
 and the error names the minibatch. Any other exception partway through a batch forgets the
-gradient and the units noted for its step likewise (``_forget_step``; a streamed chunk's drops
-the step pending). The sharded trainer's ranks
+gradient and the units noted for its step likewise (``_forget_step``; a streamed chunk's, or
+one in the streamed batch's final step, drops the step pending). An exception inside the
+optimizer's own ``step`` (out of memory, say) in a batch of one step may leave that step half
+applied: nothing is copied for a batch of one step, and the driver fails the run on it and
+saves nothing of it. The sharded trainer's ranks
 run this code on their shares; their norm (``clip_grad_norm_`` over DTensor gradients) is the
 global one, and they share the units they found (``RankTrainer._optimizer_step``), so a NaN in
 one rank's share stops the step on every rank alike, with the same message.
@@ -664,10 +667,16 @@ class GRPOTrainer(CheckpointIO):
             self._accumulate(TrainBatch(batch.version, rest))
         p = self._pending
         n = float(p["tokens"])  # the streamed batch's response tokens
-        for param in self.model.parameters():
-            if param.grad is not None:
-                param.grad.div_(n)
-        grad_norm = self._optimizer_step()
+        try:
+            for param in self.model.parameters():
+                if param.grad is not None:
+                    param.grad.div_(n)
+            grad_norm = self._optimizer_step()
+        except BaseException:
+            # The gradient is divided already: kept, a retry would divide it again and step
+            # with it. The step pending is dropped whole; a retry trains the batch anew.
+            self._discard()
+            raise
         self._pending = None
         self.steps += 1
         sums = p["sums"]

@@ -149,3 +149,33 @@ def test_a_fault_in_a_streamed_chunk_drops_the_pending_step(tiny_model, tmp_path
     _assert_clean(tr)
     _assert_same(_state(tr), _state(twin))
     assert m1 == m2
+
+
+def test_a_fault_in_the_streamed_batch_final_step_drops_the_pending_step(tiny_model,
+                                                                         tmp_path):
+    """Streaming: a failure in ``finish_step``'s own step, after the gradient was divided by
+    the batch's tokens (here the gradient's norm, taken by the step, raises once), drops the
+    step pending; the retry trains the whole batch as the twin does, instead of dividing the
+    kept gradient again and stepping with it (a grad norm about 1/n of the twin's)."""
+    tr = _trainer(tiny_model, tmp_path, "tr")
+    twin = _trainer(tiny_model, tmp_path, "twin")
+    for t in (tr, twin):
+        t._finish_step(_batch(0))
+    tr._accumulate(TrainBatch(1, _batch(1).groups[:1]))
+    inner, fired = tr._optimizer_step, []
+
+    def optimizer_step():
+        if not fired:
+            fired.append("fault")
+            raise InjectedFault("injected fault in the optimizer step")
+        return inner()
+
+    tr._optimizer_step = optimizer_step  # type: ignore[method-assign]
+    with pytest.raises(InjectedFault):
+        tr._finish_step(_batch(1))
+    assert fired == ["fault"]
+    _assert_clean(tr)
+    m1, m2 = tr._finish_step(_batch(1)), twin._finish_step(_batch(1))
+    _assert_clean(tr)
+    _assert_same(_state(tr), _state(twin))
+    assert m1 == m2
