@@ -24,7 +24,6 @@ give the figures of ``exp6_same_prompts``.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..model.core import Simulator

@@ -13,7 +13,6 @@ them (the same workload and filter seeds, ``scaled`` cost, ``_one_run``), so the
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..model.cost import CostModel, preset
