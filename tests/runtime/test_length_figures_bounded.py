@@ -310,11 +310,10 @@ def test_the_summary_without_an_event_log_file_is_the_old_one(tmp_path):
 # ------------------------------------------------------ the session's own path ----------------
 
 
-@pytest.mark.slow
-async def test_a_durable_session_run_reports_the_old_figures(tmp_path, tiny_model):
-    """A durable run (its controller forgets counted events; its log is ``events.jsonl``) with
-    the fake engine and the real trainer: every ``metrics.jsonl`` row and the summary equal the
-    old recomputation from the two files."""
+async def _session(run_dir, tiny_model, steps, resume=False):
+    """A durable session run (fake engine, tiny model) whose every step checks its figures
+    against the old recomputation from the two files as they stand at that moment, and
+    counts the entries its bookkeeping holds. Returns (result, figures expected, held)."""
     from runtime.config import load_config
     from runtime.data import load_prompts
     from runtime.session import run_training
@@ -322,27 +321,40 @@ async def test_a_durable_session_run_reports_the_old_figures(tmp_path, tiny_mode
 
     cfg = load_config(None, {
         "rollout.backend": "fake", "run.progress": False, "run.plot": False,
-        "run.eval_prompts": 0, "run.output_dir": str(tmp_path), "run.steps": 6,
+        "run.eval_prompts": 0, "run.output_dir": str(run_dir), "run.steps": steps,
         "staleness.batch_size": 4, "staleness.group_size": 2, "staleness.candidates": 4,
         "staleness.max_staleness": 1})
-    expected = []
+    expected, held = [], []
 
     def hook(driver):
         inner = driver.on_step
 
         def on_step(record):  # the files as they stand when the step's figures were taken
-            fates = read_log_counts(tmp_path / "events.jsonl").fates
-            expected.append(_old_figures(LengthLog.read(tmp_path / "lengths.jsonl").records,
-                                         fates))
+            fates = read_log_counts(run_dir / "events.jsonl").fates
+            want = _old_figures(LengthLog.read(run_dir / "lengths.jsonl").records, fates)
+            assert record.lengths == want
+            expected.append(want)
+            held.append(_held(driver.lengths, driver.log_counts.log))
             if inner is not None:
                 inner(record)
 
         driver.on_step = on_step
 
     reward = load_reward(cfg.reward.name, **cfg.reward.options)
-    result = await run_training(cfg, tiny_model, load_prompts(cfg.data.path), reward, tmp_path,
-                                log=lambda _: None, driver_hook=hook)
+    result = await run_training(cfg, tiny_model, load_prompts(cfg.data.path), reward, run_dir,
+                                resume=run_dir if resume else None, log=lambda _: None,
+                                driver_hook=hook)
+    return result, expected, held
+
+
+@pytest.mark.slow
+async def test_a_durable_session_run_reports_the_old_figures(tmp_path, tiny_model):
+    """A durable run (its controller forgets counted events; its log is ``events.jsonl``) with
+    the fake engine and the real trainer: every ``metrics.jsonl`` row and the summary equal the
+    old recomputation from the two files."""
+    result, expected, held = await _session(tmp_path, tiny_model, 6)
     assert result.driver.forget_counted
+    assert max(held) <= 2 * 2 * 4  # the units in eta + 1 buffers of 4, twice (as above)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == len(expected) == 6
     for row, want in zip(rows, expected):
@@ -352,3 +364,23 @@ async def test_a_durable_session_run_reports_the_old_figures(tmp_path, tiny_mode
                        read_log_counts(tmp_path / "events.jsonl").fates)
     assert {k: summary[k] for k in old} == old
     assert summary["samples_admitted"] > summary["samples_trained"] > 0
+
+
+@pytest.mark.slow
+async def test_a_resumed_session_joins_the_earlier_units_from_the_files(tmp_path, tiny_model):
+    """Crash and resume (the log cut after its second consume, as a crash while batch 1 trained
+    leaves it; ``lengths.jsonl`` then holds lines of units the cut log never reserved): each
+    step of the resumed run reports the old recomputation over both incarnations' units, from
+    the files, and holds no more than the first did; the summary too."""
+    await _session(tmp_path, tiny_model, 3)
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    consumes = [i for i, x in enumerate(lines) if json.loads(x)["op"] == "consume"]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines[:consumes[1] + 1]) + "\n")
+    rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    (tmp_path / "metrics.jsonl").write_text(rows[0] + "\n")
+    _, expected, held = await _session(tmp_path, tiny_model, 6, resume=True)
+    assert expected and max(held) <= 2 * 2 * 4
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    old = _old_summary(LengthLog.read(tmp_path / "lengths.jsonl").records,
+                       read_log_counts(tmp_path / "events.jsonl").fates)
+    assert {k: summary[k] for k in old} == old and summary["steps"] == 6
