@@ -1,13 +1,14 @@
 """What a driver run measured, on the driver's clock: idle time of the trainer and of the
 engine, tokens generated and trained, rewards of completed groups, and the per-step records
 built from them; the unit and step counts derived from the controller's event log
-(``LogCounts``); and the response lengths of every sample with its fate, for the length bias
-(``LengthLog``). Bookkeeping only; the driver calls it at the moments that matter."""
+(``LogCounts``); and the response lengths of every sample joined with its fate, for the length
+bias (``LengthLog``: running figures, each unit forgotten once joined). Bookkeeping only; the
+driver calls it at the moments that matter."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from reserve_occupy.trace import loads_bounded
 from . import atomic_io
 from .clock import Clock
 from .inputs import TRACE_LINE_BYTES, FileInputError, file_lines, json_reason
-from .lengthbias import length_bias
+from .lengthbias import length_bias_of_counts
 from .records import STALE, StepRecord, TrainBatch
 
 if TYPE_CHECKING:  # runtime.controller imports the peers, which import this module
@@ -111,8 +112,12 @@ class LogCounts:
 
     ``fates`` maps each unit whose fate the log settled to it, in the words the counts use:
     ``trained``, ``filtered``, ``aborted:<reason>``; a unit closed out for a reason in
-    ``UNSETTLED`` is ``unsettled:<reason>``; a unit still live has none. ``LengthLog`` joins
-    it with the samples' lengths."""
+    ``UNSETTLED`` is ``unsettled:<reason>``; a unit still live has none. It holds the fates
+    settled since the last ``take_fates``, which hands them over and forgets them:
+    ``LengthLog.join`` takes them, once a step, to join them with the samples' lengths, so that
+    neither side keeps an entry per unit for the run's life (issue 38, item 4). A reader that
+    needs every unit's fate reads it from ``events.jsonl`` (``read_log_counts``, never taken
+    from, holds them all)."""
 
     FIELDS = ("steps", "admitted", "trained", "filtered", "aborted", "released_stuck",
               "truncated")
@@ -122,6 +127,11 @@ class LogCounts:
         self.aborted_by_reason: dict[str, int] = {}
         self.staleness: dict[int, int] = {}
         self.fates: dict[Any, str] = {}
+
+    def take_fates(self) -> dict[Any, str]:
+        """The fates settled since the last call (unit -> fate), forgotten here."""
+        fates, self.fates = self.fates, {}
+        return fates
 
     def _aborted(self, reason: str, n: int = 1) -> None:
         if n:
@@ -190,6 +200,7 @@ def counts_at_publishes(controller: Controller) -> dict[int, dict[str, int]]:
         log.add(record)
         if record.get("op") == "publish":
             out[log.counts["steps"] - 1] = dict(log.counts)
+            log.take_fates()  # not needed here: an entry per unit for nothing
     return out
 
 
@@ -203,10 +214,11 @@ class ControllerCounts:
         self.log = LogCounts()
         self._seen = 0
 
-    def fates(self) -> dict[Any, str]:
-        """``LogCounts.fates`` up to the controller's last event."""
+    def take_fates(self) -> dict[Any, str]:
+        """``LogCounts.take_fates`` up to the controller's last event: the fates settled since
+        the last call."""
         self.counts()
-        return self.log.fates
+        return self.log.take_fates()
 
     def counts(self) -> dict[str, int]:
         from reserve_occupy.trace import event_to_record
@@ -231,10 +243,9 @@ class ControllerCounts:
         return self.log.summary()
 
 
-def read_log_counts(path: Any) -> LogCounts:
-    """The ``LogCounts`` of an ``events.jsonl`` file (its header line is skipped; a torn last
-    line, which recovery would drop, is ignored)."""
-    log = LogCounts()
+def _log_records(path: Any) -> Iterator[Any]:
+    """The records of an ``events.jsonl`` file, read as they are needed (its header line is
+    skipped; a torn last line, which recovery would drop, is ignored)."""
     for number, line, last in file_lines(path, TRACE_LINE_BYTES):
         if number == 1:
             continue
@@ -244,6 +255,14 @@ def read_log_counts(path: Any) -> LogCounts:
             if last:
                 break
             raise ValueError(f"{path}: line {number} is {json_reason(exc)}") from None
+        yield record
+
+
+def read_log_counts(path: Any) -> LogCounts:
+    """The ``LogCounts`` of an ``events.jsonl`` file (its header line is skipped; a torn last
+    line, which recovery would drop, is ignored); its ``fates`` hold every unit's."""
+    log = LogCounts()
+    for record in _log_records(path):
         log.add(record)
     return log
 
@@ -293,10 +312,33 @@ class LengthLog:
     stopped before it decoded anything, it was not selected by its length.
 
     ``path``: stream each record to that JSONL file as well (flushed per line; a torn last line
-    is skipped when read back)."""
+    is skipped when read back).
+
+    Bounded (issue 38, item 4: a run of thousands of steps of 1,024 groups): the figures are
+    running sums, not a recomputation. ``join`` takes the fates the log settled since the last
+    call (``LogCounts.take_fates``); a unit whose fate and lengths are both in is folded into
+    per-fate sample counts and token totals and two histograms {length: samples}, trained and
+    admitted (``length_bias_of_counts``: the same floats as the full recomputation), and both
+    of its entries are dropped. What stays is ``records``, the length records whose fate has
+    not come (live units), ``waiting_fates``, the fates whose lengths have not come (a unit's
+    surplus requests return after its fate; a driver's log keeps only those whose line can
+    still come, ``expect``), and the histograms: O(live units + distinct lengths), not
+    O(units so far). A unit's fate and its
+    length line each come once (one line per unit, written once its generation ends; an ended
+    unit's fate does not change). What a reader needs per unit (``samples``, a test, the
+    summary's derivation) it reads from the files: ``read`` holds every record of
+    ``lengths.jsonl`` until joined."""
 
     def __init__(self) -> None:
+        # length records not joined with a fate yet (read from a file: all of them)
         self.records: dict[Any, dict[str, Any]] = {}
+        # fates joined before their unit's length record came
+        self.waiting_fates: dict[Any, str] = {}
+        self._trained: dict[int, int] = {}  # length -> trained samples
+        self._admitted: dict[int, int] = {}  # length -> admitted samples
+        self._by_fate: dict[str, list[int]] = {}  # sample fate -> [samples, tokens]
+        # the units whose line may still come (``expect``); None: any unit's may
+        self._expected: set[Any] | None = None
         self._file: Any = None
 
     @classmethod
@@ -329,8 +371,16 @@ class LengthLog:
         """The records of a ``lengths.jsonl`` file. A last line that is not a length record
         (not JSON, too deep, not an object with lengths and roles) is the one a crash tore and
         is dropped (docs/recovery.md, "The torn last line"); any other bad line raises
-        ``FileInputError`` (``PATH:LINE: why``; exit 2)."""
+        ``FileInputError`` (``PATH:LINE: why``; exit 2). Holds every record (until joined)."""
         log = cls()
+        for record in cls.lines(path):
+            log._store(record)
+        return log
+
+    @classmethod
+    def lines(cls, path: Path) -> Iterator[dict[str, Any]]:
+        """The records of a ``lengths.jsonl`` file, read as they are needed, under ``read``'s
+        rules (a bad line other than the last raises ``FileInputError`` when reached)."""
         for number, line, last in file_lines(path, TRACE_LINE_BYTES):
             try:
                 record = loads_bounded(line)
@@ -340,14 +390,15 @@ class LengthLog:
                 raise FileInputError(path, number, f"not a length record "
                                      f"({json_reason(exc)})") from None
             try:
-                log._store(record)
+                cls._check_record(record)
             except ValueError as exc:
                 if last:
                     break
                 raise FileInputError(path, number, f"not a length record ({exc})") from None
-        return log
+            yield record
 
-    def _store(self, record: Any) -> None:
+    @staticmethod
+    def _check_record(record: Any) -> None:
         if not isinstance(record, dict) or "unit" not in record:
             raise ValueError("a length record is an object with a unit")
         lengths, roles = record.get("lengths"), record.get("roles")
@@ -358,13 +409,40 @@ class LengthLog:
                 or not all(r in ROLES for r in roles)):
             raise ValueError(f"unit {record['unit']!r}: lengths must be token counts >= 0, "
                              f"one role of {ROLES} each")
-        self.records[record["unit"]] = record
+
+    def _store(self, record: Any) -> None:
+        self._check_record(record)
+        fate = self.waiting_fates.pop(record["unit"], None)
+        if fate is None:
+            self.records[record["unit"]] = record
+        else:
+            self._fold(record, fate)
+
+    def expect(self, unit: Any) -> None:
+        """The driver started ``unit``'s generation: its line will come (``add``). A log told
+        of any unit this way (a driver's) waits in ``join`` only for the lines of such units
+        and of those it holds: any other unit's line will never come in this process (a unit
+        a crash cut short, or a resumed run's earlier units with their lengths moved aside),
+        so its fate is dropped instead of waiting for the run's life. A log never told (read
+        from a file, or joined side by side with one) waits for every fate's line."""
+        if self._expected is None:
+            self._expected = set()
+        self._expected.add(unit)
+
+    def only_expected(self) -> None:
+        """From now on wait only for the lines of units ``expect`` names (a driver's log, from
+        before its first step: a resumed run's first ``join`` takes every earlier unit's
+        fate)."""
+        if self._expected is None:
+            self._expected = set()
 
     def add(self, unit: Any, lengths: list[int], roles: list[str]) -> None:
         """The unit's generation ended with these samples. Raises ``ValueError`` (and stores
         nothing) for lengths that are not token counts or roles not in ``ROLES``."""
         record = {"unit": unit, "lengths": list(lengths), "roles": list(roles)}
         self._store(record)
+        if self._expected is not None:
+            self._expected.discard(unit)
         if self._file is not None:
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
@@ -374,41 +452,100 @@ class LengthLog:
             self._file.close()
             self._file = None
 
+    @staticmethod
+    def _sample_fates(record: dict[str, Any], fate: str) -> list[tuple[int, str]]:
+        """(length, fate) of each admitted sample of a unit whose fate is ``fate``."""
+        if fate.startswith("unsettled:"):
+            return []
+        out = []
+        for n, role in zip(record["lengths"], record["roles"]):
+            if role == "unstarted":
+                continue
+            if role in ("surplus", "failed"):
+                out.append((n, f"aborted:{role}"))
+            elif role == "committed" or fate.startswith("aborted:"):
+                out.append((n, fate))
+            else:  # finished as its trained or filtered group completed: surplus too
+                out.append((n, "aborted:surplus"))
+        return out
+
     def samples(self, fates: Mapping[Any, str]) -> list[tuple[int, str]]:
-        """(length, fate) of every admitted sample: see the class docstring."""
+        """(length, fate) of every admitted sample of the records held (not joined yet: all
+        of them for a log just ``read`` from a file), with the fates in ``fates``; joins
+        nothing. See the class docstring."""
         out = []
         for unit, record in self.records.items():
             fate = fates.get(unit)
-            if fate is None or fate.startswith("unsettled:"):
-                continue
-            for n, role in zip(record["lengths"], record["roles"]):
-                if role == "unstarted":
-                    continue
-                if role in ("surplus", "failed"):
-                    out.append((n, f"aborted:{role}"))
-                elif role == "committed" or fate.startswith("aborted:"):
-                    out.append((n, fate))
-                else:  # finished as its trained or filtered group completed: surplus too
-                    out.append((n, "aborted:surplus"))
+            if fate is not None:
+                out += self._sample_fates(record, fate)
         return out
 
-    def figures(self, fates: Mapping[Any, str]) -> dict[str, Any]:
-        """The length bias so far: ``length_ratio`` (mean trained / mean admitted response
-        length), ``length_ks``, both means, and the sample counts; ratio, KS and means are
-        None until a sample trained."""
-        samples = self.samples(fates)
-        bias = length_bias([n for n, f in samples if f == "trained"], [n for n, _ in samples])
-        j = bias.to_json()
+    def _fold(self, record: dict[str, Any], fate: str) -> None:
+        for n, f in self._sample_fates(record, fate):
+            self._admitted[n] = self._admitted.get(n, 0) + 1
+            if f == "trained":
+                self._trained[n] = self._trained.get(n, 0) + 1
+            tally = self._by_fate.setdefault(f, [0, 0])
+            tally[0] += 1
+            tally[1] += n
+
+    def join(self, fates: Mapping[Any, str]) -> None:
+        """Take in fates the log settled (``LogCounts.take_fates``: each unit's once): a unit
+        whose length record is held is folded into the figures and forgotten; the fate of one
+        whose record has not come waits for it, if it can still come (``expect``)."""
+        for unit, fate in fates.items():
+            record = self.records.pop(unit, None)
+            if record is not None:
+                self._fold(record, fate)
+            elif self._expected is None or unit in self._expected:
+                self.waiting_fates[unit] = fate
+
+    def figures(self, fates: Mapping[Any, str] | None = None) -> dict[str, Any]:
+        """The length bias so far, after ``join(fates)``: ``length_ratio`` (mean trained /
+        mean admitted response length), ``length_ks``, both means, and the sample counts;
+        ratio, KS and means are None until a sample trained. O(distinct lengths)."""
+        if fates:
+            self.join(fates)
+        j = length_bias_of_counts(self._trained, self._admitted).to_json()
         return {"length_ratio": j["ratio"], "length_ks": j["ks"],
                 "length_trained_mean": j["trained_mean"],
                 "length_admitted_mean": j["admitted_mean"],
                 "samples_trained": j["trained"], "samples_admitted": j["admitted"]}
 
-    def summary(self, fates: Mapping[Any, str]) -> dict[str, Any]:
-        """``figures`` and, per sample fate, {"samples": n, "mean": mean length}."""
-        by_fate: dict[str, list[int]] = {}
-        for n, fate in self.samples(fates):
-            by_fate.setdefault(fate, []).append(n)
-        return {**self.figures(fates), "length_by_fate": {
-            fate: {"samples": len(v), "mean": sum(v) / len(v)}
-            for fate, v in sorted(by_fate.items())}}
+    def summary(self, fates: Mapping[Any, str] | None = None) -> dict[str, Any]:
+        """``figures(fates)`` and, per sample fate, {"samples": n, "mean": mean length}."""
+        figures = self.figures(fates)
+        return {**figures, "length_by_fate": {
+            fate: {"samples": n, "mean": tokens / n}
+            for fate, (n, tokens) in sorted(self._by_fate.items())}}
+
+
+def summary_of_files(events: Path, lengths: Path) -> dict[str, Any]:
+    """``LogCounts.summary()`` of an ``events.jsonl`` file with ``LengthLog.summary`` of its
+    fates joined with a ``lengths.jsonl`` file: the same as ``read_log_counts`` and
+    ``LengthLog.read`` joined whole, but the two files are read side by side, a line at a time
+    from the one the other waits on (more fates waiting for their lengths than lengths for
+    their fates: a length line; else an event line), and each unit forgotten once joined. Both
+    files were written as the run went (one line per unit in ``lengths.jsonl``: a resumed
+    run's is rewritten with one per unit, ``LengthLog.open``), so what is held at once is
+    about the units live at one moment of the run, not every unit of it. A bad line raises as
+    ``read_log_counts`` / ``LengthLog.read`` do."""
+    counts, log = LogCounts(), LengthLog()
+    event_lines, length_lines = _log_records(events), LengthLog.lines(lengths)
+    more_events = more_lengths = True
+    while more_events or more_lengths:
+        if more_lengths and (not more_events or len(log.waiting_fates) >= len(log.records)):
+            record = next(length_lines, None)
+            if record is None:
+                more_lengths = False
+            else:
+                log._store(record)
+        else:
+            record = next(event_lines, None)
+            if record is None:
+                more_events = False
+            else:
+                counts.add(record)
+                if counts.fates:
+                    log.join(counts.take_fates())
+    return {**counts.summary(), **log.summary()}

@@ -149,8 +149,10 @@ class Driver:
         self.accounting = Accounting(self.clock)
         # unit and step counts come from the controller's event log (one source of truth)
         self.log_counts = ControllerCounts(self.controller)
-        # the samples' response lengths, joined with the log's fates for the length bias
+        # the samples' response lengths, joined with the log's fates for the length bias (once
+        # a step: the fates settled since the last, and forgotten once joined: LengthLog)
         self.lengths = lengths if lengths is not None else LengthLog()
+        self.lengths.only_expected()  # only units this process admits add lines
         # The progress detector (docs/runtime.md, "Progress guarantees"): every group that ends
         # without being placed (filtered, failed, timed out, released, closed out) counts, an
         # occupy resets; max_dropped_in_a_row in a row stops the run.
@@ -262,6 +264,7 @@ class Driver:
                          prompt_position=meta["prompt"])
             self._seq += 1
             self.groups[unit_id] = g
+            self.lengths.expect(unit_id)  # its line will come when its generation ends
             g.task = self._spawn(self._run_group(g))
             self._notify()
 
@@ -644,7 +647,7 @@ class Driver:
             record = self.accounting.step(step, batch, train_batch, metrics,
                                           (t_wait, t_train, t_sync, t_end),
                                           {**self.counts, **self.log_counts.counts()},
-                                          self.lengths.figures(self.log_counts.fates()),
+                                          self.lengths.figures(self.log_counts.take_fates()),
                                           stream=(stream_s, tail_s, streamed))
             self.records.append(record)
             if self.forget_counted:  # counted, and in the log's file: memory need not keep them

@@ -17,11 +17,16 @@ The KS distance is computed here with numpy (sort both samples, evaluate both EC
 observed length): scipy is not a dependency of this project, and the statistic alone, without a
 p-value, is a few lines. Pure functions, no state: the simulator
 (``reserve_occupy_sim/model/metrics.py``) and the runtime can both call them.
+
+``length_bias_of_counts`` takes the two samples as histograms of integer lengths (token counts)
+instead of lists: the runtime keeps running histograms, so that its once-a-step figures cost
+O(distinct lengths), not O(samples so far) (``runtime.accounting.LengthLog``). It returns the
+same floats as ``length_bias`` on the listed samples (see its docstring for why).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,3 +77,37 @@ def length_bias(trained: Sequence[float], admitted: Sequence[float]) -> LengthBi
     ratio = t_mean / a_mean if t.size and a.size and a_mean > 0 else float("nan")
     return LengthBias(ratio=ratio, ks=ks_distance(t, a), trained_mean=t_mean,
                       admitted_mean=a_mean, trained=int(t.size), admitted=int(a.size))
+
+
+def length_bias_of_counts(trained: Mapping[int, int], admitted: Mapping[int, int]) -> LengthBias:
+    """``length_bias`` of two samples of integer lengths given as histograms {length: samples}.
+
+    The same floats as ``length_bias`` on the samples listed out, bit for bit, while each
+    sample's token total and size are below 2**53 (so that float64 holds every partial sum and
+    count exactly): ``length_bias``'s mean is numpy's float64 sum (exact for integers below
+    2**53, in any summation order) divided by the size, one correctly rounded division, which
+    is what ``total / size`` on Python integers gives; its ECDF values are counts divided by
+    the size, here the same counts (cumulative histogram counts) by the same division; the KS
+    maximum is taken over the same set of points, every observed length (a length observed k
+    times is k equal grid points there, one here: the same maximum). Raises ``ValueError`` for
+    a length that is not an integer >= 0 or a count that is not an integer >= 0."""
+    for name, hist in (("trained", trained), ("admitted", admitted)):
+        for n, c in hist.items():
+            if not (isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+                    and isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 0):
+                raise ValueError(f"length_bias_of_counts: {name} must map lengths >= 0 to "
+                                 f"counts >= 0 (got {n!r}: {c!r})")
+    nt, na = sum(trained.values()), sum(admitted.values())
+    st = sum(n * c for n, c in trained.items())
+    sa = sum(n * c for n, c in admitted.items())
+    t_mean = st / nt if nt else float("nan")
+    a_mean = sa / na if na else float("nan")
+    ratio = t_mean / a_mean if nt and na and a_mean > 0 else float("nan")
+    ks = float("nan")
+    if nt and na:
+        grid = sorted({n for n, c in trained.items() if c} | {n for n, c in admitted.items() if c})
+        ft = np.cumsum(np.array([trained.get(n, 0) for n in grid], dtype=np.int64)) / nt
+        fa = np.cumsum(np.array([admitted.get(n, 0) for n in grid], dtype=np.int64)) / na
+        ks = float(np.max(np.abs(ft - fa)))
+    return LengthBias(ratio=ratio, ks=ks, trained_mean=t_mean, admitted_mean=a_mean,
+                      trained=int(nt), admitted=int(na))

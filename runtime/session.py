@@ -507,17 +507,18 @@ def _length_log(out_dir: Path, controller: Any, append: bool) -> Any:
 def _log_summary(driver: Driver, out_dir: Path) -> dict[str, Any]:
     """The summary's counts and length bias, from ``events.jsonl`` and ``lengths.jsonl`` when
     the run wrote its event log (the files are the source of truth, across crashes and
-    resumes), else from the controller's events and the driver's length records."""
-    from .accounting import LENGTHS_NAME, ControllerCounts, LengthLog, read_log_counts
+    resumes), else from the driver's counts of the controller's events and its running length
+    figures."""
+    from .accounting import LENGTHS_NAME, summary_of_files
     from .recovery.durable import LOG_NAME
 
     path = out_dir / LOG_NAME
-    if path.is_file():
-        counts = read_log_counts(path)
-        lengths = LengthLog.read(out_dir / LENGTHS_NAME)
-        return {**counts.summary(), **lengths.summary(counts.fates)}
-    live = ControllerCounts(driver.controller)
-    return {**live.summary(), **driver.lengths.summary(live.fates())}
+    if path.is_file():  # the two files joined as they are read (bounded: summary_of_files)
+        return summary_of_files(path, out_dir / LENGTHS_NAME)
+    # the driver's own counts and figures, caught up to the controller's last event (each
+    # step joined the fates settled before it; the rest are joined here)
+    live = driver.log_counts
+    return {**live.summary(), **driver.lengths.summary(live.take_fates())}
 
 
 def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool,
