@@ -117,6 +117,17 @@ class NonFiniteInForward(_FaultInForward):
     FAULT = NonFiniteStep
 
 
+class NonFiniteBeforeTheSharedCheck(RankTrainer):
+    """Rank 1 raises ``NonFiniteStep`` in its second step's optimizer step, before the shared
+    check (``_share_non_finite``): the step's only collective before it is the gradient
+    norm's (a DTensor reduction), every group having been accumulated as a chunk."""
+
+    def _share_non_finite(self, norm):
+        if self.rank == 1 and self.steps == 1:
+            raise NonFiniteStep("injected fault in rank 1's forward")  # (the same message)
+        return super()._share_non_finite(norm)
+
+
 def _weights(path):
     from safetensors.torch import load_file
 
@@ -125,17 +136,20 @@ def _weights(path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("variant, kind, streamed", [
-    pytest.param("ValueErrorInForward", "ValueError", False, id="value_error"),
-    pytest.param("NonFiniteInForward", "NonFiniteStep", True, id="non_finite_streamed"),
+@pytest.mark.parametrize("variant, kind, how", [
+    pytest.param("ValueErrorInForward", "ValueError", "train", id="value_error"),
+    pytest.param("NonFiniteInForward", "NonFiniteStep", "accumulate", id="non_finite_streamed"),
+    pytest.param("NonFiniteBeforeTheSharedCheck", "NonFiniteStep", "finish",
+                 id="non_finite_before_the_shared_check"),
 ])
 def test_a_rank_that_raises_mid_batch_fails_the_step_at_once(tiny_model, tmp_path, capfd,
-                                                             variant, kind, streamed):
+                                                             variant, kind, how):
     """One typed error naming rank 1 and its error, raised while rank 0 had not answered
     (it waits in a collective rank 1 will not join, with an hour's timeout): every rank
     process is gone, nothing of the failed batch is exported or saved (the published v1 and
     the checkpoint as they were), no traceback printed, and the trainer refuses further work.
-    ``streamed``: the fault in a chunk (``accumulate``) instead of a whole-batch step."""
+    ``how``: the fault in a whole-batch step, in a chunk (``accumulate``), or in the
+    optimizer step of ``finish`` after every group was accumulated."""
     base = GRPOTrainer(tiny_model, TrainerConfig(lr=1e-3), tmp_path / "base", seed=0)
     out = tmp_path / "run"
     tr = ShardedTrainer(tiny_model, TrainerConfig(lr=1e-3), out, seed=0, world_size=2,
@@ -150,9 +164,13 @@ def test_a_rank_that_raises_mid_batch_fails_the_step_at_once(tiny_model, tmp_pat
                        for p in (out / "checkpoint").rglob("*"))
         capfd.readouterr()
         second = _batch(base, version=2)
+        if how == "finish":
+            tr._accumulate(second)  # no fault yet: the step's rows, no optimizer step
         with pytest.raises(RankLost) as info:
-            if streamed:
+            if how == "accumulate":
                 tr._accumulate(_chunks(second)[0])
+            elif how == "finish":
+                tr._finish_step(second)
             else:
                 tr._train(second)
         message = str(info.value)
