@@ -1305,6 +1305,49 @@ RAW_KEYS = {"steps": int, "seeds": list, "median": float, "sigma": float, "compa
             "measured": list}
 
 
+def _is(kind: type) -> Any:
+    """A check that a value is a ``kind`` (a bool is not an int, as in ``RAW_KEYS``)."""
+    return lambda v: isinstance(v, kind) and (kind is bool or not isinstance(v, bool))
+
+
+def _number_or_null(v: Any) -> bool:
+    return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# What the page (``render``: ``compared_rows``, ``render_compared`` and peers_compare's table)
+# reads of each of the raw file's comparisons, as peers_compare.summarize_pairs writes them:
+# (check, what it must be). A summary (``trained``, ``gen``) is checked for the fields read
+# of it; --interval/--level other than the grid's summarize its pairs again (resummarize).
+COMPARISON_KEYS: dict[str, tuple[Any, str]] = {
+    **{k: (_is(bool), "true or false") for k in ("aa", "streaming", "same_decisions")},
+    "eta": (_is(int), "whole number"),
+    **{k: (_is(str), "string") for k in ("policy", "refit", "against")},
+    **{k: (_is(list), "list") for k in ("seeds", "diff", "trained_tok_s")},
+    "staleness_max": (_is(int), "whole number"),
+    **{k: (_number_or_null, "number or null") for k in ("staleness_mean", "units_dropped")},
+    **{k: (_is(dict), "object") for k in ("trained", "gen")},
+}
+_ENDS = {k: (_number_or_null, "number or null") for k in ("median", "lo", "hi")}
+SUMMARY_KEYS: dict[str, dict[str, tuple[Any, str]]] = {
+    "trained": {**_ENDS, "pairs": (_is(int), "whole number"),
+                "resolved": (_is(bool), "true or false")},
+    "gen": _ENDS}
+
+
+def _comparison_error(j: int, c: Any) -> str | None:
+    """What is wrong with the raw file's comparison ``j`` (``COMPARISON_KEYS``), or None."""
+    if not isinstance(c, dict):
+        return f"comparison {j} is not an object"
+    for key, (ok, kind) in COMPARISON_KEYS.items():
+        if key not in c or not ok(c[key]):
+            return f"comparison {j}: {key!r} missing or not a {kind}"
+    for part, keys in SUMMARY_KEYS.items():
+        for key, (ok, kind) in keys.items():
+            if key not in c[part] or not ok(c[part][key]):
+                return f"comparison {j}: {part!r}: {key!r} missing or not a {kind}"
+    return None
+
+
 def read_raw(path: Path, bad: Any) -> dict[str, Any]:
     """A ``--raw`` file, checked before anything is fitted (``bad``: one line, exit 2)."""
     dump = read_json(path, "--from-raw", "a JSON file of --raw", bad)
@@ -1322,6 +1365,11 @@ def read_raw(path: Path, bad: Any) -> dict[str, Any]:
     if not all(isinstance(compared.get(k), list) for k in ("runs", "pairs", "comparisons")) \
             or len(compared["runs"]) != len(dump["measured"]):
         bad(f"--from-raw {path}: its runs and measurements do not match")
+    for j, c in enumerate(compared["comparisons"]):
+        why = _comparison_error(j, c)
+        if why is not None:  # before: a KeyError in render, after the fit (exit 1)
+            bad(f"--from-raw {path}: {why} (a file of --raw from this version of "
+                f"calibrate.py)")
     return dump
 
 

@@ -880,9 +880,10 @@ def _no_grad(c: dict[str, Any]) -> str:
 
 def _waits(c: dict[str, Any]) -> str:
     """Per pair mean over the row's pairs: the trainer's wait in the window, the row's run /
-    the baseline's, each with its straggler's part; "n/a" for a results file without them."""
+    the baseline's, each with its straggler's part; "n/a" for a results file without them
+    (either of them: a hand-edited file with ``wait_s`` alone was a TypeError)."""
     w, st = c.get("wait_s"), c.get("straggler_s")
-    if not w or any(x is None for p in w + st for x in p):
+    if not w or not st or any(x is None for p in w + st for x in p):
         return "n/a"
     a, b = _mean([p[0] for p in w]), _mean([p[1] for p in w])
     sa, sb = _mean([p[0] for p in st]), _mean([p[1] for p in st])

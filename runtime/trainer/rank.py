@@ -33,8 +33,9 @@ What changes from the single-process trainer, and nothing else (``RankTrainer`` 
   transformers and vLLM load), the whole written atomically by rank 0 (``atomic_io.atomic_dir``).
 
 The control channel: one pipe per rank from the driver; a message is ``(command, args)``, each
-rank answers ``("ok", result)`` or ``("error", type name, message)``. Every rank runs every
-command, so collectives line up.
+rank answers ``("ok", result)`` or ``("error", type name, message, traceback, errno, alike)``
+(``_send_error``; ``alike``: whether every rank raises it alike, ``raised_alike``). Every rank
+runs every command, so collectives line up.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from torch.distributed.tensor import DTensor
 
 from .. import atomic_io
 from . import safetensors_writer
-from .base import INPUT_ERRORS
+from .base import INPUT_ERRORS, NonFiniteStep
 from .checkpoint_io import check_keys, tied_keys
 from .dcp import SHARDED_DIR, checkpoint_error, load_dcp, save_dcp
 from .grpo import GRPOTrainer
@@ -68,6 +69,9 @@ SUM_KEYS = ("tokens", "loss", "clipped", "ratio", "kl_behaviour", "kl_ref", "onp
 MAX_KEYS = ("ratio_max", "corr_ratio_max")  # ... and those that take the maximum
 STATE_NAME = "trainer_state.json"
 STARTUP_S = 600.0  # the collective timeout while the ranks start (load and shard the model)
+# The attribute that marks an exception every rank raises alike at the same point of a command
+# after its collectives (NonFiniteStep after the shared check): ``raised_alike``.
+ALIKE = "_raised_by_every_rank"
 
 
 def assign(rows: list[tuple], world: int) -> list[list[int]]:
@@ -138,6 +142,19 @@ class RankTrainer(GRPOTrainer):
         groups = {id(g): g for g in (_get_default_group(), self.mesh.get_group())}
         for group in groups.values():
             _set_pg_timeout(timedelta(seconds=seconds), group)
+
+    def collectives(self) -> int | None:
+        """How many collectives this rank has issued so far (the sequence numbers of its
+        process groups, which gloo and NCCL advance at every collective, FSDP's gathers
+        included); None where the backend keeps none. ``main`` compares it before and after a
+        command that raised: see ``raised_alike``."""
+        from torch.distributed.distributed_c10d import _get_default_group
+
+        try:
+            groups = {id(g): g for g in (_get_default_group(), self.mesh.get_group())}
+            return sum(int(g._get_sequence_number_for_group()) for g in groups.values())
+        except Exception:  # noqa: BLE001 - a backend without one (or no group): unknown
+            return None
 
     # ------------------------------------------------------------------ the update ----------
 
@@ -211,7 +228,11 @@ class RankTrainer(GRPOTrainer):
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         self._share_non_finite(float(norm))
-        self._refuse_non_finite(float(norm))  # every rank alike, with the same message
+        try:
+            self._refuse_non_finite(float(norm))  # every rank alike, with the same message
+        except NonFiniteStep as exc:
+            setattr(exc, ALIKE, True)  # after the shared check: every rank raises it here
+            raise
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return float(norm)
@@ -467,12 +488,13 @@ def main(rank: int, world: int, port: int, conn: Any, spec: dict[str, Any]) -> N
         if cmd == "close":
             conn.send(("ok", None))
             break
+        before = trainer.collectives()
         try:
             conn.send(("ok", commands[cmd](*args)))
         except BaseException as exc:  # noqa: BLE001 - the driver raises it (rank_error)
             # not only Exception: torch's CheckpointException is a BaseException, and a
             # rank that let one (or a SystemExit) through would die with a traceback
-            _send_error(conn, exc)
+            _send_error(conn, exc, raised_alike(exc, before, trainer.collectives()))
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
 
@@ -496,14 +518,29 @@ def rank_error(exc: BaseException) -> BaseException:
     return checkpoint_error(exc)
 
 
-def _send_error(conn: Any, exc: BaseException) -> None:
-    """``("error", kind, text, traceback, errno)`` for ``rank_error(exc)``: errno an
+def raised_alike(exc: BaseException, before: int | None, after: int | None) -> bool:
+    """Whether every rank raises ``exc`` alike, so none is left waiting in a collective: it
+    was raised before the command's first collective (``before == after``, the rank's
+    ``collectives()`` when the command began and when it raised: every rank checks the same
+    input with the same code), or at a point every rank reaches together (marked ``ALIKE``:
+    ``NonFiniteStep`` after the shared check; torch's ``CheckpointException``, which DCP
+    raises on every rank). Otherwise the rank raised mid-command, alone: the others may be
+    waiting in a collective it will not join (until ``collective_timeout_s``), so the driver
+    stops them at once (``sharded.fatal_answer``). Unknown counts (None): alike, as before."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return (before is None or after is None or before == after
+            or isinstance(exc, CheckpointException) or bool(getattr(exc, ALIKE, False)))
+
+
+def _send_error(conn: Any, exc: BaseException, alike: bool = True) -> None:
+    """``("error", kind, text, traceback, errno, alike)`` for ``rank_error(exc)``: errno an
     ``OSError``'s (a full disk: the driver raises it as one, ``sharded.output_error``), else
     None; text the error's message, or its ``repr`` when it has none or is not an
-    ``Exception`` (``SystemExit(3)``, not ``3``)."""
+    ``Exception`` (``SystemExit(3)``, not ``3``); ``alike``: ``raised_alike``."""
     exc = rank_error(exc)
     text = str(exc) if isinstance(exc, Exception) and str(exc) else repr(exc)
     with contextlib.suppress(Exception):
         conn.send(("error", error_kind(exc), text,
                    "".join(traceback.format_exception(exc))[-4000:],
-                   exc.errno if isinstance(exc, OSError) else None))
+                   exc.errno if isinstance(exc, OSError) else None, bool(alike)))

@@ -16,8 +16,12 @@ later call (a step some ranks took and others did not has no consistent weights;
 it is exported). A rank that hangs in a collective is caught by the process group's timeout
 (``trainer.collective_timeout_s``): the ranks waiting on it raise, and the call raises
 ``RankLost`` with the first rank's error. A bad batch (``ValueError``, raised by every rank
-before any collective) is raised as it is and leaves the trainer usable. A rank that cannot
-write the output (a full disk: an ``OSError`` with an output errno, torch's
+before any collective) is raised as it is and leaves the trainer usable. A rank that raises
+alone in the middle of a command (a fault in its forward pass; any error after the command's
+first collective that the ranks do not raise together, ``rank.raised_alike``) answers at
+once, and the call stops the other ranks, which may be waiting in a collective it will not
+join, and raises ``RankLost`` naming it, without waiting for the collective timeout. A rank
+that cannot write the output (a full disk: an ``OSError`` with an output errno, torch's
 ``CheckpointException`` unwrapped to it by the rank, ``rank.rank_error``) stops the ranks and
 raises that ``OSError`` (the CLI's exit 74). A failed checkpoint save or export leaves no
 temporary directory (``write_on_ranks``).
@@ -66,12 +70,21 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit] + " ..."
 
 
+def _alike(answer: tuple) -> bool:
+    """Whether a rank's error answer was raised alike on every rank (``rank.raised_alike``:
+    before the command's first collective, or at a point every rank reaches together)."""
+    return len(answer) <= 5 or bool(answer[5])
+
+
 def fatal_answer(rank: int, answer: tuple, startup: bool, silent: list[int]) -> str | None:
     """Why a rank's answer stops the trainer at once, or None: an error answer (``("error",
-    kind, text, traceback)``) while starting, or of a kind other than the input errors (a
-    collective timed out, or worse: the others may never answer). One line naming the rank,
-    its error and the ranks (``silent``) that had not answered yet."""
-    if answer[0] != "error" or not startup and answer[1] in _INPUT_ERRORS:
+    kind, text, traceback, errno, alike)``) while starting, of a kind other than the input
+    errors (a collective timed out, or worse: the others may never answer), or an input error
+    the rank raised alone in the middle of a command (not ``alike``: a fault in its forward
+    pass, a ``ValueError`` after the step's first collective), which would leave the others
+    waiting in a collective until ``collective_timeout_s``. One line naming the rank, its
+    error and the ranks (``silent``) that had not answered yet."""
+    if answer[0] != "error" or not startup and answer[1] in _INPUT_ERRORS and _alike(answer):
         return None
     return f"trainer rank {rank}: {answer[1]}: {_first_line(answer[2])}" + (
         f" (rank(s) {', '.join(map(str, silent))} had not answered)" if silent else "")
@@ -88,16 +101,18 @@ def output_error(answer: tuple) -> OSError | None:
 
 def answer_values(answers: list[tuple], fail: Callable[..., NoReturn]) -> list[Any]:
     """The values of every rank's answer (``("ok", value)``), in rank order. If some are
-    errors: when every rank raised the same input error (a bad batch, found before any
-    collective), that error is raised here, as one process raises it, and the trainer stays
-    usable; else ``fail`` is called with one line naming the first rank that failed (it
-    stops the trainer and raises ``RankLost``)."""
+    errors: when every rank raised the same input error alike (a bad batch, found before any
+    collective; ``NonFiniteStep`` after the shared check: ``rank.raised_alike``), that error
+    is raised here, as one process raises it, and the trainer stays usable; else ``fail`` is
+    called with one line naming the first rank that raised alone in the middle of the command
+    (the one at fault), or else the first rank that failed (it stops the trainer and raises
+    ``RankLost``)."""
     errors = [(r, a) for r, a in enumerate(answers) if a[0] == "error"]
     if errors:
-        r, first = errors[0]
+        r, first = next(((r, a) for r, a in errors if not _alike(a)), errors[0])
         kind, text = first[1], first[2]
-        if all(a[1] == kind for _, a in errors) and len(errors) == len(answers) \
-                and kind in _INPUT_ERRORS:
+        if all(a[1] == kind and _alike(a) for _, a in errors) \
+                and len(errors) == len(answers) and kind in _INPUT_ERRORS:
             raise _INPUT_ERRORS[kind](text)
         reason = f"trainer rank {r}: {kind}: {_first_line(text)}"
         fail(reason, output_error(first))
