@@ -39,6 +39,9 @@ class NoteLog:
         self._file: Any = None
         self._start = 0
         if path is not None:
+            # a link, fifo or directory there is refused (NotReplaceable), not written through,
+            # as the end-of-run atomic write refused it
+            atomic_io.check_replaceable(path)
             if append and path.is_file():
                 keep_whole_lines(path)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -210,3 +210,17 @@ def test_a_complete_last_note_without_its_newline_is_kept(tmp_path):
     path.write_text('{"t": 0.5, "event": "a"}\n{"t": 1.0, "ev')
     NoteLog(path, append=True).close()
     assert path.read_text() == '{"t": 0.5, "event": "a"}\n'
+
+
+def test_a_link_where_the_notes_go_is_refused_not_written_through(tmp_path):
+    """A symbolic link (here a dangling one) at the notes' name is refused before anything is
+    written, new run or continuing, as the old end-of-run atomic write refused it."""
+    from runtime.atomic_io import NotReplaceable
+    from runtime.notes import NoteLog
+
+    path, target = tmp_path / "driver_notes.jsonl", tmp_path / "elsewhere.jsonl"
+    path.symlink_to(target)
+    for append in (False, True):
+        with pytest.raises(NotReplaceable, match="symbolic link"):
+            NoteLog(path, append=append)
+    assert not target.exists() and path.is_symlink()
