@@ -60,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from reserve_occupy import (
@@ -96,6 +96,16 @@ class Persistence(Protocol):
         with a checkpoint so that a crash before the step's metrics row loses no figures."""
 
 
+class NoteSink(Protocol):
+    """Where the driver's notes go: a list (kept), or ``runtime.notes.NoteLog`` (streamed)."""
+
+    def append(self, row: dict[str, Any], /) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+
 class Driver:
     def __init__(self, settings: DriverSettings, rollout: Rollout, trainer: Trainer,
                  reward_fn: RewardFn, prompts: Sequence[Prompt], clock: Clock | None = None,
@@ -104,7 +114,8 @@ class Driver:
                  *, controller: Controller,
                  resume: ResumePoint | None = None,
                  persist: Persistence | None = None,
-                 lengths: LengthLog | None = None, forget_counted: bool = False) -> None:
+                 lengths: LengthLog | None = None, forget_counted: bool = False,
+                 notes: NoteSink | None = None, keep_records: bool = True) -> None:
         """``on_step`` sees each step's record; ``after_step`` is awaited after it, in the
         trainer loop (a checkpoint save, say), so the next consume waits for it.
 
@@ -117,7 +128,14 @@ class Driver:
         ``forget_counted``: after each step, drop the controller's events its counts have read
         (``Controller.forget_events``); for a run whose controller writes its log to a file
         (a durable run: the session sets it), where the in-memory log would otherwise grow by
-        about a kilobyte per unit for the run's life."""
+        about a kilobyte per unit for the run's life.
+        ``notes``: where the driver's notes go (default: a list, ``self.notes``, kept for the
+        run's life; the session passes a ``runtime.notes.NoteLog``, which writes each to
+        ``driver_notes.jsonl`` as it happens and keeps none). ``keep_records``: keep each
+        step's ``StepRecord`` in ``self.records``, which ``run()`` returns (default); a caller
+        that takes each record through ``on_step`` (the session writes its metrics row) turns
+        it off, and ``run()`` then returns an empty list: a record holds per-sample lists,
+        about half a megabyte a step at 1,024 groups of 16 samples."""
         if not prompts:
             raise ValueError("the driver needs at least one prompt")
         self.s = settings
@@ -134,7 +152,9 @@ class Driver:
         self.groups: dict[Any, GroupRun] = dict(resume.groups)  # admitted, not yet consumed
         self.start_step = resume.step
         self.records: list[StepRecord] = []
-        self.notes: list[dict[str, Any]] = []  # driver-side events, for tests and debugging
+        self.keep_records = keep_records
+        # driver-side events, for tests and debugging (a session streams them: runtime.notes)
+        self.notes: NoteSink = notes if notes is not None else []
         # What only the driver sees: requests resumed, completion messages rejected. Unit and
         # step counts are not kept here: they come from the controller's log (below).
         self.counts = dict.fromkeys(("resumed", "rejected"), 0)
@@ -649,7 +669,8 @@ class Driver:
                                           {**self.counts, **self.log_counts.counts()},
                                           self.lengths.figures(self.log_counts.take_fates()),
                                           stream=(stream_s, tail_s, streamed))
-            self.records.append(record)
+            if self.keep_records:
+                self.records.append(record)
             if self.forget_counted:  # counted, and in the log's file: memory need not keep them
                 self.controller.forget_events(self.log_counts.seen)
             if self.on_step is not None:

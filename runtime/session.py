@@ -24,6 +24,7 @@ from .driver import Driver
 from .inputs import InputError
 from .machine_checks import check_lengths  # noqa: F401  (moved there; a re-export)
 from .metrics import MetricsSink, plot, summarize
+from .notes import NOTES_NAME, NoteLog
 from .rollout.base import GenerationRequest, Rollout
 from .tasks.base import Prompt, RewardAborted, RewardError, RewardFn, score_group
 
@@ -440,10 +441,20 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
     # run's JournaledController, its log attached)
     controller = (state.controller if state.controller is not None
                   else make_controller(settings, clock.now))
-    driver = Driver(settings, rollout, trainer, reward_fn, train_prompts, clock,
-                    on_step=sink, after_step=checkpoint, controller=controller,
-                    resume=state.resume_point, persist=state.persist, lengths=lengths,
-                    forget_counted=state.persist is not None)
+    # the driver's notes go to driver_notes.jsonl as they happen (run.trace), a resumed run's
+    # after the earlier incarnations', their times counted on from theirs; none kept in memory
+    notes = NoteLog(out_dir / NOTES_NAME if cfg.run.trace else None, append=continuing,
+                    t_offset=sink.carried.time_s, default=_jsonable)
+    # each step's record is written by the sink (metrics.jsonl): the driver keeps none
+    try:
+        driver = Driver(settings, rollout, trainer, reward_fn, train_prompts, clock,
+                        on_step=sink, after_step=checkpoint, controller=controller,
+                        resume=state.resume_point, persist=state.persist, lengths=lengths,
+                        forget_counted=state.persist is not None, notes=notes,
+                        keep_records=False)
+    except BaseException:
+        notes.close()
+        raise
     driver.counts.update(driver_counts)
     if driver_hook is not None:
         driver_hook(driver)
@@ -452,8 +463,10 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
     finally:
         sink.close()
         lengths.close()
-        _write_outputs(cfg, driver, out_dir, streamed=state.persist is not None,
-                       continuing=continuing, t_offset=sink.carried.time_s)
+        try:
+            _write_outputs(cfg, driver, out_dir, streamed=state.persist is not None)
+        finally:
+            notes.close()
     after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
     await trainer.save_checkpoint(out_dir / "checkpoint")
     summary = summarize(sink.rows, _log_summary(driver, out_dir))
@@ -521,15 +534,12 @@ def _log_summary(driver: Driver, out_dir: Path) -> dict[str, Any]:
     return {**live.summary(), **driver.lengths.summary(live.take_fates())}
 
 
-def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool,
-                   continuing: bool = False, t_offset: float = 0.0) -> None:
-    """config.json, and with ``run.trace`` the driver's notes and the controller's event log.
-    The event log is ``events.jsonl`` in the trace format either way: crash recovery
-    (``streamed``) already wrote it line by line, else it is written here, once. A resumed run
-    (``continuing``) adds its notes to the earlier incarnations' in ``driver_notes.jsonl``,
-    their times ``t`` counted on from theirs (``t_offset``: the seconds the earlier
-    incarnations ran, as ``metrics.jsonl``'s ``time_s``). Each file is written whole or not at
-    all (``atomic_io``)."""
+def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bool) -> None:
+    """config.json, and with ``run.trace`` the controller's event log. The event log is
+    ``events.jsonl`` in the trace format either way: crash recovery (``streamed``) already
+    wrote it line by line, else it is written here, once, whole or not at all
+    (``atomic_io``). The driver's notes (``driver_notes.jsonl``) were written as they
+    happened (``runtime.notes.NoteLog``)."""
     _write_config(cfg, out_dir)
     if not cfg.run.trace:
         return
@@ -544,17 +554,6 @@ def _write_outputs(cfg: TrainConfig, driver: Driver, out_dir: Path, streamed: bo
         with atomic_io.atomic(out_dir / LOG_NAME) as f:
             for record in driver.controller.trace_records(PRODUCER):
                 f.write(dumps(record) + "\n")
-    notes = out_dir / "driver_notes.jsonl"
-    with atomic_io.atomic(notes) as f:
-        if continuing and notes.is_file():
-            with notes.open(encoding="utf-8") as earlier:
-                for line in earlier:
-                    if line.strip():
-                        f.write(line if line.endswith("\n") else line + "\n")
-        for row in driver.notes:
-            if t_offset and isinstance(row.get("t"), (int, float)):
-                row = {**row, "t": row["t"] + t_offset}
-            f.write(json.dumps(row, default=_jsonable) + "\n")
 
 
 def _jsonable(obj: Any) -> Any:

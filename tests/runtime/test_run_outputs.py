@@ -67,8 +67,9 @@ def test_a_resumed_run_reports_time_and_tokens_over_the_whole_run(tmp_path, tiny
 
 
 def test_the_notes_are_written_whole_or_not_at_all(tmp_path, tiny_model, monkeypatch, capsys):
-    """A resumed run whose notes cannot be written (here: one that does not serialise) keeps
-    the earlier notes file as it was: no half-written file."""
+    """A resumed run whose note cannot be written (here: one that does not serialise) keeps
+    the earlier notes as they were, followed by the notes it wrote before that one, each a
+    whole line (the notes are streamed as they happen: runtime.notes); no half-written line."""
     from runtime import session
 
     out = tmp_path / "run"
@@ -88,7 +89,10 @@ def test_the_notes_are_written_whole_or_not_at_all(tmp_path, tiny_model, monkeyp
     monkeypatch.setattr(session, "_write_outputs", with_bad_note)
     assert main(["train", "--resume", str(out), "--no-progress", "--steps", "4"]) == 70
     assert "TypeError: cannot write this note" in capsys.readouterr().err
-    assert (out / "driver_notes.jsonl").read_bytes() == before
+    after = (out / "driver_notes.jsonl").read_bytes()
+    assert after.startswith(before) and after.endswith(b"\n")
+    added = [json.loads(x) for x in after[len(before):].decode().splitlines()]
+    assert added and all(isinstance(n, dict) and n["event"] != "odd" for n in added)
     assert not [p.name for p in out.iterdir() if ".tmp-" in p.name]
 
 
