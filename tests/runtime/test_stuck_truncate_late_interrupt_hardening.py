@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from reserve_occupy import UnitState
 from reserve_occupy_porting.checker import STRICT, check
 from runtime.rollout.base import RolloutDead
 from runtime.rollout.fake import Plan
@@ -216,4 +217,45 @@ def test_a_second_cancellation_while_the_stop_settles_leaves_the_log_whole():
                   if e.unit_id == "g1" or "g1" in {m.unit_id for m in e.moves})
     assert ops[last_g1] == ("filter", "g1", {"reason": "shutdown"}) and last_g1 > stop[0]
     assert "g1" not in {g.unit_id for b in trainer.batches for g in b.groups}
+    _strict_check(driver)
+
+
+def test_a_cancellation_while_the_runs_loops_end_still_aborts_the_groups_in_flight():
+    """The engine dies (``RolloutDead`` from g3's request at 5 s) while the trainer trains
+    the first step (10 s); the stop cancels the trainer's loop, and the step's cancellation
+    cancels the run (as a Ctrl-C that comes while the driver's loops end). Before, that
+    cancellation propagated from ``run()``'s wait for its loops and skipped the stop: g3 was
+    left in flight in the log, without its ``abort`` line. Now the stop runs as an interrupted
+    one: g3 is aborted with reason ``shutdown``, then the cancellation propagates."""
+    dead = Plan(5.0, [1], error=RolloutDead("the engine is gone"))
+    driver, _, trainer, clock = make(
+        script=fixed_script(0.1, special={"g3-c0": dead}), train_s=10.0, max_staleness=1,
+        batch_size=2, group_size=2, steps=3, max_tokens=64)
+    box: dict = {}
+    train_step = trainer.train_step
+
+    async def cancelled_as_it_ends(batch):
+        try:
+            return await train_step(batch)
+        except asyncio.CancelledError:
+            box["cancelled"] = True
+            box["run"].cancel()  # a Ctrl-C while the run's loops end
+            raise
+
+    trainer.train_step = cancelled_as_it_ends
+
+    async def main():
+        box["run"] = asyncio.ensure_future(driver.run())
+        return await box["run"]
+
+    with pytest.raises(asyncio.CancelledError):
+        clock.run(main())
+    assert box.get("cancelled") and not driver._background
+    events = driver.controller.events
+    reserved = [e.unit_id for e in events if e.op == "reserve"]
+    in_flight = [u for u in reserved if driver.controller.unit_state(u) is UnitState.IN_FLIGHT]
+    assert not in_flight, in_flight
+    last = events[-1]
+    assert (last.op, last.unit_id, driver.controller.metas.get(last.seq)) \
+        == ("abort", "g3", {"reason": "shutdown"})
     _strict_check(driver)
