@@ -214,8 +214,10 @@ class Driver:
         finally:
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self._shutdown(interrupted)
+            late = await self._settle(tasks)  # a Ctrl-C while they end: interrupted too
+            await self._shutdown(interrupted or late)
+            if late and not interrupted:
+                raise asyncio.CancelledError()  # the stop's own failure gives way to it
         return self.records
 
     def _fail(self, exc: BaseException) -> None:
@@ -248,16 +250,49 @@ class Driver:
         (cancelled: Ctrl-C, SIGTERM) it is not: a user's reward cannot hold the stop. Its
         scoring is cancelled, which ends the reward's worker, and the unit, FINISHED in the
         log since the release, is filtered with reason ``shutdown``, so ``--resume``
-        re-admits its prompt as it does the aborted units' (``recovery.resume``)."""
+        re-admits its prompt as it does the aborted units' (``recovery.resume``).
+
+        A cancellation while an orderly stop waits (Ctrl-C during the wait for such a
+        reward; the gather it lands in cancels the tasks it waited for, the scoring too) does
+        the same before it propagates: it filters the units still in ``_truncating`` with
+        reason ``shutdown`` at once, before any ``await``, so that no further cancellation can
+        come between the first and those lines (the log is never left with the crash's
+        FINISHED unit without a file), then cancels what is left and waits for it to end
+        (``_settle``, which a further cancellation does not cut short), checks, and
+        re-raises."""
         self._stopping = True  # what ends now ends because the run does: not a lost group
         self._open.set()  # candidates held by an interrupted sync must see their stop
         for g in list(self.groups.values()):
             if not g.closed or (interrupted and g.fate == "truncated"
                                 and g.unit_id in self._truncating):
                 self._abort_group(g, "shutdown")
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        try:
+            while self._background:
+                await asyncio.gather(*list(self._background), return_exceptions=True)
+        except asyncio.CancelledError:  # interrupted while it waited: as an interrupted stop
+            for g in list(self.groups.values()):
+                if g.fate == "truncated" and g.unit_id in self._truncating:
+                    self._abort_group(g, "shutdown")
+            await self._settle(self._background)
+            self._check()
+            raise
         self._check()
+
+    async def _settle(self, tasks: Any) -> bool:
+        """Cancel ``tasks`` (a collection a task's end may shrink: ``_background``) and any
+        that join it, and return once every one has ended; whether this task was cancelled
+        meanwhile. A cancellation (a second Ctrl-C) does not cut the wait short: the tasks
+        are cancelled already and end promptly, and leaving one running past the driver's
+        stop would let it act on a run that is over. The caller re-raises it."""
+        cancelled = False
+        while not all(t.done() for t in list(tasks)):
+            for t in list(tasks):
+                t.cancel()
+            try:
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+            except asyncio.CancelledError:
+                cancelled = True
+        return cancelled
 
     # ------------------------------------------------------------------ admission ------------
 
