@@ -81,6 +81,27 @@ def _truncating_now(tmp_path: Path) -> set[str]:
     return set()
 
 
+def signal_when(tmp_path: Path, cmd: list[str], ready, sig: int) -> tuple[object, int, str]:
+    """Run ``cmd`` in a process group of its own; once ``ready(tmp_path)`` returns something
+    true (read from the run's files: nothing timed), send ``sig`` to the whole group, as a
+    terminal's Ctrl-C does. Returns what ``ready`` returned, the exit status and stderr. The
+    group is killed if the run is still there after the test (the reward sleeps 3600 s)."""
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (found := ready(tmp_path)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return found, proc.returncode, err
+
+
 @pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
                                                (signal.SIGTERM, 143, "terminated")])
 def test_an_interrupt_while_truncated_units_are_rewarded_ends_the_run_and_filters_them(
@@ -89,20 +110,8 @@ def test_an_interrupt_while_truncated_units_are_rewarded_ends_the_run_and_filter
     cmd = _cmd(tmp_path, f"{mod}:reward", *TRUNCATE)
     steps = cmd.index("--steps")
     cmd[steps + 1] = "4"  # 3 steps after the first: the reward hangs before the run can end
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not (cut := _truncating_now(tmp_path)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
-        os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C: the whole process group
-        _, err = proc.communicate(timeout=120)  # the reward sleeps 3600 s
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == status, err
+    cut, returncode, err = signal_when(tmp_path, cmd, _truncating_now, sig)
+    assert returncode == status, err
     assert f"{PREFIX} {word}; continue the run with --resume" in err and "Traceback" not in err
     # the reward's worker was ended, its sleep never returned, no worker is left
     assert not (tmp_path / "returned").exists()

@@ -27,11 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
-import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -44,7 +41,8 @@ from runtime.rollout.fake import Plan
 from .helpers import fixed_script, make
 from .test_reward_untrusted import PREFIX, _cmd, _env, _module, _no_worker_left
 from .test_stuck_truncate import _straggler, _strict_check
-from .test_stuck_truncate_interrupt_hardening import TRUNCATE, _records, _units_of
+from .test_stuck_truncate_interrupt_hardening import (TRUNCATE, _records, _units_of,
+                                                      signal_when)
 
 FAIL_THEN_HANG = """
     import os, time
@@ -96,20 +94,8 @@ def test_an_interrupt_while_the_stop_waits_for_truncated_units_filters_them(
     cmd = _cmd(tmp_path, f"{mod}:reward", *TRUNCATE)
     steps = cmd.index("--steps")
     cmd[steps + 1] = "4"  # 3 steps after the first: the reward fails before the run can end
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not (cut := _stop_waits(tmp_path)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
-        os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C: the whole process group
-        _, err = proc.communicate(timeout=120)  # the reward sleeps 3600 s
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == status, err
+    cut, returncode, err = signal_when(tmp_path, cmd, _stop_waits, sig)
+    assert returncode == status, err
     assert f"{PREFIX} {word}; continue the run with --resume" in err and "Traceback" not in err
     assert not (tmp_path / "returned").exists()
     _no_worker_left(tmp_path)
