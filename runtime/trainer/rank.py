@@ -524,13 +524,23 @@ def raised_alike(exc: BaseException, before: int | None, after: int | None) -> b
     ``collectives()`` when the command began and when it raised: every rank checks the same
     input with the same code), or at a point every rank reaches together (marked ``ALIKE``:
     ``NonFiniteStep`` after the shared check; torch's ``CheckpointException``, which DCP
-    raises on every rank). Otherwise the rank raised mid-command, alone: the others may be
-    waiting in a collective it will not join (until ``collective_timeout_s``), so the driver
-    stops them at once (``sharded.fatal_answer``). Unknown counts (None): alike, as before."""
+    raises on every rank, also as the error behind it that ``dcp.save_dcp``/``load_dcp``
+    raise in its place, found through ``__cause__``). Otherwise the rank raised mid-command,
+    alone: the others may be waiting in a collective it will not join (until
+    ``collective_timeout_s``), so the driver stops them at once (``sharded.fatal_answer``).
+    Unknown counts (None): alike, as before."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    return (before is None or after is None or before == after
-            or isinstance(exc, CheckpointException) or bool(getattr(exc, ALIKE, False)))
+    if before is None or after is None or before == after or getattr(exc, ALIKE, False):
+        return True
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # (a cycle of causes ends the walk)
+        if isinstance(cause, CheckpointException):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return False
 
 
 def _send_error(conn: Any, exc: BaseException, alike: bool = True) -> None:

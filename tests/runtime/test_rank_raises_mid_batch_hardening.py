@@ -72,6 +72,7 @@ def test_every_rank_s_input_error_is_raised_as_it_is_only_when_raised_alike():
 def test_raised_alike_is_before_the_first_collective_or_marked():
     from torch.distributed.checkpoint.api import CheckpointException
 
+    from runtime.trainer.dcp import checkpoint_error
     from runtime.trainer.rank import ALIKE, raised_alike
 
     assert raised_alike(ValueError("bad batch"), 12, 12)
@@ -81,8 +82,19 @@ def test_raised_alike_is_before_the_first_collective_or_marked():
     assert raised_alike(marked, 12, 20)
     assert not raised_alike(NonFiniteStep("seen only here"), 12, 20)
     # torch raises a failed DCP save or load on every rank
-    assert raised_alike(CheckpointException("load", {0: (OSError(errno.ENOENT, "x"), None)}),
-                        12, 20)
+    failed = CheckpointException("load", {0: (OSError(errno.ENOENT, "x"), None)})
+    assert raised_alike(failed, 12, 20)
+    # as runtime/trainer/dcp.py raises it: the error behind it, from it (a missing shard on a
+    # sharded resume, after the load's collectives)
+    try:
+        try:
+            raise failed
+        except CheckpointException as exc:
+            raise checkpoint_error(exc) from exc
+    except OSError as unwrapped:
+        assert unwrapped.errno == errno.ENOENT
+        assert raised_alike(unwrapped, 12, 20)
+    assert not raised_alike(FileNotFoundError("a file of its own"), 12, 20)
     assert raised_alike(ValueError("unknown count"), None, None)
 
 
