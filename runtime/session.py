@@ -420,53 +420,58 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
             f"(greedy {at_resume['greedy_reward']:.3f})")
     sink = MetricsSink(out_dir, cfg.run.steps, cfg.run.progress, cfg.run.tensorboard,
                        append=continuing, counters=getattr(reward_fn, "metrics", None))
-    if state.resume_point is not None:  # steps a crash trained without writing their rows
-        from .accounting import counts_at_publishes
-
-        sink.recovered(state.resume_point.step, state.retrained,
-                       counts_at_publishes(state.controller))
-    if continuing and sink.rows:  # keep what only the driver counts cumulative
-        driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
-    else:
-        driver_counts = {}
-
-    async def checkpoint(record: Any) -> None:
-        every = cfg.run.save_model_every
-        if every and (record.step + 1) % every == 0:
-            await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
-
-    lengths = _length_log(out_dir, state.controller, append=continuing)
-    settings, clock = cfg.driver_settings(), MonotonicClock()
-    # the controller staleness.policy names, unless recovery built one (a durable or resumed
-    # run's JournaledController, its log attached)
-    controller = (state.controller if state.controller is not None
-                  else make_controller(settings, clock.now))
-    # the driver's notes go to driver_notes.jsonl as they happen (run.trace), a resumed run's
-    # after the earlier incarnations', their times counted on from theirs; none kept in memory
-    notes = NoteLog(out_dir / NOTES_NAME if cfg.run.trace else None, append=continuing,
-                    t_offset=sink.carried.time_s, default=_jsonable)
-    # each step's record is written by the sink (metrics.jsonl): the driver keeps none
+    # every file opened from here on is closed whatever fails (a notes file refused, a
+    # driver_hook raising, the run itself), the run's outputs written once it has begun
+    lengths = notes = driver = None
+    ran = False
     try:
+        if state.resume_point is not None:  # steps a crash trained without writing their rows
+            from .accounting import counts_at_publishes
+
+            sink.recovered(state.resume_point.step, state.retrained,
+                           counts_at_publishes(state.controller))
+        if continuing and sink.rows:  # keep what only the driver counts cumulative
+            driver_counts = {k: sink.rows[-1].get(k, 0) for k in ("resumed", "rejected")}
+        else:
+            driver_counts = {}
+
+        async def checkpoint(record: Any) -> None:
+            every = cfg.run.save_model_every
+            if every and (record.step + 1) % every == 0:
+                await trainer.save_checkpoint(out_dir / f"checkpoint-{record.step + 1}")
+
+        lengths = _length_log(out_dir, state.controller, append=continuing)
+        settings, clock = cfg.driver_settings(), MonotonicClock()
+        # the controller staleness.policy names, unless recovery built one (a durable or
+        # resumed run's JournaledController, its log attached)
+        controller = (state.controller if state.controller is not None
+                      else make_controller(settings, clock.now))
+        # the driver's notes go to driver_notes.jsonl as they happen (run.trace), a resumed
+        # run's after the earlier incarnations', their times counted on from theirs; none
+        # kept in memory
+        notes = NoteLog(out_dir / NOTES_NAME if cfg.run.trace else None, append=continuing,
+                        t_offset=sink.carried.time_s, default=_jsonable)
+        # each step's record is written by the sink (metrics.jsonl): the driver keeps none
         driver = Driver(settings, rollout, trainer, reward_fn, train_prompts, clock,
                         on_step=sink, after_step=checkpoint, controller=controller,
                         resume=state.resume_point, persist=state.persist, lengths=lengths,
                         forget_counted=state.persist is not None, notes=notes,
                         keep_records=False)
-    except BaseException:
-        notes.close()
-        raise
-    driver.counts.update(driver_counts)
-    if driver_hook is not None:
-        driver_hook(driver)
-    try:
+        driver.counts.update(driver_counts)
+        if driver_hook is not None:
+            driver_hook(driver)
+        ran = True
         await driver.run()
     finally:
         sink.close()
-        lengths.close()
+        if lengths is not None:
+            lengths.close()
         try:
-            _write_outputs(cfg, driver, out_dir, streamed=state.persist is not None)
+            if ran:
+                _write_outputs(cfg, driver, out_dir, streamed=state.persist is not None)
         finally:
-            notes.close()
+            if notes is not None:
+                notes.close()
     after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
     await trainer.save_checkpoint(out_dir / "checkpoint")
     summary = summarize(sink.rows, _log_summary(driver, out_dir))
