@@ -37,6 +37,7 @@ class NoteLog:
         self._default = default
         self._count = 0
         self._file: Any = None
+        self.error: OSError | None = None  # the write that failed; nothing written after it
         self._start = 0
         if path is not None:
             # a link, fifo or directory there is refused (NotReplaceable), not written through,
@@ -49,15 +50,32 @@ class NoteLog:
             self._start = self._file.tell()
 
     def append(self, row: dict[str, Any]) -> None:
-        """Write the note (one line, flushed). A note that cannot be written raises and leaves
-        no part of its line in the file (it is serialised before anything is written)."""
+        """Write the note (one line, flushed). A note that cannot be serialised raises and
+        leaves no part of its line in the file (it is serialised before anything is written).
+        A write the disk refuses (``OSError``: a full disk) does not raise here, inside the
+        driver, where it would stop whatever the driver was doing (an abort loop of the
+        stop, say) half done: the notes are a report, not the run's state. It is kept as
+        ``error``, the file closed, and nothing written after it (a line it tore is the torn
+        last line a continuing run drops); the session raises it once the run has ended."""
         if self._file is not None:
             if self.t_offset and isinstance(row.get("t"), (int, float)):
                 row = {**row, "t": row["t"] + self.t_offset}
             line = json.dumps(row, default=self._default) + "\n"
-            self._file.write(line)
-            self._file.flush()
+            try:
+                self._file.write(line)
+                self._file.flush()
+            except OSError as exc:
+                self.error = exc
+                self._abandon()
         self._count += 1
+
+    def _abandon(self) -> None:
+        """Close the file after a failed write; what its buffer still holds may fail again."""
+        file, self._file = self._file, None
+        try:
+            file.close()
+        except OSError:
+            pass
 
     def __len__(self) -> int:
         """The notes this process appended (written or, without a path, only counted)."""

@@ -472,6 +472,8 @@ async def _train(cfg: TrainConfig, out_dir: Path, engines: Engines, state: RunSt
         finally:
             if notes is not None:
                 notes.close()
+    if notes.error is not None:  # the notes could not be written (a full disk): the run's
+        raise notes.error  # steps are saved; the CLI reports it as it does any such write
     after = await evaluate(rollout, eval_prompts, reward_fn, *eval_args, tag="eval1")
     await trainer.save_checkpoint(out_dir / "checkpoint")
     summary = summarize(sink.rows, _log_summary(driver, out_dir))
