@@ -528,7 +528,9 @@ def summary_of_files(events: Path, lengths: Path) -> dict[str, Any]:
     their fates: a length line; else an event line), and each unit forgotten once joined. Both
     files were written as the run went (one line per unit in ``lengths.jsonl``: a resumed
     run's is rewritten with one per unit, ``LengthLog.open``), so what is held at once is
-    about the units live at one moment of the run, not every unit of it. A bad line raises as
+    about the units live at one moment of the run, not every unit of it (not where a resume
+    moved the earlier ``lengths.jsonl`` aside: the earlier units' fates wait for lines that
+    never come, one entry each; the figures stay right). A bad line raises as
     ``read_log_counts`` / ``LengthLog.read`` do."""
     counts, log = LogCounts(), LengthLog()
     event_lines, length_lines = _log_records(events), LengthLog.lines(lengths)
