@@ -1314,6 +1314,18 @@ def _number_or_null(v: Any) -> bool:
     return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _list_of(ok: Any) -> Any:
+    """A check that a value is a list whose every item passes ``ok``."""
+    return lambda v: isinstance(v, list) and all(ok(x) for x in v)
+
+
+# per pair, [this row's run, the baseline's]: read only where present (peers_compare._waits)
+OPTIONAL_COMPARISON_KEYS: dict[str, tuple[Any, str]] = {
+    k: (_list_of(lambda p: isinstance(p, list) and len(p) == 2
+                 and all(_number_or_null(x) for x in p)),
+        "list of [number or null, number or null]") for k in ("wait_s", "straggler_s")}
+
+
 # What the page (``render``: ``compared_rows``, ``render_compared`` and peers_compare's table)
 # reads of each of the raw file's comparisons, as peers_compare.summarize_pairs writes them:
 # (check, what it must be). A summary (``trained``, ``gen``) is checked for the fields read
@@ -1322,7 +1334,8 @@ COMPARISON_KEYS: dict[str, tuple[Any, str]] = {
     **{k: (_is(bool), "true or false") for k in ("aa", "streaming", "same_decisions")},
     "eta": (_is(int), "whole number"),
     **{k: (_is(str), "string") for k in ("policy", "refit", "against")},
-    **{k: (_is(list), "list") for k in ("seeds", "diff", "trained_tok_s")},
+    **{k: (_list_of(_is(int)), "list of whole numbers") for k in ("seeds", "diff")},
+    "trained_tok_s": (_list_of(_number_or_null), "list of numbers or nulls"),
     "staleness_max": (_is(int), "whole number"),
     **{k: (_number_or_null, "number or null") for k in ("staleness_mean", "units_dropped")},
     **{k: (_is(dict), "object") for k in ("trained", "gen")},
@@ -1341,6 +1354,9 @@ def _comparison_error(j: int, c: Any) -> str | None:
     for key, (ok, kind) in COMPARISON_KEYS.items():
         if key not in c or not ok(c[key]):
             return f"comparison {j}: {key!r} missing or not a {kind}"
+    for key, (ok, kind) in OPTIONAL_COMPARISON_KEYS.items():
+        if c.get(key) is not None and not ok(c[key]):
+            return f"comparison {j}: {key!r} not a {kind}"
     for part, keys in SUMMARY_KEYS.items():
         for key, (ok, kind) in keys.items():
             if key not in c[part] or not ok(c[part][key]):

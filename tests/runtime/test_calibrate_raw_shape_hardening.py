@@ -150,7 +150,8 @@ def test_the_command_refuses_comparisons_without_seeds_and_writes_nothing(tmp_pa
     assert p.returncode == 2, p.stderr[-2000:]
     (line,) = p.stderr.strip().splitlines()
     assert line == (f"calibrate: --from-raw {raw}: comparison 0: 'seeds' missing or not a "
-                    f"list (a file of --raw from this version of calibrate.py)"), line
+                    f"list of whole numbers (a file of --raw from this version of "
+                    f"calibrate.py)"), line
     assert p.stdout == ""
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()} == before
     # the same file with its seeds: the command prints the page and exits 0
