@@ -102,6 +102,31 @@ def signal_when(tmp_path: Path, cmd: list[str], ready, sig: int) -> tuple[object
     return found, proc.returncode, err
 
 
+def check_then_resume(tmp_path: Path, cmd: list[str], records: list[dict], cut: set,
+                      resume: bool) -> None:
+    """The stopped run's log passes the strict check; with ``resume``, ``--resume`` (the
+    reward released) re-admits each of ``cut``'s prompts once, ends its steps, and its log
+    passes the strict check too, no reward worker left."""
+    out = tmp_path / "out"
+    report = check(io.StringIO((out / "events.jsonl").read_text()), STRICT)
+    assert report.ok, report.problem
+    if not resume:
+        return
+    # --resume: their prompts are re-admitted, each once, and the run ends its steps
+    (tmp_path / "released").touch()
+    prompt = {r["unit"]: r["meta"]["prompt"] for r in records if r["op"] == "reserve"}
+    r = subprocess.run([*cmd, "--resume", str(out)], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    again = [x for x in _records(out)[len(records):] if x["op"] == "reserve"
+             and x["meta"].get("readmit_of") in cut]
+    assert sorted(x["meta"]["readmit_of"] for x in again) == sorted(cut)
+    assert all(x["meta"]["prompt"] == prompt[x["meta"]["readmit_of"]] for x in again)
+    report = check(io.StringIO((out / "events.jsonl").read_text()), STRICT)
+    assert report.ok, report.problem
+    _no_worker_left(tmp_path)
+
+
 @pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
                                                (signal.SIGTERM, 143, "terminated")])
 def test_an_interrupt_while_truncated_units_are_rewarded_ends_the_run_and_filters_them(
@@ -123,20 +148,4 @@ def test_an_interrupt_while_truncated_units_are_rewarded_ends_the_run_and_filter
         assert (last["op"], last["unit"], last["meta"]) \
             == ("filter", unit, {"reason": "shutdown"}), last
         assert not (out / "trajectories" / f"s-{unit}.json").exists()
-    report = check(io.StringIO((out / "events.jsonl").read_text()), STRICT)
-    assert report.ok, report.problem
-    if sig != signal.SIGINT:
-        return
-    # --resume: their prompts are re-admitted, each once, and the run ends its steps
-    (tmp_path / "released").touch()
-    prompt = {r["unit"]: r["meta"]["prompt"] for r in records if r["op"] == "reserve"}
-    r = subprocess.run([*cmd, "--resume", str(out)], cwd=tmp_path, env=_env(),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    again = [x for x in _records(out)[len(records):] if x["op"] == "reserve"
-             and x["meta"].get("readmit_of") in cut]
-    assert sorted(x["meta"]["readmit_of"] for x in again) == sorted(cut)
-    assert all(x["meta"]["prompt"] == prompt[x["meta"]["readmit_of"]] for x in again)
-    report = check(io.StringIO((out / "events.jsonl").read_text()), STRICT)
-    assert report.ok, report.problem
-    _no_worker_left(tmp_path)
+    check_then_resume(tmp_path, cmd, records, cut, resume=sig == signal.SIGINT)

@@ -26,23 +26,20 @@ the log, the files and the processes after."""
 from __future__ import annotations
 
 import asyncio
-import io
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from reserve_occupy import UnitState
-from reserve_occupy_porting.checker import STRICT, check
 from runtime.rollout.base import RolloutDead
 from runtime.rollout.fake import Plan
 
 from .helpers import fixed_script, make
-from .test_reward_untrusted import PREFIX, _cmd, _env, _module, _no_worker_left
+from .test_reward_untrusted import PREFIX, _cmd, _module, _no_worker_left
 from .test_stuck_truncate import _straggler, _strict_check
 from .test_stuck_truncate_interrupt_hardening import (TRUNCATE, _records, _units_of,
-                                                      signal_when)
+                                                      check_then_resume, signal_when)
 
 FAIL_THEN_HANG = """
     import os, time
@@ -112,23 +109,7 @@ def test_an_interrupt_while_the_stop_waits_for_truncated_units_filters_them(
             == ("filter", unit, {"reason": "shutdown"}), last
         assert named[-1] > first_stop
         assert not (out / "trajectories" / f"s-{unit}.json").exists()
-    report = check(io.StringIO((out / "events.jsonl").read_text()), STRICT)
-    assert report.ok, report.problem
-    if sig != signal.SIGINT:
-        return
-    # --resume: their prompts are re-admitted, each once, and the run ends its steps
-    (tmp_path / "released").touch()
-    prompt = {r["unit"]: r["meta"]["prompt"] for r in records if r["op"] == "reserve"}
-    r = subprocess.run([*cmd, "--resume", str(out)], cwd=tmp_path, env=_env(),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    again = [x for x in _records(out)[len(records):] if x["op"] == "reserve"
-             and x["meta"].get("readmit_of") in cut]
-    assert sorted(x["meta"]["readmit_of"] for x in again) == sorted(cut)
-    assert all(x["meta"]["prompt"] == prompt[x["meta"]["readmit_of"]] for x in again)
-    report = check(io.StringIO((out / "events.jsonl").read_text()), STRICT)
-    assert report.ok, report.problem
-    _no_worker_left(tmp_path)
+    check_then_resume(tmp_path, cmd, records, cut, resume=sig == signal.SIGINT)
 
 
 # ---------------------------------------------------------------- the driver, twice cancelled --
